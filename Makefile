@@ -1,0 +1,30 @@
+# The two commands of the README: `make demo` (sandbox) and `make test`.
+SHELL := /bin/bash
+VENV := .venv
+PY := $(VENV)/bin/python
+
+.PHONY: venv binaries cluster-up cluster-down test demo demo-down
+
+venv:
+	@hack/venv.sh
+
+binaries:
+	@hack/build-binaries.sh >/dev/null
+
+cluster-up: venv binaries
+	@hack/cluster.sh up
+
+cluster-down:
+	@hack/cluster.sh down
+
+# Unit tests, then the integration suite on its own local control plane (started and
+# stopped by the test session) and real redis-servers. GWOP_TEST_KUBECONFIG=<path> runs
+# the integration suite against an existing cluster instead.
+test: venv binaries
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+demo: venv binaries
+	@hack/demo.sh
+
+demo-down:
+	@hack/demo.sh down

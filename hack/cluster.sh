@@ -1,0 +1,161 @@
+#!/usr/bin/env bash
+# The local control plane: etcd + kube-apiserver + kube-controller-manager on loopback
+# ports, plus the kubelet stand-in (hack/kubelet_standin.py) that binds pods to a node and
+# reports them Running/Ready with distinct 127.x pod IPs.
+#
+#   hack/cluster.sh up      start (harmless when already up); prints the kubeconfig path
+#   hack/cluster.sh down    stop everything it started, by pid, and wipe cluster state
+#   hack/cluster.sh status  exit 0 when every component is running and /readyz says ok
+#
+# GWOP_CLUSTER_DIR (default: <repo>/.cluster/sandbox) holds pki, etcd data, logs, pids and
+# the admin kubeconfig; tests use their own directory so they never touch the demo's.
+set -euo pipefail
+repo=$(cd "$(dirname "$0")/.." && pwd)
+dir=${GWOP_CLUSTER_DIR:-$repo/.cluster/sandbox}
+pki=$dir/pki; run=$dir/run; logs=$dir/logs
+kubeconfig=$dir/kubeconfig
+python=${GWOP_PYTHON:-$repo/.venv/bin/python}
+components=(etcd kube-apiserver kube-controller-manager kubelet-standin)
+
+log() { echo "[cluster] $*" >&2; }
+
+alive() { [[ -f $run/$1.pid ]] && kill -0 "$(cat "$run/$1.pid")" 2>/dev/null; }
+
+free_port() { "$python" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+
+readyz() { "$bin/kubectl" --kubeconfig "$kubeconfig" get --raw /readyz 2>/dev/null; }
+
+status() {
+  local c
+  for c in "${components[@]}"; do alive "$c" || return 1; done
+  [[ $(readyz) == ok ]]
+}
+
+make_pki() {
+  [[ -f $pki/admin.crt ]] && return
+  log "generating a CA, serving, admin and service-account keys in $pki"
+  mkdir -p "$pki"
+  (
+    cd "$pki"
+    openssl req -x509 -newkey rsa:2048 -nodes -days 3650 -subj "/CN=gateway-operator-local-ca" \
+      -keyout ca.key -out ca.crt 2>/dev/null
+    cat > serving.ext <<EXT
+subjectAltName=IP:127.0.0.1,IP:10.0.0.1,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local
+extendedKeyUsage=serverAuth
+EXT
+    openssl req -newkey rsa:2048 -nodes -subj "/CN=kube-apiserver" -keyout serving.key -out serving.csr 2>/dev/null
+    openssl x509 -req -in serving.csr -CA ca.crt -CAkey ca.key -CAcreateserial -days 3650 \
+      -extfile serving.ext -out serving.crt 2>/dev/null
+    printf 'extendedKeyUsage=clientAuth\n' > client.ext
+    openssl req -newkey rsa:2048 -nodes -subj "/O=system:masters/CN=local-admin" -keyout admin.key -out admin.csr 2>/dev/null
+    openssl x509 -req -in admin.csr -CA ca.crt -CAkey ca.key -CAcreateserial -days 3650 \
+      -extfile client.ext -out admin.crt 2>/dev/null
+    openssl genrsa -out sa.key 2048 2>/dev/null
+    openssl rsa -in sa.key -pubout -out sa.pub 2>/dev/null
+  )
+}
+
+write_kubeconfig() {
+  local port=$1 k=("$bin/kubectl" --kubeconfig "$kubeconfig.tmp")
+  rm -f "$kubeconfig.tmp"
+  "${k[@]}" config set-cluster local --server "https://127.0.0.1:$port" \
+    --certificate-authority "$pki/ca.crt" --embed-certs >/dev/null
+  "${k[@]}" config set-credentials local-admin --client-certificate "$pki/admin.crt" \
+    --client-key "$pki/admin.key" --embed-certs >/dev/null
+  "${k[@]}" config set-context local --cluster local --user local-admin >/dev/null
+  "${k[@]}" config use-context local >/dev/null
+  chmod 600 "$kubeconfig.tmp"; mv "$kubeconfig.tmp" "$kubeconfig"
+}
+
+start() {  # start NAME CMD...: runs CMD in its own session, logs to logs/NAME.log
+  local name=$1; shift
+  setsid "$@" >"$logs/$name.log" 2>&1 < /dev/null &
+  echo $! > "$run/$name.pid"
+}
+
+wait_for() {  # wait_for WHAT SECONDS CMD...
+  local what=$1 secs=$2; shift 2
+  local deadline=$((SECONDS + secs))
+  until "$@" >/dev/null 2>&1; do
+    if (( SECONDS > deadline )); then log "$what not ready after ${secs}s; see $logs"; tail -20 "$logs"/*.log >&2; exit 1; fi
+    sleep 0.3
+  done
+}
+
+up() {
+  bin=$("$repo/hack/build-binaries.sh")
+  if status; then log "already up"; usage; return; fi
+  down_quiet
+  mkdir -p "$run" "$logs"
+  make_pki
+  local etcd_port etcd_peer api_port kcm_port
+  etcd_port=$(free_port); etcd_peer=$(free_port); api_port=$(free_port); kcm_port=$(free_port)
+
+  start etcd "$bin/etcd" --name local --data-dir "$dir/etcd-data" \
+    --listen-client-urls "http://127.0.0.1:$etcd_port" --advertise-client-urls "http://127.0.0.1:$etcd_port" \
+    --listen-peer-urls "http://127.0.0.1:$etcd_peer" --initial-advertise-peer-urls "http://127.0.0.1:$etcd_peer" \
+    --initial-cluster "local=http://127.0.0.1:$etcd_peer" --unsafe-no-fsync --log-level warn
+  wait_for etcd 30 curl -sf "http://127.0.0.1:$etcd_port/health"
+
+  start kube-apiserver "$bin/kube-apiserver" \
+    --etcd-servers "http://127.0.0.1:$etcd_port" \
+    --bind-address 127.0.0.1 --advertise-address 127.0.0.1 --secure-port "$api_port" \
+    --cert-dir "$dir/apiserver-certs" --tls-cert-file "$pki/serving.crt" --tls-private-key-file "$pki/serving.key" \
+    --client-ca-file "$pki/ca.crt" \
+    --authorization-mode RBAC \
+    --enable-admission-plugins NamespaceLifecycle,LimitRanger,ServiceAccount,PodSecurity,DefaultStorageClass,ResourceQuota,MutatingAdmissionWebhook,ValidatingAdmissionWebhook,ValidatingAdmissionPolicy \
+    --service-cluster-ip-range 10.0.0.0/24 --allow-privileged=true \
+    --service-account-issuer https://kubernetes.default.svc.cluster.local \
+    --service-account-key-file "$pki/sa.pub" --service-account-signing-key-file "$pki/sa.key" \
+    --v 1
+  write_kubeconfig "$api_port"
+  wait_for kube-apiserver 90 bash -c "[[ \$('$bin/kubectl' --kubeconfig '$kubeconfig' get --raw /readyz 2>/dev/null) == ok ]]"
+
+  start kube-controller-manager "$bin/kube-controller-manager" \
+    --kubeconfig "$kubeconfig" --authentication-kubeconfig "$kubeconfig" --authorization-kubeconfig "$kubeconfig" \
+    --leader-elect=false --bind-address 127.0.0.1 --secure-port "$kcm_port" \
+    --service-account-private-key-file "$pki/sa.key" --root-ca-file "$pki/ca.crt" \
+    --use-service-account-credentials=true \
+    --cluster-signing-cert-file "$pki/ca.crt" --cluster-signing-key-file "$pki/ca.key" \
+    --concurrent-deployment-syncs 10 --concurrent-replicaset-syncs 10 --v 1
+
+  start kubelet-standin "$python" "$repo/hack/kubelet_standin.py" --kubeconfig "$kubeconfig" \
+    --ip-pool-file "$dir/pod-ips.json"
+  wait_for "kubelet stand-in node" 60 bash -c "'$bin/kubectl' --kubeconfig '$kubeconfig' get node local-node-0 -o jsonpath='{.status.conditions[?(@.type==\"Ready\")].status}' | grep -qx True"
+  wait_for "default service account" 60 "$bin/kubectl" --kubeconfig "$kubeconfig" -n default get serviceaccount default
+  usage
+}
+
+usage() {
+  log "control plane up: $("$bin/kubectl" --kubeconfig "$kubeconfig" version -o json | "$python" -c 'import json,sys; print(json.load(sys.stdin)["serverVersion"]["gitVersion"])')"
+  log "  export KUBECONFIG=$kubeconfig"
+  log "  kubectl binary: $bin/kubectl   (helm: $bin/helm)"
+  echo "$kubeconfig"
+}
+
+stop_pid() {  # stop_pid NAME: TERM, wait up to 10s, then KILL; the process group goes too
+  local name=$1 pidfile=$run/$1.pid pid
+  [[ -f $pidfile ]] || return 0
+  pid=$(cat "$pidfile")
+  if kill -0 "$pid" 2>/dev/null; then
+    kill -TERM -- "-$pid" 2>/dev/null || kill -TERM "$pid" 2>/dev/null || true
+    for _ in $(seq 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+    kill -KILL -- "-$pid" 2>/dev/null || kill -KILL "$pid" 2>/dev/null || true
+    log "stopped $name (pid $pid)"
+  fi
+  rm -f "$pidfile"
+}
+
+down_quiet() {
+  local i
+  for (( i=${#components[@]}-1; i>=0; i-- )); do stop_pid "${components[$i]}"; done
+  rm -rf "$dir/etcd-data" "$dir/pod-ips.json" "$dir/apiserver-certs"
+}
+
+case ${1:-} in
+  up) up ;;
+  down) down_quiet; log "down ($dir)" ;;
+  status) bin=$("$repo/hack/build-binaries.sh" 2>/dev/null); status && log "up" || { log "not up"; exit 1; } ;;
+  kubeconfig) echo "$kubeconfig" ;;
+  *) echo "usage: $0 up|down|status|kubeconfig" >&2; exit 2 ;;
+esac

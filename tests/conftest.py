@@ -1,0 +1,34 @@
+"""Shared fixtures: one control plane per session, a fresh namespace per test, real Redis."""
+from __future__ import annotations
+
+from typing import Iterator
+
+import pytest
+
+from support.cluster import Cluster
+from support.redis_server import RedisServer
+
+
+@pytest.fixture(scope="session")
+def cluster() -> Iterator[Cluster]:
+    c = Cluster.from_environment()
+    try:
+        yield c
+    finally:
+        c.stop()
+
+
+@pytest.fixture
+def namespace(cluster: Cluster) -> Iterator[str]:
+    name = cluster.new_namespace()
+    yield name
+    cluster.kubectl("delete", "namespace", name, "--wait=false", check=False)
+
+
+@pytest.fixture
+def redis_server() -> Iterator[RedisServer]:
+    server = RedisServer(password="test-redis-password").start()
+    try:
+        yield server
+    finally:
+        server.close()

@@ -1,0 +1,1 @@
+"""Test harness: the local control plane, redis-server processes, kubectl/helm helpers."""

@@ -1,0 +1,71 @@
+"""The Kubernetes cluster the integration tests run against.
+
+By default the session starts its own local control plane (``hack/cluster.sh`` with a
+separate directory, so a running demo sandbox is never touched) and stops it at the end.
+``GWOP_TEST_KUBECONFIG=<path>`` points the same suite at an existing cluster (kind, a real
+one) instead; the harness then neither starts nor stops anything.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[2]
+CACHE_BIN = Path(os.environ.get("GWOP_CACHE", Path.home() / ".cache/gateway-operator")) / "bin"
+
+
+def tool(name: str) -> str:
+    """kubectl/helm: the pinned cached binary (hack/build-binaries.sh)."""
+    path = CACHE_BIN / name
+    if not path.exists():
+        subprocess.run([str(REPO / "hack/build-binaries.sh")], check=True, stdout=subprocess.DEVNULL)
+    return str(path)
+
+
+@dataclass
+class Cluster:
+    kubeconfig: Path
+    owned: bool  # started by this test session (and so stopped by it)
+    env: dict[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def from_environment(cls) -> "Cluster":
+        existing = os.environ.get("GWOP_TEST_KUBECONFIG")
+        if existing:
+            return cls(Path(existing), owned=False)
+        env = dict(os.environ, GWOP_CLUSTER_DIR=str(REPO / ".cluster/test"))
+        out = subprocess.run([str(REPO / "hack/cluster.sh"), "up"], env=env, check=True,
+                             stdout=subprocess.PIPE, text=True).stdout
+        return cls(Path(out.strip().splitlines()[-1]), owned=True, env=env)
+
+    def stop(self) -> None:
+        if self.owned:
+            subprocess.run([str(REPO / "hack/cluster.sh"), "down"], env=self.env, check=True)
+
+    def kubectl(self, *args: str, input: str | None = None, check: bool = True,
+                as_user: str | None = None, kubeconfig: Path | None = None) -> subprocess.CompletedProcess[str]:
+        cmd = [tool("kubectl"), "--kubeconfig", str(kubeconfig or self.kubeconfig), *args]
+        if as_user:
+            cmd += ["--as", as_user]
+        proc = subprocess.run(cmd, input=input, capture_output=True, text=True, timeout=120)
+        if check and proc.returncode != 0:
+            raise AssertionError(f"kubectl {' '.join(args)} failed ({proc.returncode}):\n{proc.stderr}")
+        return proc
+
+    def get_json(self, *args: str) -> Any:
+        return json.loads(self.kubectl("get", *args, "-o", "json").stdout)
+
+    def apply(self, manifest: str, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+        return self.kubectl("apply", "-f", "-", *args, input=manifest, check=check)
+
+    def new_namespace(self, labels: dict[str, str] | None = None) -> str:
+        name = f"t-{uuid.uuid4().hex[:8]}"
+        self.kubectl("create", "namespace", name)
+        if labels:
+            self.kubectl("label", "namespace", name, *[f"{k}={v}" for k, v in labels.items()])
+        return name
