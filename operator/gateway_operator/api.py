@@ -1,0 +1,193 @@
+"""The GatewayDeployment API: names, defaults and the typed view of ``spec``.
+
+The operator reads a few fields of the user's ``gateway.yaml`` (the idempotency store, the
+turn lock) and keeps everything else as given; those typed reads live here so the rest of
+the code never digs through raw dicts.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+GROUP = "gateway-operator.dev"
+VERSION = "v1alpha1"
+API_VERSION = f"{GROUP}/{VERSION}"
+KIND = "GatewayDeployment"
+PLURAL = "gatewaydeployments"
+SINGULAR = "gatewaydeployment"
+SHORT_NAMES = ["gwd"]
+
+FIELD_MANAGER = "gateway-operator"
+MANAGED_BY = "gateway-operator"
+LABEL_NAME = "app.kubernetes.io/name"
+LABEL_INSTANCE = "app.kubernetes.io/instance"
+LABEL_COMPONENT = "app.kubernetes.io/component"
+LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
+ANNOTATION_CONFIG_HASH = f"{GROUP}/config-hash"
+ANNOTATION_APPLIED_HASH = f"{GROUP}/applied-hash"
+ANNOTATION_RESTARTED_AT = f"{GROUP}/restarted-at"
+
+
+GATEWAY_PORT = 8765
+REDIS_PASSWORD_ENV = "GATEWAY_REDIS_PASSWORD"
+AUTH_TOKEN_ENV = "GATEWAY_AUTH_TOKEN"
+IDEMPOTENCY_OWNER = "durability:idempotency"
+
+
+class Policy:
+    REFUSE = "Refuse"
+    WARN = "Warn"
+
+
+@dataclass(frozen=True)
+class SecretKeyRef:
+    name: str
+    key: str
+
+    @classmethod
+    def parse(cls, raw: Mapping[str, Any] | None, default_key: str) -> "SecretKeyRef | None":
+        if not raw or not raw.get("name"):
+            return None
+        return cls(name=str(raw["name"]), key=str(raw.get("key") or default_key))
+
+
+@dataclass(frozen=True)
+class RedisSpec:
+    url: str | None = None
+    host: str | None = None
+    port: int = 6379
+    db: int = 0
+    password_ref: SecretKeyRef | None = None
+    prefix: str | None = None
+    tls: bool = False
+    managed: bool = False
+    managed_image: str = "redis:7.2-alpine"
+    managed_resources: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def configured(self) -> bool:
+        return bool(self.url or self.host or self.managed)
+
+    @classmethod
+    def parse(cls, raw: Mapping[str, Any] | None) -> "RedisSpec":
+        raw = raw or {}
+        managed = raw.get("managed") or {}
+        return cls(
+            url=raw.get("url") or None,
+            host=raw.get("host") or None,
+            port=int(raw.get("port", 6379)),
+            db=int(raw.get("db", 0)),
+            password_ref=SecretKeyRef.parse(raw.get("passwordSecretRef"), "password"),
+            prefix=raw.get("prefix") or None,
+            tls=bool((raw.get("tls") or {}).get("enabled", False)),
+            managed=bool(managed.get("enabled", False)),
+            managed_image=str(managed.get("image") or cls.managed_image),
+            managed_resources=dict(managed.get("resources") or {}),
+        )
+
+
+@dataclass(frozen=True)
+class HealthSpec:
+    interval_seconds: float = 10.0
+    timeout_seconds: float = 2.0
+    max_concurrency: int = 8
+    restart_stale_replicas: bool = True
+    restart_cooldown_seconds: float = 60.0
+
+    @classmethod
+    def parse(cls, raw: Mapping[str, Any] | None) -> "HealthSpec":
+        raw = raw or {}
+        return cls(
+            interval_seconds=float(raw.get("intervalSeconds", 10)),
+            timeout_seconds=float(raw.get("timeoutSeconds", 2)),
+            max_concurrency=int(raw.get("maxConcurrency", 8)),
+            restart_stale_replicas=bool(raw.get("restartStaleReplicas", True)),
+            restart_cooldown_seconds=float(raw.get("restartCooldownSeconds", 60)),
+        )
+
+
+@dataclass(frozen=True)
+class PersistenceSpec:
+    enabled: bool = False
+    size: str = "1Gi"
+    storage_class: str | None = None
+
+    @classmethod
+    def parse(cls, raw: Mapping[str, Any] | None) -> "PersistenceSpec":
+        raw = raw or {}
+        return cls(enabled=bool(raw.get("enabled", False)), size=str(raw.get("size", "1Gi")),
+                   storage_class=raw.get("storageClassName"))
+
+
+@dataclass(frozen=True)
+class GatewaySpec:
+    """The typed, defaulted view of a GatewayDeployment's spec."""
+
+    replicas: int
+    policy: str
+    image: str
+    image_pull_policy: str | None
+    image_pull_secrets: tuple[str, ...]
+    config: Mapping[str, Any]
+    redis: RedisSpec
+    auth_token_ref: SecretKeyRef | None
+    health: HealthSpec
+    persistence: PersistenceSpec
+    service_type: str
+    service_port: int
+    pod: Mapping[str, Any] = field(default_factory=dict)  # resources, env, nodeSelector, ...
+
+    @property
+    def store_backend(self) -> str:
+        return store_backend_of(self.config)
+
+    @property
+    def turn_lock_backend(self) -> str | None:
+        turn_lock = self.config.get("turn_lock")
+        return turn_lock.get("backend") if isinstance(turn_lock, Mapping) else None
+
+    @classmethod
+    def parse(cls, spec: Mapping[str, Any]) -> "GatewaySpec":
+        service = spec.get("service") or {}
+        return cls(
+            replicas=int(spec.get("replicas", 1)),
+            policy=str(spec.get("replicaPolicy", Policy.REFUSE)),
+            image=str(spec.get("image") or ""),
+            image_pull_policy=spec.get("imagePullPolicy"),
+            image_pull_secrets=tuple(s["name"] for s in spec.get("imagePullSecrets") or [] if s.get("name")),
+            config=dict(spec.get("config") or {}),
+            redis=RedisSpec.parse(spec.get("redis")),
+            auth_token_ref=SecretKeyRef.parse(spec.get("authTokenSecretRef"), "token"),
+            health=HealthSpec.parse(spec.get("health")),
+            persistence=PersistenceSpec.parse(spec.get("persistence")),
+            service_type=str(service.get("type", "ClusterIP")),
+            service_port=int(service.get("port", GATEWAY_PORT)),
+            pod={k: spec[k] for k in ("resources", "env", "nodeSelector", "tolerations", "affinity",
+                                       "podAnnotations", "podLabels") if spec.get(k)},
+        )
+
+
+def store_backend_of(config: Mapping[str, Any]) -> str:
+    """``hooks.idempotency.store_backend`` of a documented gateway.yaml; sqlite when unset."""
+    hooks = config.get("hooks")
+    if isinstance(hooks, Mapping):
+        idem = hooks.get("idempotency")
+        if isinstance(idem, Mapping) and idem.get("store_backend"):
+            return str(idem["store_backend"])
+    return "sqlite"
+
+
+def default_prefix(namespace: str, name: str) -> str:
+    """Redis key prefix for one GatewayDeployment: namespace and name are immutable, so the
+    prefix never changes for the life of the resource, and two environments sharing one
+    Redis never share keys."""
+    return f"gwop:{namespace}:{name}:"
+
+
+def labels_for(name: str, component: str = "gateway") -> dict[str, str]:
+    return {LABEL_NAME: "praisonai-gateway", LABEL_INSTANCE: name,
+            LABEL_COMPONENT: component, LABEL_MANAGED_BY: MANAGED_BY}
+
+
+def selector_for(name: str, component: str = "gateway") -> dict[str, str]:
+    return {LABEL_INSTANCE: name, LABEL_COMPONENT: component, LABEL_MANAGED_BY: MANAGED_BY}

@@ -1,0 +1,189 @@
+"""Status conditions: computed from observed facts by pure functions.
+
+Types: Ready, Reconciling, Stalled (kstatus reads these three), RedisReachable,
+IdempotencyDegraded, ExactlyOnceAdmission. ``merge`` keeps ``lastTransitionTime`` unless the
+status flips, so an unchanged world yields an identical status and no write.
+"""
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Mapping, Sequence
+
+from .health import DESCRIPTIONS, Idempotency, ReplicaHealth
+from .redis_probe import ProbeResult
+
+READY, RECONCILING, STALLED = "Ready", "Reconciling", "Stalled"
+REDIS_REACHABLE, IDEMPOTENCY_DEGRADED, EXACTLY_ONCE = "RedisReachable", "IdempotencyDegraded", "ExactlyOnceAdmission"
+ORDER = (READY, RECONCILING, STALLED, REDIS_REACHABLE, IDEMPOTENCY_DEGRADED, EXACTLY_ONCE)
+
+# a replica state worse than another decides the IdempotencyDegraded reason
+_SEVERITY = (Idempotency.BUILD_TIME_FALLBACK, Idempotency.RUNTIME_OUTAGE, Idempotency.OTHER)
+
+
+@dataclass(frozen=True)
+class Problem:
+    """Why the operator cannot bring the gateway to its spec (Stalled=True)."""
+
+    reason: str
+    message: str
+
+
+@dataclass(frozen=True)
+class Facts:
+    generation: int
+    desired_replicas: int
+    store_backend: str
+    policy: str
+    persistence: bool
+    redis_configured: bool
+    running_replicas: int = 0   # replicas the operator set on the Deployment
+    ready_replicas: int = 0
+    updated_replicas: int = 0
+    rollout_observed: bool = False  # the Deployment controller has seen our latest template
+    problem: Problem | None = None
+    probe: ProbeResult | None = None
+    health: Sequence[ReplicaHealth] = field(default_factory=tuple)
+
+    @property
+    def gated(self) -> bool:
+        """Held below the desired replicas until the operator's Redis probe passes."""
+        return (self.store_backend == "redis" and not (self.probe and self.probe.ok)
+                and self.running_replicas < self.desired_replicas)
+
+    @property
+    def degraded(self) -> list[ReplicaHealth]:
+        return [h for h in self.health if h.state in _SEVERITY]
+
+
+@dataclass(frozen=True)
+class Condition:
+    type: str
+    status: str
+    reason: str
+    message: str
+
+
+def compute(f: Facts) -> list[Condition]:
+    return [_ready(f), _reconciling(f), _stalled(f), _redis(f), _degraded(f), _exactly_once(f)]
+
+
+def _stalled(f: Facts) -> Condition:
+    if f.problem:
+        return Condition(STALLED, "True", f.problem.reason, f.problem.message)
+    return Condition(STALLED, "False", "NoProblems", "the operator can act on the spec")
+
+
+def _rolling(f: Facts) -> bool:
+    return (not f.rollout_observed or f.updated_replicas < f.running_replicas
+            or f.ready_replicas < f.running_replicas)
+
+
+def _reconciling(f: Facts) -> Condition:
+    if f.problem:
+        return Condition(RECONCILING, "False", "Stalled", "reconciliation is blocked; see Stalled")
+    if f.gated:
+        return Condition(RECONCILING, "True", "WaitingForRedis",
+                         f"holding {f.running_replicas} of {f.desired_replicas} replicas until the "
+                         "operator's Redis probe passes")
+    if _rolling(f):
+        return Condition(RECONCILING, "True", "RollingOut",
+                         f"{f.ready_replicas} of {f.running_replicas} replicas ready and updated")
+    return Condition(RECONCILING, "False", "ReconcileComplete", "all objects match the spec")
+
+
+def _ready(f: Facts) -> Condition:
+    if f.problem:
+        return Condition(READY, "False", f.problem.reason, f.problem.message)
+    if f.gated:
+        return Condition(READY, "False", "WaitingForRedis",
+                         f"scale-out to {f.desired_replicas} replicas waits for Redis")
+    if _rolling(f) or f.ready_replicas < f.desired_replicas:
+        return Condition(READY, "False", "ReplicasNotReady",
+                         f"{f.ready_replicas} of {f.desired_replicas} replicas ready")
+    message = f"{f.ready_replicas} of {f.desired_replicas} replicas ready"
+    if f.store_backend != "redis" and f.desired_replicas > 1:
+        message += "; exactly-once webhook admission is NOT held (replicaPolicy Warn)"
+    return Condition(READY, "True", "Available", message)
+
+
+def _redis(f: Facts) -> Condition:
+    if not f.redis_configured:
+        return Condition(REDIS_REACHABLE, "Unknown", "RedisNotConfigured", "spec.redis names no Redis")
+    if f.probe is None:
+        return Condition(REDIS_REACHABLE, "Unknown", "ProbeNotRun",
+                         "the Redis probe could not run; see Stalled")
+    return Condition(REDIS_REACHABLE, "True" if f.probe.ok else "False", f.probe.reason, f.probe.message)
+
+
+def _degraded(f: Facts) -> Condition:
+    degraded = f.degraded
+    if not degraded:
+        return Condition(IDEMPOTENCY_DEGRADED, "False", "NoDegradedReplicas",
+                         f"no replica reports {_owner()} ({len(f.health)} polled)")
+    counts = Counter(h.state for h in degraded)
+    worst = next(s for s in _SEVERITY if counts[s])
+    parts = [f"{counts[s]} {DESCRIPTIONS[s]}" for s in _SEVERITY if counts[s]]
+    pods = ", ".join(sorted(h.pod for h in degraded))
+    return Condition(IDEMPOTENCY_DEGRADED, "True", worst.value,
+                     f"{len(degraded)} of {len(f.health)} replicas report {_owner()}: "
+                     f"{'; '.join(parts)} (pods: {pods})")
+
+
+def _owner() -> str:
+    return "durability:idempotency"
+
+
+def _exactly_once(f: Facts) -> Condition:
+    def no(reason: str, message: str) -> Condition:
+        return Condition(EXACTLY_ONCE, "False", reason, message)
+
+    if f.store_backend != "redis":
+        if f.running_replicas > 1:
+            return no("PerReplicaStores", f"{f.running_replicas} replicas each dedup in their own SQLite "
+                      "store: a webhook fanned to two replicas can run the agent twice")
+        if f.running_replicas == 0:
+            return no("NoReplicas", "no replica is running")
+        if not f.persistence:
+            return no("StoreNotPersistent", "one replica on SQLite in an emptyDir: a replaced pod forgets "
+                      "admitted webhooks; enable spec.persistence")
+        return Condition(EXACTLY_ONCE, "True", "SingleReplicaDurableStore",
+                         "one replica on a SQLite store kept on a PersistentVolumeClaim")
+    if f.probe is None or not f.probe.ok:
+        return no("RedisUnreachable", "the shared Redis idempotency store is not reachable")
+    if f.degraded:
+        return no("IdempotencyDegraded", f"{len(f.degraded)} replicas are not deduplicating through Redis")
+    unknown = [h.pod for h in f.health if h.state is Idempotency.UNKNOWN]
+    if unknown:
+        return Condition(EXACTLY_ONCE, "Unknown", "ReplicasUnverified",
+                         f"{len(unknown)} replicas did not answer GET /health")
+    return Condition(EXACTLY_ONCE, "True", "SharedRedisStore",
+                     f"every polled replica ({len(f.health)}) dedups through the shared Redis store")
+
+
+def merge(previous: Iterable[Mapping[str, Any]], computed: Iterable[Condition], generation: int,
+          now: str) -> list[dict[str, Any]]:
+    """Conditions as written to status: lastTransitionTime moves only when status flips."""
+    before = {c.get("type"): c for c in previous}
+    merged = []
+    for c in computed:
+        old = before.get(c.type)
+        since = old["lastTransitionTime"] if old and old.get("status") == c.status and \
+            old.get("lastTransitionTime") else now
+        merged.append({"type": c.type, "status": c.status, "reason": c.reason, "message": c.message,
+                       "lastTransitionTime": since, "observedGeneration": generation})
+    return merged
+
+
+@dataclass(frozen=True)
+class Transition:
+    type: str
+    old: str | None
+    new: Mapping[str, Any]
+
+
+def transitions(previous: Iterable[Mapping[str, Any]], current: Iterable[Mapping[str, Any]]) -> list[Transition]:
+    """Conditions whose status changed (the operator posts an Event for the ones that matter)."""
+    before = {c.get("type"): c.get("status") for c in previous}
+    return [Transition(c["type"], before.get(c["type"]), c) for c in current
+            if before.get(c["type"]) != c["status"]]

@@ -1,0 +1,90 @@
+"""Reading the gateway's ``GET /health``: what one replica says about its idempotency store.
+
+``classify`` is pure. ``poll_replicas`` does the HTTP, with a timeout per replica and a
+bound on how many replicas are polled at once.
+"""
+from __future__ import annotations
+
+import asyncio
+import enum
+from dataclasses import dataclass
+from typing import Any, Iterable, Mapping
+
+import aiohttp
+
+from .api import IDEMPOTENCY_OWNER
+
+
+class Idempotency(enum.Enum):
+    HEALTHY = "Healthy"                      # no durability:idempotency owner
+    BUILD_TIME_FALLBACK = "BuildTimeFallback"  # store built while Redis was missing: sticky
+    RUNTIME_OUTAGE = "RuntimeOutage"          # Redis lost later: admits best-effort
+    OTHER = "OtherDegradation"               # an entry whose reason we do not know
+    UNKNOWN = "Unreachable"                  # /health did not answer
+
+
+# The gateway's documented reason texts (gateway contract). Matched by fragment so a
+# rewording of the tail does not break the mapping; anything else is OTHER and its text is
+# never copied into status.
+_FRAGMENTS = (
+    ("not available (running per-replica)", Idempotency.BUILD_TIME_FALLBACK),
+    ("unreachable at runtime", Idempotency.RUNTIME_OUTAGE),
+)
+
+DESCRIPTIONS = {
+    Idempotency.BUILD_TIME_FALLBACK: "fell back to a per-replica SQLite store at build time (Redis was "
+                                     "unavailable); sticky until the replica restarts",
+    Idempotency.RUNTIME_OUTAGE: "lost Redis at runtime; admitting webhooks best-effort until it recovers",
+    Idempotency.OTHER: "reports durability:idempotency degraded for an unrecognised reason",
+    Idempotency.UNKNOWN: "did not answer GET /health",
+}
+
+
+@dataclass(frozen=True)
+class ReplicaHealth:
+    pod: str
+    state: Idempotency
+
+
+def classify(health: Mapping[str, Any]) -> Idempotency:
+    """Map a /health body to the idempotency state of that replica."""
+    owners = health.get("degraded_owners") or []
+    for owner in owners if isinstance(owners, list) else []:
+        if isinstance(owner, Mapping) and owner.get("owner_id") == IDEMPOTENCY_OWNER:
+            reason = str(owner.get("reason") or "")
+            for fragment, state in _FRAGMENTS:
+                if fragment in reason:
+                    return state
+            return Idempotency.OTHER
+    return Idempotency.HEALTHY
+
+
+@dataclass(frozen=True)
+class Target:
+    pod: str
+    ip: str
+    port: int
+
+
+async def _poll_one(session: aiohttp.ClientSession, target: Target, timeout: float,
+                    gate: asyncio.Semaphore) -> ReplicaHealth:
+    host = f"[{target.ip}]" if ":" in target.ip else target.ip
+    async with gate:
+        try:
+            async with session.get(f"http://{host}:{target.port}/health",
+                                   timeout=aiohttp.ClientTimeout(total=timeout)) as response:
+                body = await response.json(content_type=None)
+                if response.status != 200 or not isinstance(body, Mapping):
+                    return ReplicaHealth(target.pod, Idempotency.UNKNOWN)
+                return ReplicaHealth(target.pod, classify(body))
+        except (aiohttp.ClientError, asyncio.TimeoutError, ValueError):
+            return ReplicaHealth(target.pod, Idempotency.UNKNOWN)
+
+
+async def poll_replicas(targets: Iterable[Target], timeout: float, max_concurrency: int) -> list[ReplicaHealth]:
+    targets = list(targets)
+    if not targets:
+        return []
+    gate = asyncio.Semaphore(max(1, max_concurrency))
+    async with aiohttp.ClientSession() as session:
+        return list(await asyncio.gather(*(_poll_one(session, t, timeout, gate) for t in targets)))

@@ -1,0 +1,145 @@
+"""The operator's I/O with the API server: server-side apply without needless writes, and
+the few reads and writes reconciliation needs. Everything here is synchronous; kopf
+handlers call it through ``asyncio.to_thread``.
+"""
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+from kubernetes import client, config
+from kubernetes.client.rest import ApiException
+from kubernetes.dynamic import DynamicClient
+from kubernetes.dynamic.exceptions import NotFoundError
+from kubernetes.utils import parse_quantity
+
+from . import api
+from .render import Manifest, applied_hash
+
+log = logging.getLogger(__name__)
+
+
+def load_config(kubeconfig: str | None = None) -> client.ApiClient:
+    try:
+        if kubeconfig:
+            config.load_kube_config(kubeconfig)
+        else:
+            config.load_incluster_config()
+    except config.ConfigException:
+        config.load_kube_config()
+    return client.ApiClient()
+
+
+def is_subset(desired: Any, live: Any, path: str = "") -> bool:
+    """True when every field of ``desired`` has the same value in ``live`` (which carries
+    server defaults on top). Lists must match element by element."""
+    if isinstance(desired, Mapping):
+        return isinstance(live, Mapping) and all(
+            k in live and is_subset(v, live[k], f"{path}.{k}") for k, v in desired.items())
+    if isinstance(desired, list):
+        return isinstance(live, list) and len(desired) == len(live) and all(
+            is_subset(d, l, path) for d, l in zip(desired, live))
+    if desired == live:
+        return True
+    if ".resources" in path or path.endswith(".storage"):  # "0.5" and "500m" are one quantity
+        try:
+            return parse_quantity(desired) == parse_quantity(live)
+        except (ValueError, TypeError):
+            return False
+    return False
+
+
+@dataclass
+class ApplyResult:
+    kind: str
+    name: str
+    written: bool
+
+
+class Kube:
+    def __init__(self, api_client: client.ApiClient) -> None:
+        self.api_client = api_client
+        self.dynamic = DynamicClient(api_client)
+        self.core = client.CoreV1Api(api_client)
+        self.custom = client.CustomObjectsApi(api_client)
+
+    def _resource(self, manifest: Mapping[str, Any]) -> Any:
+        return self.dynamic.resources.get(api_version=manifest["apiVersion"], kind=manifest["kind"])
+
+    def get(self, api_version: str, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
+        resource = self.dynamic.resources.get(api_version=api_version, kind=kind)
+        try:
+            return resource.get(name=name, namespace=namespace).to_dict()
+        except NotFoundError:
+            return None
+
+    def apply(self, manifest: Manifest) -> ApplyResult:
+        """Server-side apply with one field manager, skipped when the live object already
+        carries this exact manifest (fingerprint annotation) and nobody drifted it."""
+        desired = _with_fingerprint(manifest)
+        meta = manifest["metadata"]
+        live = self.get(manifest["apiVersion"], manifest["kind"], meta["namespace"], meta["name"])
+        if live is not None and is_subset(desired, live):
+            return ApplyResult(manifest["kind"], meta["name"], written=False)
+        self._resource(manifest).server_side_apply(
+            body=desired, namespace=meta["namespace"], field_manager=api.FIELD_MANAGER, force_conflicts=True)
+        log.info("applied %s %s/%s", manifest["kind"], meta["namespace"], meta["name"])
+        return ApplyResult(manifest["kind"], meta["name"], written=True)
+
+    def create_if_absent(self, manifest: Manifest) -> bool:
+        """For generated Secrets: created once, never overwritten (a new token would lock
+        every client out)."""
+        meta = manifest["metadata"]
+        try:
+            self._resource(manifest).create(body=manifest, namespace=meta["namespace"])
+            return True
+        except ApiException as e:
+            if e.status == 409:
+                return False
+            raise
+
+    def delete_if_present(self, api_version: str, kind: str, namespace: str, name: str,
+                          owner_uid: str) -> bool:
+        """Remove an object the operator no longer renders (only when it owns it)."""
+        live = self.get(api_version, kind, namespace, name)
+        if live is None or owner_uid not in {r.get("uid") for r in live["metadata"].get("ownerReferences") or []}:
+            return False
+        resource = self.dynamic.resources.get(api_version=api_version, kind=kind)
+        resource.delete(name=name, namespace=namespace)
+        return True
+
+    def secret_value(self, namespace: str, name: str, key: str) -> str | None:
+        """The decoded value; None when the Secret exists but lacks the key. Raises
+        LookupError when the Secret does not exist."""
+        import base64
+        try:
+            secret = self.core.read_namespaced_secret(name, namespace)
+        except ApiException as e:
+            if e.status == 404:
+                raise LookupError(name) from None
+            raise
+        data = secret.data or {}
+        if key not in data:
+            return None
+        return base64.b64decode(data[key]).decode()
+
+    def patch_status(self, namespace: str, name: str, status: Mapping[str, Any]) -> None:
+        self.custom.patch_namespaced_custom_object_status(
+            api.GROUP, api.VERSION, namespace, api.PLURAL, name, {"status": status})
+
+    def delete_pod(self, namespace: str, name: str, uid: str) -> None:
+        self.core.delete_namespaced_pod(
+            name, namespace, body=client.V1DeleteOptions(preconditions=client.V1Preconditions(uid=uid)))
+
+    def pods(self, namespace: str, selector: Mapping[str, str]) -> list[dict[str, Any]]:
+        label_selector = ",".join(f"{k}={v}" for k, v in selector.items())
+        items = self.core.list_namespaced_pod(namespace, label_selector=label_selector).items
+        return [self.api_client.sanitize_for_serialization(p) for p in items]
+
+
+def _with_fingerprint(manifest: Manifest) -> Manifest:
+    fingerprint = applied_hash(manifest)
+    meta = dict(manifest["metadata"])
+    meta["annotations"] = {**(meta.get("annotations") or {}), api.ANNOTATION_APPLIED_HASH: fingerprint}
+    return {**manifest, "metadata": meta}

@@ -1,0 +1,441 @@
+"""Gateway pod launcher for praisonai-bot 0.1.16.
+
+The operator mounts this file (via a ConfigMap) into every gateway pod and runs::
+
+    python3 /etc/gateway-operator/launch.py --config /etc/gateway/gateway.yaml \\
+        --workdir /var/lib/gateway/work --host 0.0.0.0 --port 8765
+
+It must stay self-contained: only the standard library, PyYAML and the
+praisonai packages shipped in the gateway image may be imported here (never
+``gateway_operator``).
+
+Why it exists: the operator renders the *documented* gateway config, but the
+0.1.16 CLI (``praisonai-bot gateway start --config``)
+
+* rejects the documented nested ``hooks: {idempotency: ..., hooks: [...]}``
+  form (it wants ``hooks: [...]`` plus top-level ``hooks_idempotency``),
+* never applies top-level ``push:`` (the Redis connection) or ``turn_lock:``,
+* never applies ``gateway.allowed_origins`` / ``gateway.auth_token``,
+
+so ``store_backend: redis`` always ended in the per-replica fallback. The
+launcher translates the config into the accepted shape, writes a working copy
+into ``--workdir`` (the config mount is read-only), validates it with the
+gateway's own loader, and builds the gateway in Python with
+``GatewayConfig(push=PushConfig(redis=...), turn_lock=...)``.
+
+Documented keys the launcher itself interprets (everything else is passed to
+the gateway unchanged): ``hooks.idempotency``, ``hooks.hooks``,
+``push.redis.{url|host,port,db, password, prefix, max_connections}``,
+``turn_lock`` (or ``gateway.turn_lock``), ``gateway.{host, port,
+allowed_origins, auth_token, drain_timeout}``.
+
+Exit codes follow the gateway protocol: 0 clean stop (including SIGTERM),
+75 restartable failure, 78 fatal configuration error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import copy
+import os
+import re
+import signal
+import sys
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Tuple
+from urllib.parse import quote, urlsplit, urlunsplit
+
+import yaml
+
+EXIT_OK = 0
+EXIT_RESTART = 75
+EXIT_FATAL_CONFIG = 78
+
+WORKING_COPY_NAME = "gateway.yaml"
+DEFAULT_DRAIN_TIMEOUT = 10.0
+
+# Keys of ``push.redis`` that map onto praisonaiagents' RedisConfig.
+_REDIS_KEYS = frozenset({"url", "host", "port", "db", "password", "prefix", "max_connections"})
+_REDIS_INT_KEYS = ("port", "db", "max_connections")
+_REDIS_URL_SCHEMES = ("redis", "rediss")
+# Keys the documented nested ``hooks:`` mapping may carry.
+_NESTED_HOOK_KEYS = frozenset({"idempotency", "hooks"})
+# Same pattern the gateway's loader uses for ``${VAR}`` expansion.
+_ENV_REF = re.compile(r"\$\{([^}]+)\}")
+# Pydantic ends each error line with "[type=..., input_value=<repr of the
+# whole input>, ...]"; that repr can hold expanded secrets, so it is cut off.
+_PYDANTIC_SUFFIX = re.compile(r"\s*\[type=.*$", re.MULTILINE)
+
+
+class ConfigError(Exception):
+    """The gateway config cannot be used; the pod must not crash-loop (78)."""
+
+
+# --------------------------------------------------------------------------
+# Pure translation (unit-testable, no praisonai imports)
+# --------------------------------------------------------------------------
+
+
+def expand_env(value: Any, env: Mapping[str, str]) -> Any:
+    """Expand ``${VAR}`` in strings (recursively); unset vars become ``""``.
+
+    Mirrors ``WebSocketGateway._substitute_env_vars`` so values the launcher
+    applies itself behave exactly like values the gateway expands.
+    """
+    if isinstance(value, str):
+        return _ENV_REF.sub(lambda m: env.get(m.group(1), ""), value)
+    if isinstance(value, Mapping):
+        return {k: expand_env(v, env) for k, v in value.items()}
+    if isinstance(value, list):
+        return [expand_env(v, env) for v in value]
+    return value
+
+
+def env_refs(value: Any) -> List[str]:
+    """Names of all ``${VAR}`` references in a (nested) config value."""
+    if isinstance(value, str):
+        return _ENV_REF.findall(value)
+    if isinstance(value, Mapping):
+        return [name for v in value.values() for name in env_refs(v)]
+    if isinstance(value, list):
+        return [name for v in value for name in env_refs(v)]
+    return []
+
+
+def translate_config(documented: Mapping[str, Any]) -> Dict[str, Any]:
+    """Translate the documented config into the shape 0.1.16's loader accepts.
+
+    * ``hooks: {idempotency: X, hooks: [...]}`` -> ``hooks: [...]`` plus
+      top-level ``hooks_idempotency: X`` (a list-shaped ``hooks`` is kept).
+    * ``push`` / ``turn_lock`` are dropped: 0.1.16 ignores them in YAML (the
+      launcher applies them in Python), and ``push`` names the Redis password,
+      which must not be echoed back by schema errors.
+
+    ``${VAR}`` placeholders are left untouched for the gateway's loader.
+    """
+    if not isinstance(documented, Mapping):
+        raise ConfigError("gateway config must be a YAML mapping")
+    cfg = copy.deepcopy(dict(documented))
+    cfg.pop("push", None)
+    cfg.pop("turn_lock", None)
+    hooks = cfg.pop("hooks", None)
+    if isinstance(hooks, Mapping):
+        entries, idempotency = _split_nested_hooks(hooks)
+        cfg["hooks"] = entries
+        if idempotency is not None:
+            cfg.setdefault("hooks_idempotency", idempotency)
+    elif hooks is not None:
+        cfg["hooks"] = hooks
+    return cfg
+
+
+def _split_nested_hooks(hooks: Mapping[str, Any]) -> Tuple[List[Any], Any]:
+    unknown = sorted(set(hooks) - _NESTED_HOOK_KEYS)
+    if unknown:
+        raise ConfigError(f"hooks: unsupported key(s) {', '.join(map(str, unknown))} (expected idempotency, hooks)")
+    entries = hooks.get("hooks") or []
+    if not isinstance(entries, list):
+        raise ConfigError("hooks.hooks must be a list of hook definitions")
+    return list(entries), hooks.get("idempotency")
+
+
+def apply_bind(cfg: Dict[str, Any], host: Optional[str], port: Optional[int]) -> Dict[str, Any]:
+    """Let the launcher's --host/--port win over ``gateway.host/port``.
+
+    ``start_with_config`` re-applies ``gateway.host/port`` from the file, so the
+    override has to live in the working copy, not only in GatewayConfig.
+    """
+    gateway = cfg.get("gateway")
+    if gateway is None:
+        gateway = cfg["gateway"] = {}
+    if not isinstance(gateway, dict):
+        raise ConfigError("gateway must be a mapping")
+    if host:
+        gateway["host"] = host
+    if port:
+        gateway["port"] = int(port)
+    return cfg
+
+
+def redis_settings(documented: Mapping[str, Any], env: Mapping[str, str]) -> Optional[Dict[str, Any]]:
+    """Keyword arguments for ``RedisConfig`` from documented ``push.redis``.
+
+    Returns ``None`` when no Redis is configured. ``${VAR}`` is expanded from
+    ``env``; an empty password means "no password". With the ``url`` form the
+    password is embedded into the URL, because 0.1.16 builds its Redis clients
+    with ``from_url(url)`` and then ignores ``RedisConfig.password``.
+    """
+    push = documented.get("push")
+    if push is None:
+        return None
+    if not isinstance(push, Mapping):
+        raise ConfigError("push must be a mapping")
+    raw = push.get("redis")
+    if raw is None:
+        return None
+    if not isinstance(raw, Mapping):
+        raise ConfigError("push.redis must be a mapping")
+    unknown = sorted(set(raw) - _REDIS_KEYS)
+    if unknown:
+        raise ConfigError(f"push.redis: unsupported key(s) {', '.join(map(str, unknown))}")
+
+    settings = {k: v for k, v in expand_env(dict(raw), env).items() if v not in (None, "")}
+    for key in _REDIS_INT_KEYS:
+        if key in settings:
+            settings[key] = _as_int(settings[key], f"push.redis.{key}")
+    if "url" in settings:
+        settings["url"] = _url_with_password(str(settings["url"]), settings.get("password"))
+    elif "host" not in settings:
+        raise ConfigError("push.redis needs either url or host")
+    return settings
+
+
+def turn_lock_settings(documented: Mapping[str, Any], env: Mapping[str, str]) -> Optional[Dict[str, Any]]:
+    """Mapping for ``TurnLockConfig.from_dict`` (top-level, else ``gateway.turn_lock``)."""
+    raw = documented.get("turn_lock")
+    if raw is None:
+        gateway = documented.get("gateway")
+        raw = gateway.get("turn_lock") if isinstance(gateway, Mapping) else None
+    if raw is None:
+        return None
+    if not isinstance(raw, Mapping):
+        raise ConfigError("turn_lock must be a mapping")
+    return expand_env(dict(raw), env)
+
+
+def idempotency_backend(cfg: Mapping[str, Any]) -> Optional[str]:
+    """The ``store_backend`` selected in a *translated* config (for logging)."""
+    idem = cfg.get("hooks_idempotency")
+    if isinstance(idem, Mapping):
+        idem = idem.get("store_backend")
+    return None if idem is None else str(idem)
+
+
+def config_warnings(translated: Mapping[str, Any], redis: Optional[Mapping[str, Any]]) -> List[str]:
+    """Settings that start fine but silently defeat their purpose."""
+    if idempotency_backend(translated) == "redis" and not redis:
+        return ["hooks idempotency store_backend is redis but push.redis is not set; "
+                "the gateway will fall back to per-replica dedup"]
+    return []
+
+
+def describe_redis(settings: Optional[Mapping[str, Any]]) -> str:
+    """Credential-free description of a Redis endpoint for log lines."""
+    if not settings:
+        return "none"
+    if "url" in settings:
+        parts = urlsplit(str(settings["url"]))
+        where = f"{parts.scheme}://{parts.hostname}:{parts.port or 6379}{parts.path}"
+    else:
+        where = f"redis://{settings['host']}:{settings.get('port', 6379)}/{settings.get('db', 0)}"
+    return f"{where} prefix={settings.get('prefix', '(default)')}"
+
+
+def redact(message: str, secrets: Iterable[Optional[str]]) -> str:
+    """One-line, secret-free version of an error message."""
+    text = _PYDANTIC_SUFFIX.sub("", str(message))
+    for secret in secrets:
+        if secret and len(secret) >= 4:
+            text = text.replace(secret, "***")
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    return " | ".join(lines) or "unknown error"
+
+
+def _as_int(value: Any, field: str) -> int:
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        raise ConfigError(f"{field} must be an integer") from None
+
+
+def _url_with_password(url: str, password: Optional[str]) -> str:
+    parts = urlsplit(url)
+    if parts.scheme not in _REDIS_URL_SCHEMES or not parts.hostname:
+        raise ConfigError("push.redis.url must look like redis://host:port/db or rediss://...")
+    if not password or parts.password is not None:
+        return url  # nothing to add, or the URL's own credentials win
+    user = quote(parts.username, safe="") if parts.username else ""
+    netloc = f"{user}:{quote(str(password), safe='')}@{parts.netloc.rsplit('@', 1)[-1]}"
+    return urlunsplit(parts._replace(netloc=netloc))
+
+
+# --------------------------------------------------------------------------
+# I/O around the pure core
+# --------------------------------------------------------------------------
+
+
+def read_documented(path: str) -> Dict[str, Any]:
+    """Parse the mounted (documented) config; any problem is a ConfigError."""
+    try:
+        with open(path, "r", encoding="utf-8") as fh:
+            data = yaml.safe_load(fh)
+    except OSError as exc:
+        raise ConfigError(f"cannot read {path}: {exc.strerror or exc}") from None
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark else ""
+        problem = getattr(exc, "problem", None) or "parse error"
+        raise ConfigError(f"invalid YAML in {path}{where}: {problem}") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path} must contain a YAML mapping")
+    return data
+
+
+def write_working_copy(cfg: Mapping[str, Any], workdir: str) -> str:
+    """Atomically write the translated config into the (writable) workdir."""
+    os.makedirs(workdir, exist_ok=True)
+    path = os.path.join(workdir, WORKING_COPY_NAME)
+    tmp = f"{path}.tmp"
+    with open(tmp, "w", encoding="utf-8") as fh:
+        yaml.safe_dump(dict(cfg), fh, sort_keys=False)
+    os.replace(tmp, path)
+    return path
+
+
+def load_checked(path: str) -> Dict[str, Any]:
+    """Run the gateway's own loader (schema checks + ``${VAR}`` expansion)."""
+    from praisonai_bot.gateway.server import WebSocketGateway
+
+    try:
+        return WebSocketGateway.load_gateway_config(path)
+    except (ValueError, FileNotFoundError) as exc:
+        raise ConfigError(f"gateway rejected the config: {exc}") from None
+
+
+def build_gateway(
+    loaded: Mapping[str, Any],
+    redis: Optional[Mapping[str, Any]],
+    turn_lock: Optional[Mapping[str, Any]],
+) -> Any:
+    """Build the gateway with the settings 0.1.16 only honours from Python."""
+    from praisonai_bot.gateway.server import WebSocketGateway
+    from praisonaiagents.gateway.config import GatewayConfig, PushConfig, RedisConfig, TurnLockConfig
+
+    gw = loaded.get("gateway") or {}
+    try:
+        config = GatewayConfig(
+            host=str(gw.get("host") or "127.0.0.1"),
+            port=int(gw.get("port") or 8765),
+            # start_with_config never applies these two from YAML.
+            allowed_origins=list(gw.get("allowed_origins") or []),
+            auth_token=str(gw["auth_token"]) if gw.get("auth_token") else None,
+            push=PushConfig(redis=RedisConfig(**redis) if redis else None),
+            turn_lock=TurnLockConfig.from_dict(dict(turn_lock) if turn_lock else None),
+        )
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(f"invalid gateway settings: {exc}") from None
+    return WebSocketGateway(config=config)
+
+
+def drain_timeout(loaded: Mapping[str, Any]) -> float:
+    try:
+        return float((loaded.get("gateway") or {}).get("drain_timeout") or DEFAULT_DRAIN_TIMEOUT)
+    except (TypeError, ValueError):
+        return DEFAULT_DRAIN_TIMEOUT
+
+
+async def serve(gateway: Any, config_path: str, drain: float) -> int:
+    """Run the gateway until SIGTERM/SIGINT; return the process exit code."""
+    loop = asyncio.get_running_loop()
+    stop_requested = asyncio.Event()
+    start = asyncio.ensure_future(gateway.start_with_config(config_path))
+    # start_with_config installs its own SIGTERM/SIGINT handlers before its
+    # first await; those only flip uvicorn's should_exit and silently drop a
+    # signal that arrives while channels are still starting. Yield once so it
+    # has installed them, then take the signals back.
+    await asyncio.sleep(0)
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop_requested.set)
+    stopper = asyncio.ensure_future(_stop_when_requested(gateway, start, stop_requested, drain))
+    try:
+        await start
+    finally:
+        stop_requested.set()  # normal return or failure: stop whatever still runs
+        await stopper
+    return EXIT_OK
+
+
+async def _stop_when_requested(
+    gateway: Any, start: "asyncio.Future[Any]", requested: asyncio.Event, drain: float
+) -> None:
+    await requested.wait()
+    # Until is_running the uvicorn server does not exist and stop() is a no-op.
+    while not (gateway.is_running or start.done()):
+        await asyncio.sleep(0.05)
+    try:
+        # Drains sessions, makes uvicorn exit and releases the PID lock; the
+        # gateway's own signal path never calls it.
+        await gateway.stop(drain_timeout=drain)
+    except Exception as exc:  # noqa: BLE001 - shutdown must not mask the exit code
+        _say(f"gateway stop failed: {type(exc).__name__}")
+
+
+def exit_code_for(exc: BaseException) -> int:
+    """Fatal-config classes -> 78, anything else is restartable -> 75."""
+    # Same classes the 0.1.16 CLI maps to 78 (a missing package included).
+    if isinstance(exc, (ConfigError, ValueError, FileNotFoundError, ImportError)):
+        return EXIT_FATAL_CONFIG
+    # Binding 0.0.0.0 without a strong token / allowed origins: fixing it needs
+    # a config change, so restarting (75, as the CLI does) cannot help.
+    if type(exc).__name__ in ("FatalConfigError", "GatewayStartupError"):
+        return EXIT_FATAL_CONFIG
+    return EXIT_RESTART
+
+
+def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
+    env = os.environ
+    parser = argparse.ArgumentParser(description="Launch the praisonai-bot gateway from the operator's config.")
+    parser.add_argument("--config", default=env.get("GATEWAY_CONFIG", "/etc/gateway/gateway.yaml"))
+    parser.add_argument("--workdir", default=env.get("GATEWAY_WORKDIR", "/var/lib/gateway/work"))
+    parser.add_argument("--host", default=env.get("GATEWAY_HOST") or None)
+    # argparse applies type=int to string defaults too.
+    parser.add_argument("--port", type=int, default=env.get("GATEWAY_PORT") or None)
+    return parser.parse_args(argv)
+
+
+def _say(message: str) -> None:
+    print(f"gateway-launcher: {message}", file=sys.stderr, flush=True)
+
+
+def _secrets(documented: Mapping[str, Any], redis: Optional[Mapping[str, Any]]) -> List[Optional[str]]:
+    """Values that must never reach a log line (env behind ``${VAR}`` + token)."""
+    names = set(env_refs(documented)) | {"GATEWAY_AUTH_TOKEN", "GATEWAY_REDIS_PASSWORD"}
+    values = [os.environ.get(name) for name in names]
+    if redis:
+        values.append(str(redis.get("password") or ""))
+    return values
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    args = parse_args(argv)
+    documented: Dict[str, Any] = {}
+    redis: Optional[Dict[str, Any]] = None
+    try:
+        documented = read_documented(args.config)
+        working = apply_bind(translate_config(documented), args.host, args.port)
+        redis = redis_settings(documented, os.environ)
+        turn_lock = turn_lock_settings(documented, os.environ)
+        path = write_working_copy(working, args.workdir)
+        loaded = load_checked(path)
+        gateway = build_gateway(loaded, redis, turn_lock)
+        for warning in config_warnings(working, redis):
+            _say(f"warning: {warning}")
+        _say(
+            f"starting on {loaded['gateway'].get('host')}:{loaded['gateway'].get('port')} "
+            f"config={path} idempotency={idempotency_backend(working) or 'default'} "
+            f"redis={describe_redis(redis)} turn_lock={(turn_lock or {}).get('backend', 'local')}"
+        )
+        return asyncio.run(serve(gateway, path, drain_timeout(loaded)))
+    except KeyboardInterrupt:
+        return EXIT_OK
+    except Exception as exc:  # noqa: BLE001 - every failure becomes one clear line + exit code
+        code = exit_code_for(exc)
+        kind = "fatal config error" if code == EXIT_FATAL_CONFIG else f"gateway failed ({type(exc).__name__})"
+        _say(f"{kind}: {redact(str(exc), _secrets(documented, redis))}")
+        return code
+
+
+if __name__ == "__main__":
+    # Before the event loop owns signals, SIGTERM is a clean stop as well.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(EXIT_OK))
+    sys.exit(main())

@@ -1,0 +1,291 @@
+"""What should exist for one GatewayDeployment: pure functions from spec to manifests.
+
+Nothing here talks to the API server; ``reconcile`` applies what these return.
+"""
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping
+
+import yaml
+
+from . import api
+from .api import GatewaySpec, SecretKeyRef
+from .redis_target import RedisTarget, managed_redis_name
+
+Manifest = dict[str, Any]
+
+CONFIG_DIR = "/etc/gateway-operator"
+WORK_DIR = "/var/lib/gateway/work"
+HOME_DIR = "/var/lib/gateway/home"
+STATE_DIR = f"{HOME_DIR}/.praisonai"  # the gateway keeps its SQLite store under $HOME/.praisonai/state
+LAUNCHER_SOURCE = Path(__file__).with_name("launcher.py")
+RUN_AS_USER = 10001
+
+
+@dataclass(frozen=True)
+class Owner:
+    """The GatewayDeployment that owns everything rendered (for ownerReferences)."""
+
+    name: str
+    namespace: str
+    uid: str
+
+    def reference(self) -> dict[str, Any]:
+        return {"apiVersion": api.API_VERSION, "kind": api.KIND, "name": self.name, "uid": self.uid,
+                "controller": True, "blockOwnerDeletion": True}
+
+
+def auth_secret_name(name: str) -> str:
+    return f"{name}-gateway-auth"
+
+
+def config_map_name(name: str) -> str:
+    return f"{name}-gateway-config"
+
+
+def state_claim_name(name: str) -> str:
+    return f"{name}-gateway-state"
+
+
+def gateway_config(spec: GatewaySpec, redis: RedisTarget | None) -> dict[str, Any]:
+    """The gateway.yaml the replicas run: the user's config plus what the operator owns.
+
+    Secrets appear only as ${VAR} references, expanded by the gateway from Secret-backed env.
+    """
+    config = copy.deepcopy(dict(spec.config))
+    gateway = dict(config.get("gateway") or {})
+    gateway["host"] = "0.0.0.0"
+    gateway["port"] = api.GATEWAY_PORT
+    config["gateway"] = gateway
+    if redis is not None:
+        push = dict(config.get("push") or {})
+        push["redis"] = {"url": redis.url, "prefix": redis.prefix}
+        if redis.password_ref is not None:
+            push["redis"]["password"] = "${%s}" % api.REDIS_PASSWORD_ENV
+        config["push"] = push
+        if spec.store_backend == "redis":
+            turn_lock = dict(config.get("turn_lock") or {})
+            turn_lock.setdefault("backend", "redis")  # documented best practice, unless the user chose
+            config["turn_lock"] = turn_lock
+    return config
+
+
+def config_map(owner: Owner, spec: GatewaySpec, redis: RedisTarget | None) -> Manifest:
+    return _object("v1", "ConfigMap", config_map_name(owner.name), owner, data={
+        "gateway.yaml": yaml.safe_dump(gateway_config(spec, redis), sort_keys=True),
+        "launch.py": LAUNCHER_SOURCE.read_text(),
+    })
+
+
+def config_hash(config_map_manifest: Manifest) -> str:
+    """Pod-template annotation: a config change rolls the pods, as the gateway only rebuilds
+    its idempotency store on restart."""
+    return _digest(config_map_manifest["data"])
+
+
+def deployment(owner: Owner, spec: GatewaySpec, redis: RedisTarget | None, replicas: int,
+               config_checksum: str) -> Manifest:
+    single_sqlite = spec.store_backend != "redis" and spec.replicas <= 1
+    strategy: dict[str, Any] = (
+        {"type": "Recreate"} if single_sqlite  # never two pods with separate stores at once
+        else {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 0, "maxSurge": 1}})
+    pod_labels = {**dict(spec.pod.get("podLabels") or {}), **api.labels_for(owner.name)}
+    annotations = {**dict(spec.pod.get("podAnnotations") or {}), api.ANNOTATION_CONFIG_HASH: config_checksum}
+    pod_spec: dict[str, Any] = {
+        "securityContext": {"runAsNonRoot": True, "runAsUser": RUN_AS_USER, "runAsGroup": RUN_AS_USER,
+                            "fsGroup": RUN_AS_USER, "seccompProfile": {"type": "RuntimeDefault"}},
+        "automountServiceAccountToken": False,
+        "enableServiceLinks": False,
+        "containers": [_gateway_container(spec, redis, auth_token_ref(owner.name, spec))],
+        "volumes": _volumes(owner, spec),
+    }
+    if spec.image_pull_secrets:
+        pod_spec["imagePullSecrets"] = [{"name": n} for n in spec.image_pull_secrets]
+    for key in ("nodeSelector", "tolerations", "affinity"):
+        if spec.pod.get(key):
+            pod_spec[key] = spec.pod[key]
+    return _object("apps/v1", "Deployment", owner.name, owner, spec={
+        "replicas": replicas,
+        "selector": {"matchLabels": api.selector_for(owner.name)},
+        "strategy": strategy,
+        "template": {"metadata": {"labels": pod_labels, "annotations": annotations}, "spec": pod_spec},
+    })
+
+
+def auth_token_ref(name: str, spec: GatewaySpec) -> SecretKeyRef:
+    """The user's token Secret, or the one the operator generates."""
+    return spec.auth_token_ref or SecretKeyRef(auth_secret_name(name), "token")
+
+
+def _gateway_container(spec: GatewaySpec, redis: RedisTarget | None, auth: SecretKeyRef) -> dict[str, Any]:
+    env: list[dict[str, Any]] = [
+        {"name": "HOME", "value": HOME_DIR},
+        {"name": "PYTHONUNBUFFERED", "value": "1"},
+        {"name": "PYTHONDONTWRITEBYTECODE", "value": "1"},
+        {"name": api.AUTH_TOKEN_ENV, "valueFrom": {"secretKeyRef": {"name": auth.name, "key": auth.key}}},
+    ]
+    if redis is not None and redis.password_ref is not None:
+        env.append({"name": api.REDIS_PASSWORD_ENV, "valueFrom": {"secretKeyRef": {
+            "name": redis.password_ref.name, "key": redis.password_ref.key}}})
+    env.extend(spec.pod.get("env") or [])
+    probe = {"timeoutSeconds": 3, "periodSeconds": 10}
+    container: dict[str, Any] = {
+        "name": "gateway",
+        "image": spec.image,
+        "command": ["python3", f"{CONFIG_DIR}/launch.py", "--config", f"{CONFIG_DIR}/gateway.yaml",
+                    "--workdir", WORK_DIR, "--host", "0.0.0.0", "--port", str(api.GATEWAY_PORT)],
+        "ports": [{"name": "http", "containerPort": api.GATEWAY_PORT, "protocol": "TCP"}],
+        "env": env,
+        # /health always answers 200, so it proves nothing: probe /live and /ready instead
+        "livenessProbe": {"httpGet": {"path": "/live", "port": "http"}, "failureThreshold": 6, **probe},
+        "readinessProbe": {"httpGet": {"path": "/ready", "port": "http"}, "failureThreshold": 3, **probe},
+        "startupProbe": {"httpGet": {"path": "/live", "port": "http"}, "failureThreshold": 30, **probe},
+        "securityContext": {"allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True,
+                            "runAsNonRoot": True, "capabilities": {"drop": ["ALL"]},
+                            "seccompProfile": {"type": "RuntimeDefault"}},
+        "volumeMounts": [
+            {"name": "config", "mountPath": CONFIG_DIR, "readOnly": True},
+            {"name": "work", "mountPath": WORK_DIR},
+            {"name": "state", "mountPath": STATE_DIR},
+            {"name": "tmp", "mountPath": "/tmp"},
+        ],
+    }
+    if spec.image_pull_policy:
+        container["imagePullPolicy"] = spec.image_pull_policy
+    if spec.pod.get("resources"):
+        container["resources"] = spec.pod["resources"]
+    return container
+
+
+def _volumes(owner: Owner, spec: GatewaySpec) -> list[dict[str, Any]]:
+    state: dict[str, Any] = (
+        {"persistentVolumeClaim": {"claimName": state_claim_name(owner.name)}}
+        if spec.persistence.enabled and spec.replicas <= 1 else {"emptyDir": {}})
+    return [
+        {"name": "config", "configMap": {"name": config_map_name(owner.name)}},
+        {"name": "work", "emptyDir": {}},
+        {"name": "state", **state},
+        {"name": "tmp", "emptyDir": {}},
+    ]
+
+
+def state_claim(owner: Owner, spec: GatewaySpec) -> Manifest | None:
+    if not (spec.persistence.enabled and spec.replicas <= 1):
+        return None
+    claim_spec: dict[str, Any] = {"accessModes": ["ReadWriteOnce"],
+                                  "resources": {"requests": {"storage": spec.persistence.size}}}
+    if spec.persistence.storage_class:
+        claim_spec["storageClassName"] = spec.persistence.storage_class
+    return _object("v1", "PersistentVolumeClaim", state_claim_name(owner.name), owner, spec=claim_spec)
+
+
+def service(owner: Owner, spec: GatewaySpec) -> Manifest:
+    svc: dict[str, Any] = {
+        "type": spec.service_type,
+        "selector": api.selector_for(owner.name),
+        "ports": [{"name": "http", "port": spec.service_port, "targetPort": "http", "protocol": "TCP"}],
+        # the gateway holds per-connection WebSocket state: keep a client on one replica
+        "sessionAffinity": "ClientIP" if spec.replicas > 1 else "None",
+    }
+    return _object("v1", "Service", owner.name, owner, spec=svc)
+
+
+def disruption_budget(owner: Owner, spec: GatewaySpec) -> Manifest | None:
+    if spec.replicas <= 1:
+        return None
+    return _object("policy/v1", "PodDisruptionBudget", owner.name, owner, spec={
+        "maxUnavailable": 1, "selector": {"matchLabels": api.selector_for(owner.name)}})
+
+
+def managed_redis(owner: Owner, spec: GatewaySpec) -> list[Manifest]:
+    """Deployment + Service + NetworkPolicy of an operator-managed Redis (its password Secret
+    is generated by the I/O side, once)."""
+    if not spec.redis.managed:
+        return []
+    name = managed_redis_name(owner.name)
+    selector = api.selector_for(owner.name, component="redis")
+    container = {
+        "name": "redis", "image": spec.redis.managed_image,
+        "command": ["sh", "-c", 'exec redis-server --port 6379 --requirepass "$REDIS_PASSWORD" '
+                                '--save "" --appendonly no'],
+        "env": [{"name": "REDIS_PASSWORD",
+                 "valueFrom": {"secretKeyRef": {"name": name, "key": "password"}}}],
+        "ports": [{"name": "redis", "containerPort": 6379, "protocol": "TCP"}],
+        "readinessProbe": {"tcpSocket": {"port": "redis"}, "periodSeconds": 5},
+        "livenessProbe": {"tcpSocket": {"port": "redis"}, "periodSeconds": 10},
+        "securityContext": {"allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True,
+                            "runAsNonRoot": True, "capabilities": {"drop": ["ALL"]},
+                            "seccompProfile": {"type": "RuntimeDefault"}},
+        "volumeMounts": [{"name": "data", "mountPath": "/data"}],
+    }
+    if spec.redis.managed_resources:
+        container["resources"] = dict(spec.redis.managed_resources)
+    deployment_ = _object("apps/v1", "Deployment", name, owner, component="redis", spec={
+        "replicas": 1,
+        "selector": {"matchLabels": selector},
+        "strategy": {"type": "Recreate"},
+        "template": {"metadata": {"labels": api.labels_for(owner.name, "redis")}, "spec": {
+            "securityContext": {"runAsNonRoot": True, "runAsUser": 999, "runAsGroup": 999, "fsGroup": 999,
+                                "seccompProfile": {"type": "RuntimeDefault"}},
+            "automountServiceAccountToken": False,
+            "containers": [container],
+            "volumes": [{"name": "data", "emptyDir": {}}],
+        }},
+    })
+    service_ = _object("v1", "Service", name, owner, component="redis", spec={
+        "selector": selector, "ports": [{"name": "redis", "port": 6379, "targetPort": "redis"}]})
+    policy = _object("networking.k8s.io/v1", "NetworkPolicy", name, owner, component="redis", spec={
+        "podSelector": {"matchLabels": selector},
+        "policyTypes": ["Ingress"],
+        "ingress": [{"from": [{"podSelector": {"matchLabels": api.selector_for(owner.name)}}],
+                     "ports": [{"port": 6379, "protocol": "TCP"}]}],
+    })
+    return [deployment_, service_, policy]
+
+
+def generated_secret(owner: Owner, name: str, key: str, value: str, component: str) -> Manifest:
+    """A Secret the operator generates once (auth token, managed Redis password)."""
+    return _object("v1", "Secret", name, owner, component=component, type="Opaque",
+                   stringData={key: value})
+
+
+def desired_objects(owner: Owner, spec: GatewaySpec, redis: RedisTarget | None, replicas: int) -> list[Manifest]:
+    """Everything the gateway needs, in apply order (config before the pods that mount it)."""
+    cm = config_map(owner, spec, redis)
+    objects = [cm]
+    claim = state_claim(owner, spec)
+    if claim:
+        objects.append(claim)
+    objects += managed_redis(owner, spec)
+    objects.append(deployment(owner, spec, redis, replicas, config_hash(cm)))
+    objects.append(service(owner, spec))
+    pdb = disruption_budget(owner, spec)
+    if pdb:
+        objects.append(pdb)
+    return objects
+
+
+def _object(api_version: str, kind: str, name: str, owner: Owner, component: str = "gateway",
+            **body: Any) -> Manifest:
+    return {
+        "apiVersion": api_version, "kind": kind,
+        "metadata": {"name": name, "namespace": owner.namespace,
+                     "labels": api.labels_for(owner.name, component),
+                     "ownerReferences": [owner.reference()]},
+        **body,
+    }
+
+
+def _digest(value: Mapping[str, Any] | list[Any]) -> str:
+    return hashlib.sha256(json.dumps(value, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def applied_hash(manifest: Manifest) -> str:
+    """Fingerprint of what the operator applies, stored on the object so that a field the
+    operator stops rendering is removed (a subset check alone would never notice)."""
+    return _digest(manifest)

@@ -1,0 +1,521 @@
+"""Tests for the gateway pod launcher (operator/gateway_operator/launcher.py).
+
+These run the REAL gateway (praisonai-bot 0.1.16, started through launcher.py
+as a subprocess, exactly as the pod runs it) against a REAL ``redis-server``
+(/usr/bin/redis-server, started here on a free loopback port with
+``--save "" --appendonly no`` and a password, stopped at teardown).
+
+Nothing in the gateway is mocked. The only stand-in is for the LLM:
+``StandInLLM``, a tiny offline OpenAI-compatible HTTP server
+(``POST /v1/chat/completions``) that the gateway reaches through
+``OPENAI_BASE_URL`` so hook-triggered agent turns complete without network.
+
+Each launcher process gets its own HOME (the SQLite fallback lives in
+``$HOME/.praisonai/state``) and its own port on 127.0.0.1; every process is
+stopped (SIGTERM, then SIGKILL) in teardown.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
+
+import pytest
+import yaml
+
+pytest.importorskip("praisonai_bot", reason="the real gateway (praisonai-bot) is not installed in this interpreter")
+redis_py = pytest.importorskip("redis", reason="redis-py (a praisonai-bot dependency) is not installed")
+
+REDIS_SERVER = shutil.which("redis-server") or "/usr/bin/redis-server"
+if not os.path.exists(REDIS_SERVER):
+    pytest.skip("redis-server is not installed", allow_module_level=True)
+
+LAUNCHER_PATH = Path(__file__).resolve().parents[1] / "operator" / "gateway_operator" / "launcher.py"
+# Strong enough for the gateway's weak-secret check; fake, test-only values.
+AUTH_TOKEN = "test-gw-token-4f9c2e7a1b8d4c6e9f0a3b5c7d9e1f2a"
+# Characters that must be URL-quoted when embedded in redis://:pw@host.
+REDIS_PASSWORD = "s3cr3t/p@ss:w0rd"
+PREFIX = "gwop:testns:gw:"
+HOOK_PATH = "events"
+STARTUP_TIMEOUT = 20.0
+REQUEST_TIMEOUT = 15.0
+
+
+def _load_launcher():
+    # Loaded by path: in the pod it is a standalone file, not a package module.
+    spec = importlib.util.spec_from_file_location("gateway_launcher_under_test", LAUNCHER_PATH)
+    module = importlib.util.module_from_spec(spec)
+    assert spec.loader is not None
+    spec.loader.exec_module(module)
+    return module
+
+
+launcher = _load_launcher()
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+# --------------------------------------------------------------------------
+# Stand-in LLM (offline, OpenAI-compatible)
+# --------------------------------------------------------------------------
+
+
+class StandInLLM:
+    """Offline stand-in for the LLM: answers chat completions with a canned reply."""
+
+    REPLY = "stand-in reply"
+
+    def __init__(self) -> None:
+        self.completions = 0
+        self._lock = threading.Lock()
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self._server.server_address[1]}/v1"
+
+    def start(self) -> "StandInLLM":
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+
+    def _count(self) -> None:
+        with self._lock:
+            self.completions += 1
+
+    def _handler(self) -> type:
+        llm = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args: Any) -> None:  # keep pytest output clean
+                pass
+
+            def do_GET(self) -> None:
+                self._send_json({"object": "list", "data": [{"id": "gpt-4o-mini", "object": "model"}]})
+
+            def do_POST(self) -> None:
+                body = json.loads(self.rfile.read(int(self.headers.get("content-length") or 0)) or b"{}")
+                llm._count()
+                if body.get("stream"):
+                    self._send_stream()
+                else:
+                    self._send_json(_completion(llm.REPLY))
+
+            def _send_json(self, payload: Dict[str, Any]) -> None:
+                data = json.dumps(payload).encode()
+                self.send_response(200)
+                self.send_header("content-type", "application/json")
+                self.send_header("content-length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def _send_stream(self) -> None:
+                self.send_response(200)
+                self.send_header("content-type", "text/event-stream")
+                self.end_headers()
+                for delta, finish in (({"role": "assistant", "content": llm.REPLY}, None), ({}, "stop")):
+                    chunk = {"id": "standin", "object": "chat.completion.chunk", "created": int(time.time()),
+                             "model": "gpt-4o-mini", "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
+                    self.wfile.write(b"data: " + json.dumps(chunk).encode() + b"\n\n")
+                self.wfile.write(b"data: [DONE]\n\n")
+
+        return Handler
+
+
+def _completion(text: str) -> Dict[str, Any]:
+    return {
+        "id": "standin", "object": "chat.completion", "created": int(time.time()), "model": "gpt-4o-mini",
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}],
+        "usage": {"prompt_tokens": 1, "completion_tokens": 2, "total_tokens": 3},
+    }
+
+
+# --------------------------------------------------------------------------
+# Real redis-server
+# --------------------------------------------------------------------------
+
+
+class RedisProcess:
+    def __init__(self, workdir: Path, password: str) -> None:
+        self.port = free_port()
+        self.password = password
+        self._workdir = workdir
+        self._proc: Optional[subprocess.Popen] = None
+
+    def start(self) -> "RedisProcess":
+        self._workdir.mkdir(parents=True, exist_ok=True)
+        self._proc = subprocess.Popen(
+            [REDIS_SERVER, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+             "--requirepass", self.password, "--dir", str(self._workdir)],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )
+        _wait_until(lambda: self._ping(), 10.0, "redis-server did not answer PING")
+        return self
+
+    def client(self) -> Any:
+        return redis_py.Redis(host="127.0.0.1", port=self.port, password=self.password, decode_responses=True)
+
+    def stop(self) -> None:
+        _terminate(self._proc, timeout=5.0)
+
+    def _ping(self) -> bool:
+        try:
+            return bool(self.client().ping())
+        except redis_py.RedisError:
+            return False
+
+
+# --------------------------------------------------------------------------
+# Launcher processes (the real gateway)
+# --------------------------------------------------------------------------
+
+
+class LaunchedGateway:
+    def __init__(self, proc: subprocess.Popen, port: int, log: Path) -> None:
+        self.proc = proc
+        self.port = port
+        self.log = log
+
+    def request(self, method: str, path: str, body: Optional[Dict[str, Any]] = None) -> Tuple[int, Dict[str, Any]]:
+        data = json.dumps(body).encode() if body is not None else None
+        req = urllib.request.Request(f"http://127.0.0.1:{self.port}{path}", data=data, method=method)
+        req.add_header("Authorization", f"Bearer {AUTH_TOKEN}")
+        req.add_header("Content-Type", "application/json")
+        try:
+            with urllib.request.urlopen(req, timeout=REQUEST_TIMEOUT) as resp:
+                return resp.status, json.loads(resp.read() or b"{}")
+        except urllib.error.HTTPError as err:
+            return err.code, json.loads(err.read() or b"{}")
+
+    def webhook(self, payload: Dict[str, Any]) -> Tuple[int, Dict[str, Any]]:
+        return self.request("POST", f"/hooks/{HOOK_PATH}", payload)
+
+    def health(self) -> Dict[str, Any]:
+        status, body = self.request("GET", "/health")
+        assert status == 200, body
+        return body
+
+    def idempotency_owners(self) -> List[Dict[str, Any]]:
+        return [o for o in self.health().get("degraded_owners", []) if o.get("owner_id") == "durability:idempotency"]
+
+    def wait_ready(self) -> None:
+        def up() -> bool:
+            if self.proc.poll() is not None:
+                raise AssertionError(f"launcher exited with {self.proc.returncode}:\n{self.output()}")
+            try:
+                return self.request("GET", "/health")[0] == 200
+            except (OSError, ValueError):
+                return False
+
+        _wait_until(up, STARTUP_TIMEOUT, f"gateway on port {self.port} did not come up:\n{self.output()}")
+
+    def stop(self) -> Optional[int]:
+        return _terminate(self.proc, timeout=15.0)
+
+    def output(self) -> str:
+        return self.log.read_text(errors="replace") if self.log.exists() else ""
+
+
+def _gateway_env(home: Path, llm: Optional[StandInLLM]) -> Dict[str, str]:
+    # Minimal env: no proxies, no stray platform credentials the schema could
+    # auto-enable channels from.
+    env = {
+        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+        "HOME": str(home),
+        "LANG": "C.UTF-8",
+        "GATEWAY_AUTH_TOKEN": AUTH_TOKEN,
+        "GATEWAY_REDIS_PASSWORD": REDIS_PASSWORD,
+        "OPENAI_API_KEY": "sk-standin-not-a-real-key",
+        "PRAISONAI_TELEMETRY_DISABLED": "true",
+        "DO_NOT_TRACK": "true",
+    }
+    if llm is not None:
+        env["OPENAI_BASE_URL"] = llm.base_url
+    return env
+
+
+def run_launcher(tmp: Path, name: str, documented: Any, llm: Optional[StandInLLM], port: int) -> subprocess.Popen:
+    base = tmp / name
+    (base / "home").mkdir(parents=True, exist_ok=True)
+    config = base / "gateway.yaml"
+    config.write_text(documented if isinstance(documented, str) else yaml.safe_dump(documented))
+    log = open(base / "launcher.log", "wb")
+    try:
+        return subprocess.Popen(
+            [sys.executable, str(LAUNCHER_PATH), "--config", str(config), "--workdir", str(base / "work"),
+             "--host", "127.0.0.1", "--port", str(port)],
+            env=_gateway_env(base / "home", llm), stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+        )
+    finally:
+        log.close()
+
+
+def documented_config(redis: Optional[RedisProcess], *, url_form: bool = True) -> Dict[str, Any]:
+    """A config in the operator's documented shape."""
+    cfg: Dict[str, Any] = {
+        "gateway": {"host": "127.0.0.1", "port": 8765, "allowed_origins": ["http://127.0.0.1"]},
+        "agents": {"assistant": {"instructions": "Reply in one short sentence.", "model": "gpt-4o-mini"}},
+        # 0.1.16 demands a channel. A telegram channel whose token env is unset
+        # is skipped at start (no network) and only reported as degraded.
+        "channels": {"telegram": {"token": "${TEST_UNSET_TELEGRAM_TOKEN}"}},
+        "hooks": {
+            "idempotency": {"store_backend": "redis"},
+            "hooks": [{"path": HOOK_PATH, "message": "Event: {text}", "idempotency_key": "{id}"}],
+        },
+        "turn_lock": {"backend": "redis"},
+    }
+    if redis is not None:
+        where = ({"url": f"redis://127.0.0.1:{redis.port}/0"} if url_form
+                 else {"host": "127.0.0.1", "port": redis.port, "db": 0})
+        cfg["push"] = {"redis": {**where, "password": "${GATEWAY_REDIS_PASSWORD}", "prefix": PREFIX}}
+    return cfg
+
+
+def _wait_until(predicate: Callable[[], bool], timeout: float, message: str) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.1)
+    raise AssertionError(message)
+
+
+def _terminate(proc: Optional[subprocess.Popen], timeout: float) -> Optional[int]:
+    if proc is None:
+        return None
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=5.0)
+    return proc.returncode
+
+
+# --------------------------------------------------------------------------
+# Fixtures
+# --------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def llm() -> Iterator[StandInLLM]:
+    server = StandInLLM().start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def real_redis(tmp_path: Path) -> Iterator[RedisProcess]:
+    server = RedisProcess(tmp_path / "redis", REDIS_PASSWORD).start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def launch(tmp_path: Path, llm: StandInLLM) -> Iterator[Callable[[str, Dict[str, Any]], LaunchedGateway]]:
+    started: List[LaunchedGateway] = []
+
+    def _launch(name: str, documented: Dict[str, Any]) -> LaunchedGateway:
+        port = free_port()
+        proc = run_launcher(tmp_path, name, documented, llm, port)
+        gateway = LaunchedGateway(proc, port, tmp_path / name / "launcher.log")
+        started.append(gateway)
+        gateway.wait_ready()
+        return gateway
+
+    yield _launch
+    for gateway in started:
+        gateway.stop()
+
+
+# --------------------------------------------------------------------------
+# Pure translation
+# --------------------------------------------------------------------------
+
+
+def test_translate_config_flattens_nested_hooks_and_drops_python_only_sections() -> None:
+    documented = documented_config(None)
+    documented["push"] = {"redis": {"url": "redis://r:6379/0", "password": "${GATEWAY_REDIS_PASSWORD}"}}
+    before = json.dumps(documented, sort_keys=True)
+
+    out = launcher.translate_config(documented)
+
+    assert out["hooks"] == documented["hooks"]["hooks"]
+    assert out["hooks_idempotency"] == {"store_backend": "redis"}
+    assert "push" not in out and "turn_lock" not in out
+    assert out["agents"] == documented["agents"] and out["channels"] == documented["channels"]
+    assert out["channels"]["telegram"]["token"] == "${TEST_UNSET_TELEGRAM_TOKEN}"  # left for the gateway
+    assert json.dumps(documented, sort_keys=True) == before  # input untouched
+
+
+def test_translate_config_keeps_list_hooks_and_explicit_hooks_idempotency() -> None:
+    out = launcher.translate_config({"hooks": [{"path": "a"}], "hooks_idempotency": {"store_backend": "sqlite"}})
+    assert out == {"hooks": [{"path": "a"}], "hooks_idempotency": {"store_backend": "sqlite"}}
+
+    nested = launcher.translate_config({"hooks": {"idempotency": {"store_backend": "redis"}},
+                                        "hooks_idempotency": {"store_backend": "sqlite"}})
+    assert nested == {"hooks": [], "hooks_idempotency": {"store_backend": "sqlite"}}
+
+
+@pytest.mark.parametrize("hooks", [{"idempotency": "redis", "hook": []}, {"hooks": {"path": "a"}}])
+def test_translate_config_rejects_malformed_nested_hooks(hooks: Dict[str, Any]) -> None:
+    with pytest.raises(launcher.ConfigError):
+        launcher.translate_config({"hooks": hooks})
+
+
+def test_apply_bind_overrides_gateway_host_and_port() -> None:
+    cfg = launcher.apply_bind({"gateway": {"host": "0.0.0.0", "port": 8765}}, "127.0.0.1", 9000)
+    assert cfg["gateway"] == {"host": "127.0.0.1", "port": 9000}
+    assert launcher.apply_bind({}, None, None) == {"gateway": {}}
+
+
+def test_redis_settings_url_form_embeds_quoted_password() -> None:
+    documented = {"push": {"redis": {"url": "redis://redis.ns:6379/2", "password": "${PW}", "prefix": "gwop:ns:n:"}}}
+
+    settings = launcher.redis_settings(documented, {"PW": "a/b@c:d"})
+
+    assert settings["url"] == "redis://:a%2Fb%40c%3Ad@redis.ns:6379/2"
+    assert settings["prefix"] == "gwop:ns:n:" and settings["password"] == "a/b@c:d"
+    assert launcher.describe_redis(settings) == "redis://redis.ns:6379/2 prefix=gwop:ns:n:"
+
+
+def test_redis_settings_url_form_without_password_or_with_url_credentials() -> None:
+    plain = {"push": {"redis": {"url": "redis://r:6379/0", "password": "${UNSET}"}}}
+    assert launcher.redis_settings(plain, {}) == {"url": "redis://r:6379/0"}
+
+    own = {"push": {"redis": {"url": "rediss://u:mine@r:6380/0", "password": "other"}}}
+    assert launcher.redis_settings(own, {})["url"] == "rediss://u:mine@r:6380/0"
+
+
+def test_redis_settings_host_form_coerces_numbers_from_env() -> None:
+    documented = {"push": {"redis": {"host": "redis.ns", "port": "${RP}", "db": 3, "password": "${PW}"}}}
+    settings = launcher.redis_settings(documented, {"RP": "6390", "PW": "pw"})
+    assert settings == {"host": "redis.ns", "port": 6390, "db": 3, "password": "pw"}
+
+
+def test_redis_settings_absent_and_invalid() -> None:
+    assert launcher.redis_settings({}, {}) is None
+    assert launcher.redis_settings({"push": {}}, {}) is None
+    for bad in ({"push": "x"}, {"push": {"redis": 1}}, {"push": {"redis": {"host": "h", "hots": 1}}},
+                {"push": {"redis": {"url": "http://h:1/0"}}}, {"push": {"redis": {"host": "h", "port": "x"}}},
+                {"push": {"redis": {"prefix": "p"}}}):
+        with pytest.raises(launcher.ConfigError):
+            launcher.redis_settings(bad, {})
+
+
+def test_redis_settings_output_builds_real_redis_config() -> None:
+    from praisonaiagents.gateway.config import RedisConfig
+
+    settings = launcher.redis_settings({"push": {"redis": {"host": "h", "port": 1, "prefix": "p:"}}}, {})
+    assert RedisConfig(**settings).prefix == "p:"
+
+
+def test_turn_lock_settings_top_level_then_gateway_block() -> None:
+    assert launcher.turn_lock_settings({"turn_lock": {"backend": "redis"}}, {}) == {"backend": "redis"}
+    nested = {"gateway": {"turn_lock": {"url": "${U}"}}}
+    assert launcher.turn_lock_settings(nested, {"U": "redis://x"}) == {"url": "redis://x"}
+    assert launcher.turn_lock_settings({}, {}) is None
+
+
+def test_config_warnings_flags_redis_backend_without_redis() -> None:
+    translated = launcher.translate_config(documented_config(None))
+    assert launcher.config_warnings(translated, None)
+    assert launcher.config_warnings(translated, {"host": "r"}) == []
+    assert launcher.config_warnings({"hooks_idempotency": "sqlite"}, None) == []
+
+
+def test_redact_strips_pydantic_input_and_secrets() -> None:
+    msg = ("Invalid config:\nhooks\n  Input should be a valid list "
+           "[type=list_type, input_value={'pw': 'hunter22'}, input_type=dict]\ntoken hunter22")
+    assert launcher.redact(msg, ["hunter22"]) == "Invalid config: | hooks | Input should be a valid list | token ***"
+
+
+# --------------------------------------------------------------------------
+# Real gateway + real Redis
+# --------------------------------------------------------------------------
+
+
+def test_two_replicas_share_redis_idempotency(launch, real_redis: RedisProcess, llm: StandInLLM) -> None:
+    # Same Redis, same prefix; A uses the url form, B the host/port/db form.
+    a = launch("replica-a", documented_config(real_redis, url_form=True))
+    b = launch("replica-b", documented_config(real_redis, url_form=False))
+    turns_before = llm.completions
+
+    # The idempotency store is built lazily on a replica's first webhook.
+    for name, gw in (("a", a), ("b", b)):
+        status, body = gw.webhook({"id": f"warmup-{name}", "text": "hello"})
+        assert (status, body.get("ok"), body.get("action")) == (200, True, "agent"), body
+        assert gw.idempotency_owners() == [], gw.health().get("degraded_owners")
+
+    status, first = a.webhook({"id": "shared-1", "text": "same delivery"})
+    assert status == 200 and first.get("ok") is True and not first.get("deduplicated"), first
+    status, second = b.webhook({"id": "shared-1", "text": "same delivery"})
+    assert (status, second) == (200, {"ok": True, "deduplicated": True})
+
+    assert llm.completions - turns_before == 3  # B never ran the duplicate turn
+    keys = real_redis.client().keys(f"{PREFIX}hookidem:*")
+    assert len(keys) == 3, keys
+
+    for gw in (a, b):  # SIGTERM is a clean stop
+        assert gw.stop() == 0, gw.output()
+    assert REDIS_PASSWORD not in a.output() + b.output()
+
+
+def test_redis_down_before_first_webhook_reports_fallback(launch, real_redis: RedisProcess) -> None:
+    gw = launch("replica", documented_config(real_redis))
+    assert gw.idempotency_owners() == []  # nothing built yet
+    real_redis.stop()
+
+    status, body = gw.webhook({"id": "while-redis-down", "text": "hello"})
+    assert status == 200 and body.get("ok") is True, body  # admitted via per-replica fallback
+
+    owners = gw.idempotency_owners()
+    assert len(owners) == 1, gw.health().get("degraded_owners")
+    assert owners[0]["owner_kind"] == "gateway"
+    assert owners[0]["reason"] == "redis idempotency backend not available (running per-replica)"
+    assert {"state", "retry_hint"} <= set(owners[0])
+
+
+@pytest.mark.parametrize(
+    "name, documented, expected",
+    [
+        ("invalid-yaml", "gateway: {host: [\n", "invalid YAML"),
+        ("unknown-gateway-key", {**documented_config(None), "gateway": {"drain_timout": 5}}, "drain_timout"),
+        ("missing-agents", {k: v for k, v in documented_config(None).items() if k != "agents"}, "agents"),
+        ("bad-turn-lock", {**documented_config(None), "turn_lock": {"backend": "zookeeper"}}, "turn_lock"),
+    ],
+)
+def test_rejected_config_exits_78_with_clear_message(tmp_path: Path, name: str, documented: Any, expected: str) -> None:
+    proc = run_launcher(tmp_path, name, documented, None, free_port())
+    try:
+        code = proc.wait(timeout=STARTUP_TIMEOUT)
+    finally:
+        _terminate(proc, timeout=5.0)
+    output = (tmp_path / name / "launcher.log").read_text()
+    lines = [line for line in output.splitlines() if line.startswith("gateway-launcher: fatal config error:")]
+
+    assert code == 78, output
+    assert len(lines) == 1 and expected in lines[0], output
+    assert AUTH_TOKEN not in output and REDIS_PASSWORD not in output
