@@ -124,8 +124,8 @@ class Kube:
             return None
         return base64.b64decode(data[key]).decode()
 
-    def patch_status(self, namespace: str, name: str, status: Mapping[str, Any]) -> None:
-        self.custom.patch_namespaced_custom_object_status(
+    def patch_status(self, namespace: str, name: str, status: Mapping[str, Any]) -> dict[str, Any]:
+        return self.custom.patch_namespaced_custom_object_status(
             api.GROUP, api.VERSION, namespace, api.PLURAL, name, {"status": status})
 
     def delete_pod(self, namespace: str, name: str, uid: str) -> None:

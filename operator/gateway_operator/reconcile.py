@@ -51,7 +51,9 @@ class PodView:
     last_exit_code: int | None = None
 
 
-def reconcile(kube: Kube, body: Mapping[str, Any], pods: Sequence[PodView]) -> Outcome:
+def reconcile(kube: Kube, body: Mapping[str, Any], pods: Sequence[PodView], apply: bool = True) -> Outcome:
+    """``apply=False`` only observes (Secrets, the Redis probe, the Deployment's status): the
+    cheap pass run every health interval between full reconciles."""
     meta = body["metadata"]
     owner = render.Owner(meta["name"], meta["namespace"], meta["uid"])
     raw_spec = body.get("spec") or {}
@@ -78,21 +80,23 @@ def reconcile(kube: Kube, body: Mapping[str, Any], pods: Sequence[PodView]) -> O
         return _observe(kube, owner, out)
 
     try:
-        out.writes += _ensure_generated_secrets(kube, owner, spec)
+        if apply:
+            out.writes += _ensure_generated_secrets(kube, owner, spec)
         password, out.problem = _secret_inputs(kube, owner, spec, out.target)
         if out.problem:  # keep what runs: pods referencing a missing Secret would not start
             return _observe(kube, owner, out)
         if out.target is not None:
             out.probe = probe(out.target, password, timeout=spec.health.timeout_seconds,
                               host_override=_managed_redis_ip(kube, owner, out.target))
-        replicas = _replicas(kube, owner, spec, out)
         if policy_breach:
             out.problem = Problem("ReplicaPolicyViolation", MSG_REPLICAS_NEED_REDIS)
-        for manifest in render.desired_objects(owner, spec, out.target, replicas):
-            out.writes += kube.apply(manifest).written
-        if spec.replicas <= 1:
-            out.writes += kube.delete_if_present("policy/v1", "PodDisruptionBudget", owner.namespace,
-                                                 owner.name, owner.uid)
+        if apply:
+            replicas = _replicas(kube, owner, spec, out)
+            for manifest in render.desired_objects(owner, spec, out.target, replicas):
+                out.writes += kube.apply(manifest).written
+            if spec.replicas <= 1:
+                out.writes += kube.delete_if_present("policy/v1", "PodDisruptionBudget", owner.namespace,
+                                                     owner.name, owner.uid)
     except ApiException as e:
         out.problem = Problem("ApplyFailed", f"the API server refused a change: {_api_message(e)}")
     out = _observe(kube, owner, out)

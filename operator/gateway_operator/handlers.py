@@ -1,0 +1,72 @@
+"""kopf wiring, kept thin: watch events feed the Supervisor; the work happens in
+controller/reconcile/render."""
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import kopf
+
+from . import api
+from .controller import ControllerSettings
+from .kube import Kube, load_config
+from .reconcile import PodView
+from .supervisor import Supervisor
+
+OWNED = {api.LABEL_MANAGED_BY: api.MANAGED_BY}
+_pod_index: Any = None  # kopf's live index of gateway pods, captured on first use
+
+
+@kopf.on.startup()
+def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
+    settings.posting.level = logging.INFO   # only the Events the operator posts on purpose
+    settings.watching.server_timeout = 270   # re-list before most load balancers cut the watch
+    settings.persistence.finalizer = f"{api.GROUP}/unused"  # no handler here needs one
+    kube = Kube(load_config(memo.get("kubeconfig")))
+    memo.supervisor = Supervisor(kube, memo.get("controller_settings") or ControllerSettings(), _pods_of)
+
+
+def _pods_of(key: tuple[str, str]) -> list[PodView]:
+    return list(_pod_index.get(key, [])) if _pod_index is not None else []
+
+
+@kopf.on.cleanup()
+async def shutdown(memo: kopf.Memo, **_: Any) -> None:
+    if "supervisor" in memo:
+        await memo.supervisor.stop_all()
+
+
+@kopf.index("", "v1", "pods", labels={**OWNED, api.LABEL_COMPONENT: "gateway"})
+def gateway_pods(namespace: str, name: str, uid: str, labels: Any, status: Any, meta: Any,
+                 **_: Any) -> dict[tuple[str, str], PodView]:
+    return {(namespace, labels.get(api.LABEL_INSTANCE, "")): pod_view(name, uid, meta, status)}
+
+
+def pod_view(name: str, uid: str, meta: Any, status: Any) -> PodView:
+    conditions = status.get("conditions") or []
+    containers = status.get("containerStatuses") or []
+    waiting = next((c["state"]["waiting"].get("reason") for c in containers
+                    if (c.get("state") or {}).get("waiting")), None)
+    last_exit = next((c["lastState"]["terminated"].get("exitCode") for c in containers
+                      if (c.get("lastState") or {}).get("terminated")), None)
+    return PodView(name=name, uid=uid, ip=status.get("podIP"),
+                   ready=any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions),
+                   deleting=bool(meta.get("deletionTimestamp")), waiting_reason=waiting, last_exit_code=last_exit)
+
+
+@kopf.on.event(api.GROUP, api.VERSION, api.PLURAL)
+async def gateway_deployment_changed(type: str | None, body: kopf.Body, memo: kopf.Memo,
+                                     gateway_pods: kopf.Index, **_: Any) -> None:
+    global _pod_index
+    _pod_index = gateway_pods
+    memo.supervisor.observe(type, body)
+
+
+@kopf.on.event("", "v1", "pods", labels={**OWNED, api.LABEL_COMPONENT: "gateway"})
+@kopf.on.event("apps", "v1", "deployments", labels=OWNED)
+@kopf.on.event("", "v1", "configmaps", labels=OWNED)
+@kopf.on.event("", "v1", "services", labels=OWNED)
+async def owned_object_changed(namespace: str, labels: Any, memo: kopf.Memo, **_: Any) -> None:
+    """Drift or progress of something the operator owns: reconcile its gateway soon."""
+    if "supervisor" in memo:
+        memo.supervisor.nudge(namespace, labels.get(api.LABEL_INSTANCE))

@@ -1,0 +1,32 @@
+"""The ``status`` a GatewayDeployment should carry, from facts (pure)."""
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+from . import conditions
+from .conditions import Facts
+from .redis_target import RedisTarget
+
+
+def build(previous: Mapping[str, Any] | None, facts: Facts, target: RedisTarget | None, now: str) -> dict[str, Any]:
+    previous = previous or {}
+    merged = conditions.merge(previous.get("conditions") or [], conditions.compute(facts), facts.generation, now)
+    exactly_once = next(c["status"] for c in merged if c["type"] == conditions.EXACTLY_ONCE)
+    status: dict[str, Any] = {
+        "observedGeneration": facts.generation,
+        "replicas": facts.running_replicas,
+        "readyReplicas": facts.ready_replicas,
+        "degradedReplicas": len(facts.degraded),
+        "storeBackend": facts.store_backend,
+        "exactlyOnce": exactly_once,
+        "conditions": merged,
+    }
+    if target is not None:
+        status["redis"] = {"endpoint": target.endpoint, "prefix": target.prefix}
+    return status
+
+
+def changed(previous: Mapping[str, Any] | None, new: Mapping[str, Any]) -> bool:
+    """Write only when something a reader can see differs (kopf's own keys are ignored)."""
+    previous = previous or {}
+    return any(previous.get(k) != v for k, v in new.items()) or ("redis" in previous and "redis" not in new)
