@@ -97,7 +97,19 @@ up() {
     --initial-cluster "local=http://127.0.0.1:$etcd_peer" --unsafe-no-fsync --log-level warn
   wait_for etcd 30 curl -sf "http://127.0.0.1:$etcd_port/health"
 
+  # Audit log of every write (metadata only, never bodies): tests count the operator's writes.
+  cat > "$dir/audit-policy.yaml" <<POLICY
+apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: [RequestReceived]
+rules:
+- level: Metadata
+  verbs: [create, update, patch, delete, deletecollection]
+- level: None
+POLICY
   start kube-apiserver "$bin/kube-apiserver" \
+    --audit-policy-file "$dir/audit-policy.yaml" --audit-log-path "$logs/audit.log" \
+    --audit-log-maxsize 200 --audit-log-maxbackup 1 \
     --etcd-servers "http://127.0.0.1:$etcd_port" \
     --bind-address 127.0.0.1 --advertise-address 127.0.0.1 --secure-port "$api_port" \
     --cert-dir "$dir/apiserver-certs" --tls-cert-file "$pki/serving.crt" --tls-private-key-file "$pki/serving.key" \

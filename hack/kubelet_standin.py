@@ -69,19 +69,23 @@ class PodIPPool:
         self._file = state_file
         self._lock = threading.Lock()
         self._by_uid: dict[str, str] = {}
+        self._cursor = 0  # round robin, as CNI IPAM does: a new pod does not get a dead pod's IP
         if state_file.exists():
-            self._by_uid = json.loads(state_file.read_text())
+            state = json.loads(state_file.read_text())
+            self._by_uid, self._cursor = state["pods"], state["cursor"]
 
     def allocate(self, uid: str) -> str:
         with self._lock:
             if uid in self._by_uid:
                 return self._by_uid[uid]
             used = set(self._by_uid.values())
-            for host in POD_NETWORK.hosts():
-                ip = str(host)
-                if ip.endswith(".0") or ip.endswith(".1") or ip in used:
+            size = POD_NETWORK.num_addresses
+            for step in range(1, size):
+                offset = (self._cursor + step) % size
+                ip = str(POD_NETWORK.network_address + offset)
+                if offset % 256 in (0, 1, 255) or ip in used:
                     continue
-                self._by_uid[uid] = ip
+                self._by_uid[uid], self._cursor = ip, offset
                 self._save()
                 return ip
             raise RuntimeError("pod IP pool exhausted")
@@ -97,7 +101,7 @@ class PodIPPool:
 
     def _save(self) -> None:
         tmp = self._file.with_suffix(".tmp")
-        tmp.write_text(json.dumps(self._by_uid))
+        tmp.write_text(json.dumps({"pods": self._by_uid, "cursor": self._cursor}))
         tmp.replace(self._file)
 
 

@@ -32,3 +32,24 @@ def redis_server() -> Iterator[RedisServer]:
         yield server
     finally:
         server.close()
+
+
+@pytest.fixture(scope="session")
+def operator(cluster: Cluster) -> Iterator["OperatorProcess"]:
+    """The real operator CLI, under the chart's ServiceAccount and RBAC, for the session."""
+    from support.operator import OperatorProcess
+    proc = OperatorProcess(cluster).start()
+    try:
+        yield proc
+    finally:
+        proc.stop()
+
+
+@pytest.fixture
+def standins() -> Iterator["HealthStandIns"]:
+    from support.standins import HealthStandIns
+    s = HealthStandIns()
+    try:
+        yield s
+    finally:
+        s.close()

@@ -2,12 +2,12 @@
 
 These run the REAL gateway (praisonai-bot 0.1.16, started through launcher.py
 as a subprocess, exactly as the pod runs it) against a REAL ``redis-server``
-(/usr/bin/redis-server, started here on a free loopback port with
+(``support.redis_server.RedisServer``: a free loopback port,
 ``--save "" --appendonly no`` and a password, stopped at teardown).
 
 Nothing in the gateway is mocked. The only stand-in is for the LLM:
-``StandInLLM``, a tiny offline OpenAI-compatible HTTP server
-(``POST /v1/chat/completions``) that the gateway reaches through
+``support.llm_standin.StandInLLM``, a tiny offline OpenAI-compatible HTTP
+server (``POST /v1/chat/completions``) that the gateway reaches through
 ``OPENAI_BASE_URL`` so hook-triggered agent turns complete without network.
 
 Each launcher process gets its own HOME (the SQLite fallback lives in
@@ -22,14 +22,11 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
-import threading
 import time
 import urllib.error
 import urllib.request
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
@@ -37,11 +34,12 @@ import pytest
 import yaml
 
 pytest.importorskip("praisonai_bot", reason="the real gateway (praisonai-bot) is not installed in this interpreter")
-redis_py = pytest.importorskip("redis", reason="redis-py (a praisonai-bot dependency) is not installed")
-
-REDIS_SERVER = shutil.which("redis-server") or "/usr/bin/redis-server"
-if not os.path.exists(REDIS_SERVER):
+pytest.importorskip("redis", reason="redis-py (a praisonai-bot dependency) is not installed")
+if shutil.which("redis-server") is None:
     pytest.skip("redis-server is not installed", allow_module_level=True)
+
+from support.llm_standin import API_KEY as LLM_API_KEY, StandInLLM  # noqa: E402
+from support.redis_server import RedisServer, free_port  # noqa: E402
 
 LAUNCHER_PATH = Path(__file__).resolve().parents[1] / "operator" / "gateway_operator" / "launcher.py"
 # Strong enough for the gateway's weak-secret check; fake, test-only values.
@@ -64,126 +62,6 @@ def _load_launcher():
 
 
 launcher = _load_launcher()
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-# --------------------------------------------------------------------------
-# Stand-in LLM (offline, OpenAI-compatible)
-# --------------------------------------------------------------------------
-
-
-class StandInLLM:
-    """Offline stand-in for the LLM: answers chat completions with a canned reply."""
-
-    REPLY = "stand-in reply"
-
-    def __init__(self) -> None:
-        self.completions = 0
-        self._lock = threading.Lock()
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
-
-    @property
-    def base_url(self) -> str:
-        return f"http://127.0.0.1:{self._server.server_address[1]}/v1"
-
-    def start(self) -> "StandInLLM":
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        self._server.shutdown()
-        self._server.server_close()
-
-    def _count(self) -> None:
-        with self._lock:
-            self.completions += 1
-
-    def _handler(self) -> type:
-        llm = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args: Any) -> None:  # keep pytest output clean
-                pass
-
-            def do_GET(self) -> None:
-                self._send_json({"object": "list", "data": [{"id": "gpt-4o-mini", "object": "model"}]})
-
-            def do_POST(self) -> None:
-                body = json.loads(self.rfile.read(int(self.headers.get("content-length") or 0)) or b"{}")
-                llm._count()
-                if body.get("stream"):
-                    self._send_stream()
-                else:
-                    self._send_json(_completion(llm.REPLY))
-
-            def _send_json(self, payload: Dict[str, Any]) -> None:
-                data = json.dumps(payload).encode()
-                self.send_response(200)
-                self.send_header("content-type", "application/json")
-                self.send_header("content-length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-            def _send_stream(self) -> None:
-                self.send_response(200)
-                self.send_header("content-type", "text/event-stream")
-                self.end_headers()
-                for delta, finish in (({"role": "assistant", "content": llm.REPLY}, None), ({}, "stop")):
-                    chunk = {"id": "standin", "object": "chat.completion.chunk", "created": int(time.time()),
-                             "model": "gpt-4o-mini", "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
-                    self.wfile.write(b"data: " + json.dumps(chunk).encode() + b"\n\n")
-                self.wfile.write(b"data: [DONE]\n\n")
-
-        return Handler
-
-
-def _completion(text: str) -> Dict[str, Any]:
-    return {
-        "id": "standin", "object": "chat.completion", "created": int(time.time()), "model": "gpt-4o-mini",
-        "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}],
-        "usage": {"prompt_tokens": 1, "completion_tokens": 2, "total_tokens": 3},
-    }
-
-
-# --------------------------------------------------------------------------
-# Real redis-server
-# --------------------------------------------------------------------------
-
-
-class RedisProcess:
-    def __init__(self, workdir: Path, password: str) -> None:
-        self.port = free_port()
-        self.password = password
-        self._workdir = workdir
-        self._proc: Optional[subprocess.Popen] = None
-
-    def start(self) -> "RedisProcess":
-        self._workdir.mkdir(parents=True, exist_ok=True)
-        self._proc = subprocess.Popen(
-            [REDIS_SERVER, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-             "--requirepass", self.password, "--dir", str(self._workdir)],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-        )
-        _wait_until(lambda: self._ping(), 10.0, "redis-server did not answer PING")
-        return self
-
-    def client(self) -> Any:
-        return redis_py.Redis(host="127.0.0.1", port=self.port, password=self.password, decode_responses=True)
-
-    def stop(self) -> None:
-        _terminate(self._proc, timeout=5.0)
-
-    def _ping(self) -> bool:
-        try:
-            return bool(self.client().ping())
-        except redis_py.RedisError:
-            return False
 
 
 # --------------------------------------------------------------------------
@@ -246,7 +124,7 @@ def _gateway_env(home: Path, llm: Optional[StandInLLM]) -> Dict[str, str]:
         "LANG": "C.UTF-8",
         "GATEWAY_AUTH_TOKEN": AUTH_TOKEN,
         "GATEWAY_REDIS_PASSWORD": REDIS_PASSWORD,
-        "OPENAI_API_KEY": "sk-standin-not-a-real-key",
+        "OPENAI_API_KEY": LLM_API_KEY,
         "PRAISONAI_TELEMETRY_DISABLED": "true",
         "DO_NOT_TRACK": "true",
     }
@@ -271,7 +149,7 @@ def run_launcher(tmp: Path, name: str, documented: Any, llm: Optional[StandInLLM
         log.close()
 
 
-def documented_config(redis: Optional[RedisProcess], *, url_form: bool = True) -> Dict[str, Any]:
+def documented_config(redis: Optional[RedisServer], *, url_form: bool = True) -> Dict[str, Any]:
     """A config in the operator's documented shape."""
     cfg: Dict[str, Any] = {
         "gateway": {"host": "127.0.0.1", "port": 8765, "allowed_origins": ["http://127.0.0.1"]},
@@ -327,10 +205,10 @@ def llm() -> Iterator[StandInLLM]:
 
 
 @pytest.fixture
-def real_redis(tmp_path: Path) -> Iterator[RedisProcess]:
-    server = RedisProcess(tmp_path / "redis", REDIS_PASSWORD).start()
+def real_redis() -> Iterator[RedisServer]:
+    server = RedisServer(password=REDIS_PASSWORD).start()
     yield server
-    server.stop()
+    server.close()
 
 
 @pytest.fixture
@@ -457,7 +335,7 @@ def test_redact_strips_pydantic_input_and_secrets() -> None:
 # --------------------------------------------------------------------------
 
 
-def test_two_replicas_share_redis_idempotency(launch, real_redis: RedisProcess, llm: StandInLLM) -> None:
+def test_two_replicas_share_redis_idempotency(launch, real_redis: RedisServer, llm: StandInLLM) -> None:
     # Same Redis, same prefix; A uses the url form, B the host/port/db form.
     a = launch("replica-a", documented_config(real_redis, url_form=True))
     b = launch("replica-b", documented_config(real_redis, url_form=False))
@@ -483,7 +361,7 @@ def test_two_replicas_share_redis_idempotency(launch, real_redis: RedisProcess, 
     assert REDIS_PASSWORD not in a.output() + b.output()
 
 
-def test_redis_down_before_first_webhook_reports_fallback(launch, real_redis: RedisProcess) -> None:
+def test_redis_down_before_first_webhook_reports_fallback(launch, real_redis: RedisServer) -> None:
     gw = launch("replica", documented_config(real_redis))
     assert gw.idempotency_owners() == []  # nothing built yet
     real_redis.stop()

@@ -8,6 +8,8 @@
 from __future__ import annotations
 
 import argparse
+import logging
+import os
 import sys
 from pathlib import Path
 from typing import Any, Iterable, Sequence
@@ -56,7 +58,17 @@ def cmd_render(args: argparse.Namespace) -> int:
     return 0
 
 
+class _QuietHandlerSuccess(logging.Filter):
+    """kopf logs every watch-event handler call at INFO; those say nothing to a reader."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not (record.levelno == logging.INFO and record.getMessage().startswith("Handler ")
+                    and record.getMessage().endswith("succeeded."))
+
+
 def cmd_run(args: argparse.Namespace) -> int:
+    if args.kubeconfig:  # kopf's login reads the standard variable, at import time
+        os.environ["KUBECONFIG"] = args.kubeconfig
     import kopf
     import prometheus_client
 
@@ -64,6 +76,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     from .controller import ControllerSettings
 
     kopf.configure(verbose=args.verbose, log_format=kopf.LogFormat[args.log_format.upper()])
+    logging.getLogger("kopf.objects").addFilter(_QuietHandlerSuccess())
     if args.metrics_port:
         prometheus_client.start_http_server(args.metrics_port, addr=args.bind_address)
     memo = kopf.Memo(kubeconfig=args.kubeconfig,

@@ -91,6 +91,8 @@ class Kube:
         """For generated Secrets: created once, never overwritten (a new token would lock
         every client out)."""
         meta = manifest["metadata"]
+        if self.get(manifest["apiVersion"], manifest["kind"], meta["namespace"], meta["name"]) is not None:
+            return False  # a read, so that an idle reconcile sends no write at all
         try:
             self._resource(manifest).create(body=manifest, namespace=meta["namespace"])
             return True

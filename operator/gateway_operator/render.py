@@ -52,7 +52,7 @@ def state_claim_name(name: str) -> str:
     return f"{name}-gateway-state"
 
 
-def gateway_config(spec: GatewaySpec, redis: RedisTarget | None) -> dict[str, Any]:
+def gateway_config(owner: Owner, spec: GatewaySpec, redis: RedisTarget | None) -> dict[str, Any]:
     """The gateway.yaml the replicas run: the user's config plus what the operator owns.
 
     Secrets appear only as ${VAR} references, expanded by the gateway from Secret-backed env.
@@ -61,6 +61,9 @@ def gateway_config(spec: GatewaySpec, redis: RedisTarget | None) -> dict[str, An
     gateway = dict(config.get("gateway") or {})
     gateway["host"] = "0.0.0.0"
     gateway["port"] = api.GATEWAY_PORT
+    # a non-loopback bind needs allowed origins; default to the gateway's own Service names
+    gateway.setdefault("allowed_origins", [f"http://{owner.name}.{owner.namespace}.svc",
+                                           f"http://{owner.name}.{owner.namespace}.svc.cluster.local"])
     config["gateway"] = gateway
     if redis is not None:
         push = dict(config.get("push") or {})
@@ -77,7 +80,7 @@ def gateway_config(spec: GatewaySpec, redis: RedisTarget | None) -> dict[str, An
 
 def config_map(owner: Owner, spec: GatewaySpec, redis: RedisTarget | None) -> Manifest:
     return _object("v1", "ConfigMap", config_map_name(owner.name), owner, data={
-        "gateway.yaml": yaml.safe_dump(gateway_config(spec, redis), sort_keys=True),
+        "gateway.yaml": yaml.safe_dump(gateway_config(owner, spec, redis), sort_keys=True),
         "launch.py": LAUNCHER_SOURCE.read_text(),
     })
 

@@ -1,0 +1,56 @@
+"""Reading GatewayDeployments and their objects the way a user does: through kubectl."""
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from .cluster import Cluster
+from .wait import until
+
+
+def conditions(cluster: Cluster, namespace: str, name: str) -> dict[str, dict[str, Any]]:
+    body = cluster.get_json("-n", namespace, "gatewaydeployment", name)
+    return {c["type"]: c for c in (body.get("status") or {}).get("conditions") or []}
+
+
+def wait_condition(cluster: Cluster, namespace: str, name: str, type_: str, status: str,
+                   reason: str | None = None, timeout: float = 60) -> dict[str, Any]:
+    def matches() -> dict[str, Any] | None:
+        c = conditions(cluster, namespace, name).get(type_)
+        if c and c["status"] == status and (reason is None or c["reason"] == reason):
+            return c
+        return None
+    return until(matches, timeout=timeout, what=f"{type_}={status} ({reason or 'any reason'}) on {name}")
+
+
+def events(cluster: Cluster, namespace: str, name: str) -> list[dict[str, Any]]:
+    out = cluster.get_json("-n", namespace, "events", "--field-selector",
+                           f"involvedObject.name={name},involvedObject.kind=GatewayDeployment")
+    return out["items"]
+
+
+def wait_event(cluster: Cluster, namespace: str, name: str, reason: str, type_: str,
+               timeout: float = 30) -> dict[str, Any]:
+    return until(lambda: next((e for e in events(cluster, namespace, name)
+                               if e["reason"] == reason and e["type"] == type_), None),
+                 timeout=timeout, what=f"{type_} event {reason} for {name}")
+
+
+def ready_pods(cluster: Cluster, namespace: str, name: str) -> list[dict[str, Any]]:
+    pods = cluster.get_json("-n", namespace, "pods", "-l",
+                            f"app.kubernetes.io/instance={name},app.kubernetes.io/component=gateway")["items"]
+    return [p for p in pods if not p["metadata"].get("deletionTimestamp") and p["status"].get("podIP")
+            and any(c["type"] == "Ready" and c["status"] == "True" for c in p["status"].get("conditions", []))]
+
+
+def wait_ready_pods(cluster: Cluster, namespace: str, name: str, count: int, timeout: float = 60) -> list[dict[str, Any]]:
+    return until(lambda: (lambda pods: pods if len(pods) == count else None)(ready_pods(cluster, namespace, name)),
+                 timeout=timeout, what=f"{count} ready pods of {name}")
+
+
+def apply_gateway(cluster: Cluster, namespace: str, manifest: dict[str, Any], check: bool = True):
+    return cluster.apply(json.dumps(manifest), "-n", namespace, check=check)
+
+
+def create_password_secret(cluster: Cluster, namespace: str, name: str, password: str) -> None:
+    cluster.kubectl("-n", namespace, "create", "secret", "generic", name, f"--from-literal=password={password}")

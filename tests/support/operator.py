@@ -1,0 +1,131 @@
+"""The operator under test: the real ``gateway-operator run`` CLI as a subprocess, running
+under its own ServiceAccount with the RBAC the Helm chart grants (so a missing permission
+fails the tests), against the session's cluster."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+from .cluster import REPO, Cluster, tool
+from .redis_server import free_port
+
+SYSTEM_NAMESPACE = "gwop-test-system"
+RELEASE = "gwop-test"
+IDENTITY = f"system:serviceaccount:{SYSTEM_NAMESPACE}:{RELEASE}"
+
+
+def install_crd(cluster: Cluster) -> None:
+    cluster.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(REPO / "crds"))
+    cluster.kubectl("wait", "--for=condition=Established", "crd/gatewaydeployments.gateway-operator.dev")
+
+
+def install_rbac(cluster: Cluster) -> None:
+    cluster.kubectl("create", "namespace", SYSTEM_NAMESPACE, check=False)
+    rendered = subprocess.run(
+        [tool("helm"), "template", RELEASE, str(REPO / "charts/gateway-operator"), "--namespace", SYSTEM_NAMESPACE,
+         "--show-only", "templates/rbac.yaml", "--show-only", "templates/serviceaccount.yaml"],
+        check=True, capture_output=True, text=True).stdout
+    cluster.apply(rendered, "-n", SYSTEM_NAMESPACE)
+
+
+def service_account_kubeconfig(cluster: Cluster, directory: Path) -> Path:
+    token = cluster.kubectl("-n", SYSTEM_NAMESPACE, "create", "token", RELEASE, "--duration=6h").stdout.strip()
+    admin = json.loads(cluster.kubectl("config", "view", "--raw", "--minify", "-o", "json").stdout)
+    cluster_entry = admin["clusters"][0]["cluster"]
+    config = {
+        "apiVersion": "v1", "kind": "Config", "current-context": "operator",
+        "clusters": [{"name": "c", "cluster": cluster_entry}],
+        "users": [{"name": "operator", "user": {"token": token}}],
+        "contexts": [{"name": "operator", "context": {"cluster": "c", "user": "operator"}}],
+    }
+    path = directory / "operator.kubeconfig"
+    path.write_text(json.dumps(config))
+    path.chmod(0o600)
+    return path
+
+
+class OperatorProcess:
+    def __init__(self, cluster: Cluster, resync_seconds: float = 5.0) -> None:
+        self.cluster = cluster
+        self.dir = Path(tempfile.mkdtemp(prefix="gwop-operator-"))
+        self.log_path = self.dir / "operator.log"
+        self.metrics_port = free_port()
+        self.liveness_port = free_port()
+        self.resync_seconds = resync_seconds
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> "OperatorProcess":
+        install_crd(self.cluster)
+        install_rbac(self.cluster)
+        kubeconfig = service_account_kubeconfig(self.cluster, self.dir)
+        cmd = [sys.executable, "-m", "gateway_operator.cli", "run", "--kubeconfig", str(kubeconfig),
+               "--metrics-port", str(self.metrics_port), "--liveness-port", str(self.liveness_port),
+               "--bind-address", "127.0.0.1", "--resync-seconds", str(self.resync_seconds),
+               "--log-format", "plain"]
+        env = {k: v for k, v in os.environ.items() if k != "KUBECONFIG"}
+        self.log = open(self.log_path, "wb")
+        self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT, env=env)
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"operator exited {self.proc.returncode}:\n{self.log_tail()}")
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{self.liveness_port}/healthz", timeout=1):
+                    return self
+            except OSError:
+                time.sleep(0.3)
+        raise RuntimeError(f"operator liveness never answered:\n{self.log_tail()}")
+
+    def metrics(self) -> str:
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=5) as r:
+            return r.read().decode()
+
+    def log_tail(self, lines: int = 60) -> str:
+        return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+
+    def log_text(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def stop(self) -> None:
+        if self.proc and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(15)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.proc = None
+
+
+def gateway_deployment(name: str, **spec: Any) -> dict[str, Any]:
+    """A GatewayDeployment with a config the real gateway accepts, plus ``spec`` overrides."""
+    body: dict[str, Any] = {
+        "image": "example.invalid/praisonai-gateway:0.1.16",
+        "health": {"intervalSeconds": 1, "timeoutSeconds": 1, "restartCooldownSeconds": 2},
+        "config": {
+            "agents": {"assistant": {"instructions": "Reply in one short sentence.", "model": "gpt-4o-mini"}},
+            "channels": {"telegram": {"token": "${TELEGRAM_BOT_TOKEN}"}},
+            "hooks": {"hooks": [{"path": "deploy", "message": "Event: {text}", "idempotency_key": "{id}"}]},
+        },
+    }
+    for key, value in spec.items():
+        if isinstance(value, dict) and isinstance(body.get(key), dict):
+            body[key] = {**body[key], **value}
+        else:
+            body[key] = value
+    return {"apiVersion": "gateway-operator.dev/v1alpha1", "kind": "GatewayDeployment",
+            "metadata": {"name": name}, "spec": body}
+
+
+def redis_store(config_extra: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The config section with the shared Redis idempotency store."""
+    config = gateway_deployment("x")["spec"]["config"]
+    config["hooks"] = {**config["hooks"], "idempotency": {"store_backend": "redis"}}
+    return {**config, **(config_extra or {})}

@@ -1,0 +1,360 @@
+"""The operator, end to end, seen from outside: kubectl-visible objects, conditions, events.
+
+Real parts: the kube-apiserver/etcd/kube-controller-manager of the local control plane, the
+operator CLI under the Helm chart's ServiceAccount and RBAC, real redis-server processes.
+Stand-ins: the kubelet (hack/kubelet_standin.py runs no process for a pod) and, where a
+replica's /health matters, the HEALTH ENDPOINT STAND-INS of support/standins.py at the pod
+IPs. The real gateway behind pods is in test_operator_real_gateway.py.
+"""
+from __future__ import annotations
+
+import base64
+import json
+import time
+
+import pytest
+import yaml
+
+from support.cluster import REPO, Cluster
+from support.gateways import (apply_gateway, conditions, create_password_secret, events, wait_condition,
+                              wait_event, wait_ready_pods)
+from support.operator import IDENTITY, OperatorProcess, gateway_deployment, redis_store
+from support.redis_server import RedisServer
+from support.standins import BUILD_TIME, RUNTIME, HealthStandIns, idempotency_owner
+from support.wait import until
+
+pytestmark = pytest.mark.cluster
+
+CONDITION_TYPES = {"Ready", "Reconciling", "Stalled", "RedisReachable", "IdempotencyDegraded",
+                   "ExactlyOnceAdmission"}
+
+
+def redis_gateway(name: str, redis: RedisServer, replicas: int = 3, **spec) -> dict:
+    return gateway_deployment(name, replicas=replicas, config=redis_store(), redis={
+        "url": redis.url, "passwordSecretRef": {"name": "redis-auth"}}, **spec)
+
+
+def serve_health(cluster: Cluster, standins: HealthStandIns, namespace: str, name: str, count: int) -> dict:
+    """Stand-ins at every ready pod's IP; returns them by pod name."""
+    pods = wait_ready_pods(cluster, namespace, name, count)
+    return {p["metadata"]["name"]: standins.at(p["status"]["podIP"]) for p in pods}
+
+
+# -- one replica on SQLite ---------------------------------------------------------------
+
+def test_single_replica_sqlite_objects_and_conditions(cluster: Cluster, operator: OperatorProcess,
+                                                      namespace: str) -> None:
+    apply_gateway(cluster, namespace, gateway_deployment("solo", persistence={"enabled": True}))
+    cluster.kubectl("-n", namespace, "wait", "--for=condition=Ready", "gatewaydeployment/solo", "--timeout=60s")
+
+    deployment = cluster.get_json("-n", namespace, "deployment/solo")
+    owner = deployment["metadata"]["ownerReferences"][0]
+    assert (owner["kind"], owner["name"], owner["controller"]) == ("GatewayDeployment", "solo", True)
+    assert deployment["spec"]["replicas"] == 1
+    assert deployment["spec"]["strategy"]["type"] == "Recreate"  # never two SQLite stores at once
+    pod = deployment["spec"]["template"]["spec"]
+    container = pod["containers"][0]
+    assert container["livenessProbe"]["httpGet"]["path"] == "/live"
+    assert container["readinessProbe"]["httpGet"]["path"] == "/ready"
+    assert {"name": "state", "persistentVolumeClaim": {"claimName": "solo-gateway-state"}} in pod["volumes"]
+    assert cluster.get_json("-n", namespace, "pvc/solo-gateway-state")["spec"]["resources"]["requests"]["storage"] == "1Gi"
+    token_env = next(e for e in container["env"] if e["name"] == "GATEWAY_AUTH_TOKEN")
+    assert token_env["valueFrom"]["secretKeyRef"] == {"name": "solo-gateway-auth", "key": "token"}
+    token = base64.b64decode(cluster.get_json("-n", namespace, "secret/solo-gateway-auth")["data"]["token"]).decode()
+    assert len(token) >= 32
+
+    config_map = cluster.get_json("-n", namespace, "configmap/solo-gateway-config")
+    assert token not in json.dumps(config_map)
+    gateway_yaml = yaml.safe_load(config_map["data"]["gateway.yaml"])
+    assert gateway_yaml["agents"] and gateway_yaml["gateway"]["host"] == "0.0.0.0"
+    assert "push" not in gateway_yaml
+    assert cluster.get_json("-n", namespace, "service/solo")["spec"]["sessionAffinity"] == "None"
+    assert cluster.kubectl("-n", namespace, "get", "pdb", "solo", check=False).returncode != 0
+
+    body = cluster.get_json("-n", namespace, "gatewaydeployment/solo")
+    status = body["status"]
+    assert status["observedGeneration"] == body["metadata"]["generation"]
+    assert (status["replicas"], status["readyReplicas"], status["storeBackend"]) == (1, 1, "sqlite")
+    found = {c["type"]: c for c in status["conditions"]}
+    assert set(found) == CONDITION_TYPES
+    for c in found.values():
+        assert {"type", "status", "reason", "message", "lastTransitionTime", "observedGeneration"} <= set(c)
+    assert found["ExactlyOnceAdmission"]["status"] == "True"
+    assert found["ExactlyOnceAdmission"]["reason"] == "SingleReplicaDurableStore"
+    assert found["Stalled"]["status"] == "False" and found["Reconciling"]["status"] == "False"
+    assert found["RedisReachable"]["status"] == "Unknown"
+    table = cluster.kubectl("-n", namespace, "get", "gatewaydeployment", "solo").stdout
+    assert table.split("\n")[0].split()[:6] == ["NAME", "REPLICAS", "READY", "STORE", "EXACTLY-ONCE", "DEGRADED"]
+    assert table.split("\n")[1].split()[:6] == ["solo", "1", "1", "sqlite", "True", "False"]
+
+
+def test_refuse_policy_rejects_replicas_without_redis_at_admission(cluster: Cluster, operator: OperatorProcess,
+                                                                   namespace: str) -> None:
+    refused = apply_gateway(cluster, namespace, gateway_deployment("many", replicas=3), check=False)
+    assert refused.returncode != 0
+    assert "a webhook fanned to two replicas can run the agent twice" in refused.stderr
+    assert "store_backend: redis" in refused.stderr
+    # and scaling an accepted one-replica gateway is refused the same way
+    apply_gateway(cluster, namespace, gateway_deployment("one"))
+    scaled = cluster.kubectl("-n", namespace, "patch", "gatewaydeployment", "one", "--type=merge",
+                             "-p", '{"spec":{"replicas":2}}', check=False)
+    assert scaled.returncode != 0 and "can run the agent twice" in scaled.stderr
+
+
+def test_warn_policy_runs_replicas_and_says_exactly_once_is_not_held(cluster: Cluster, operator: OperatorProcess,
+                                                                     namespace: str) -> None:
+    apply_gateway(cluster, namespace, gateway_deployment("warned", replicas=3, replicaPolicy="Warn"))
+    wait_condition(cluster, namespace, "warned", "ExactlyOnceAdmission", "False", "PerReplicaStores")
+    ready = wait_condition(cluster, namespace, "warned", "Ready", "True")
+    assert "NOT held" in ready["message"]
+    assert cluster.get_json("-n", namespace, "deployment/warned")["spec"]["replicas"] == 3
+    event = wait_event(cluster, namespace, "warned", "ExactlyOnceNotHeld", "Warning")
+    assert "run the agent twice" in event["message"]
+
+
+def test_refuse_holds_one_replica_even_without_the_crd_rule(cluster: Cluster, operator: OperatorProcess,
+                                                            namespace: str) -> None:
+    """Defence in depth: with the CEL rules stripped from the CRD, the operator still runs
+    one replica and reports ReplicaPolicyViolation."""
+    crd = yaml.safe_load((REPO / "crds/gatewaydeployments.yaml").read_text())
+    spec_schema = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
+    spec_schema.pop("x-kubernetes-validations")
+    cluster.apply(json.dumps(crd), "--server-side", "--force-conflicts")
+    try:
+        until(lambda: apply_gateway(cluster, namespace, gateway_deployment("sneaky", replicas=3),
+                                    check=False).returncode == 0, timeout=30, what="CRD without rules in effect")
+        wait_condition(cluster, namespace, "sneaky", "Stalled", "True", "ReplicaPolicyViolation")
+        assert cluster.get_json("-n", namespace, "deployment/sneaky")["spec"]["replicas"] == 1
+        time.sleep(2)
+        assert cluster.get_json("-n", namespace, "deployment/sneaky")["spec"]["replicas"] == 1
+    finally:
+        cluster.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(REPO / "crds"))
+
+
+# -- Redis wiring, the scale-out gate -----------------------------------------------------
+
+def test_redis_backed_gateway_is_wired_and_scaled(cluster: Cluster, operator: OperatorProcess, namespace: str,
+                                                  redis_server: RedisServer) -> None:
+    create_password_secret(cluster, namespace, "redis-auth", redis_server.password)
+    apply_gateway(cluster, namespace, redis_gateway("shared", redis_server))
+    wait_condition(cluster, namespace, "shared", "RedisReachable", "True", "ProbeSucceeded")
+    cluster.kubectl("-n", namespace, "wait", "--for=condition=Ready", "gatewaydeployment/shared", "--timeout=60s")
+
+    deployment = cluster.get_json("-n", namespace, "deployment/shared")
+    assert deployment["spec"]["replicas"] == 3
+    assert deployment["spec"]["strategy"]["type"] == "RollingUpdate"
+    env = {e["name"]: e for e in deployment["spec"]["template"]["spec"]["containers"][0]["env"]}
+    assert env["GATEWAY_REDIS_PASSWORD"]["valueFrom"]["secretKeyRef"] == {"name": "redis-auth", "key": "password"}
+
+    config_map = cluster.get_json("-n", namespace, "configmap/shared-gateway-config")
+    assert redis_server.password not in json.dumps(config_map)
+    config = yaml.safe_load(config_map["data"]["gateway.yaml"])
+    assert config["push"]["redis"] == {"url": redis_server.url, "password": "${GATEWAY_REDIS_PASSWORD}",
+                                       "prefix": f"gwop:{namespace}:shared:"}
+    assert config["turn_lock"]["backend"] == "redis"
+    assert config["hooks"]["idempotency"]["store_backend"] == "redis"
+
+    assert cluster.get_json("-n", namespace, "pdb/shared")["spec"]["maxUnavailable"] == 1
+    assert cluster.get_json("-n", namespace, "service/shared")["spec"]["sessionAffinity"] == "ClientIP"
+    status = cluster.get_json("-n", namespace, "gatewaydeployment/shared")["status"]
+    assert status["redis"] == {"endpoint": f"127.0.0.1:{redis_server.port}/0", "prefix": f"gwop:{namespace}:shared:"}
+    assert redis_server.password not in json.dumps(status)
+    # the operator's probe left nothing behind under the prefix
+    assert redis_server.client().keys("gwop:*") == []
+
+
+def test_scale_out_waits_for_the_redis_probe(cluster: Cluster, operator: OperatorProcess, namespace: str,
+                                             redis_server: RedisServer) -> None:
+    create_password_secret(cluster, namespace, "redis-auth", redis_server.password)
+    redis_server.stop()
+    apply_gateway(cluster, namespace, redis_gateway("gated", redis_server))
+    reconciling = wait_condition(cluster, namespace, "gated", "Reconciling", "True", "WaitingForRedis")
+    assert "1 of 3" in reconciling["message"]
+    redis_cond = wait_condition(cluster, namespace, "gated", "RedisReachable", "False", "ConnectionFailed")
+    assert redis_server.password not in redis_cond["message"]
+    assert conditions(cluster, namespace, "gated")["Ready"]["reason"] == "WaitingForRedis"
+    time.sleep(3)
+    assert cluster.get_json("-n", namespace, "deployment/gated")["spec"]["replicas"] == 1
+    wait_event(cluster, namespace, "gated", "RedisUnreachable", "Warning")
+
+    redis_server.start()
+    wait_condition(cluster, namespace, "gated", "RedisReachable", "True", timeout=30)
+    until(lambda: cluster.get_json("-n", namespace, "deployment/gated")["spec"]["replicas"] == 3,
+          timeout=30, what="scale-out once Redis answers")
+    wait_condition(cluster, namespace, "gated", "Ready", "True")
+
+
+def test_wrong_redis_password_is_reported_as_authentication_failure(cluster: Cluster, operator: OperatorProcess,
+                                                                    namespace: str, redis_server: RedisServer) -> None:
+    create_password_secret(cluster, namespace, "redis-auth", "not-the-password")
+    apply_gateway(cluster, namespace, redis_gateway("wrongpass", redis_server))
+    c = wait_condition(cluster, namespace, "wrongpass", "RedisReachable", "False", "AuthenticationFailed")
+    assert "not-the-password" not in json.dumps(conditions(cluster, namespace, "wrongpass"))
+    assert "not-the-password" not in operator.log_text()
+    assert c["message"]
+
+
+# -- health polling -----------------------------------------------------------------------
+
+def test_degraded_replica_flips_conditions_and_recovers(cluster: Cluster, operator: OperatorProcess,
+                                                        namespace: str, redis_server: RedisServer,
+                                                        standins: HealthStandIns) -> None:
+    create_password_secret(cluster, namespace, "redis-auth", redis_server.password)
+    apply_gateway(cluster, namespace, redis_gateway("polled", redis_server, replicas=2,
+                                                    health={"restartStaleReplicas": False}))
+    replicas = serve_health(cluster, standins, namespace, "polled", 2)
+    wait_condition(cluster, namespace, "polled", "ExactlyOnceAdmission", "True", "SharedRedisStore")
+    before = conditions(cluster, namespace, "polled")["IdempotencyDegraded"]["lastTransitionTime"]
+
+    # a Redis outage seen by one replica: visible within one interval (1 s) plus timeout (1 s)
+    first = sorted(replicas)[0]
+    replicas[first].degraded_owners = [idempotency_owner(RUNTIME)]
+    started = time.monotonic()
+    degraded = wait_condition(cluster, namespace, "polled", "IdempotencyDegraded", "True", "RuntimeOutage", timeout=20)
+    seen_after = time.monotonic() - started
+    assert "1 of 2 replicas" in degraded["message"] and first in degraded["message"]
+    assert degraded["lastTransitionTime"] >= before
+    wait_condition(cluster, namespace, "polled", "ExactlyOnceAdmission", "False", "IdempotencyDegraded")
+    assert cluster.get_json("-n", namespace, "gatewaydeployment/polled")["status"]["degradedReplicas"] == 1
+    wait_event(cluster, namespace, "polled", "IdempotencyDegraded", "Warning")
+    assert seen_after < 10, f"degradation took {seen_after:.1f}s to show"
+
+    # an unknown reason (e.g. a raw Redis error) is never copied into status
+    replicas[first].degraded_owners = [idempotency_owner("Error 111 connecting to 10.1.2.3:6379 password=hunter2")]
+    other = wait_condition(cluster, namespace, "polled", "IdempotencyDegraded", "True", "OtherDegradation")
+    assert "hunter2" not in other["message"] and "10.1.2.3" not in other["message"]
+
+    replicas[first].degraded_owners = []
+    wait_condition(cluster, namespace, "polled", "IdempotencyDegraded", "False", "NoDegradedReplicas", timeout=20)
+    wait_condition(cluster, namespace, "polled", "ExactlyOnceAdmission", "True", "SharedRedisStore")
+    wait_event(cluster, namespace, "polled", "IdempotencyRecovered", "Normal")
+
+
+def test_build_time_fallback_replica_is_restarted_once_redis_answers(cluster: Cluster, operator: OperatorProcess,
+                                                                     namespace: str, redis_server: RedisServer,
+                                                                     standins: HealthStandIns) -> None:
+    create_password_secret(cluster, namespace, "redis-auth", redis_server.password)
+    apply_gateway(cluster, namespace, redis_gateway("sticky", redis_server, replicas=2))
+    replicas = serve_health(cluster, standins, namespace, "sticky", 2)
+    stale = sorted(replicas)[0]
+    replicas[stale].degraded_owners = [idempotency_owner(BUILD_TIME)]
+    # the condition may be True only briefly (the restart follows at once): read the Event
+    degraded = wait_event(cluster, namespace, "sticky", "IdempotencyDegraded", "Warning")
+    assert "fell back to a per-replica SQLite store" in degraded["message"]
+    event = wait_event(cluster, namespace, "sticky", "RestartedStaleReplica", "Normal")
+    assert stale in event["message"]
+    until(lambda: stale not in {p["metadata"]["name"] for p in
+                                cluster.get_json("-n", namespace, "pods", "-l", "app.kubernetes.io/instance=sticky")["items"]},
+          timeout=30, what="the stale replica to be replaced")
+    # the replacement answers healthy (a fresh stand-in at its new IP)
+    serve_health(cluster, standins, namespace, "sticky", 2)
+    wait_condition(cluster, namespace, "sticky", "IdempotencyDegraded", "False", timeout=30)
+    restarts = [e for e in events(cluster, namespace, "sticky") if e["reason"] == "RestartedStaleReplica"]
+    assert sum(e.get("count", 1) for e in restarts) == 1
+
+
+# -- drift, idleness, bad input -------------------------------------------------------------
+
+def test_drift_is_put_back(cluster: Cluster, operator: OperatorProcess, namespace: str) -> None:
+    apply_gateway(cluster, namespace, gateway_deployment("drifty"))
+    cluster.kubectl("-n", namespace, "wait", "--for=condition=Ready", "gatewaydeployment/drifty", "--timeout=60s")
+    original = cluster.get_json("-n", namespace, "configmap/drifty-gateway-config")["data"]["gateway.yaml"]
+    cluster.kubectl("-n", namespace, "scale", "deployment/drifty", "--replicas=4")
+    cluster.kubectl("-n", namespace, "patch", "configmap", "drifty-gateway-config", "--type=merge",
+                    "-p", json.dumps({"data": {"gateway.yaml": "agents: {}\n"}}))
+    until(lambda: cluster.get_json("-n", namespace, "deployment/drifty")["spec"]["replicas"] == 1,
+          timeout=30, what="replicas put back")
+    until(lambda: cluster.get_json("-n", namespace, "configmap/drifty-gateway-config")["data"]["gateway.yaml"] == original,
+          timeout=30, what="config put back")
+
+
+def test_config_change_rolls_the_pods(cluster: Cluster, operator: OperatorProcess, namespace: str) -> None:
+    apply_gateway(cluster, namespace, gateway_deployment("rolling"))
+    cluster.kubectl("-n", namespace, "wait", "--for=condition=Ready", "gatewaydeployment/rolling", "--timeout=60s")
+    before = cluster.get_json("-n", namespace, "deployment/rolling")["spec"]["template"]["metadata"]["annotations"]
+    changed = gateway_deployment("rolling")
+    changed["spec"]["config"]["agents"]["assistant"]["instructions"] = "Reply in two sentences."
+    apply_gateway(cluster, namespace, changed)
+    until(lambda: cluster.get_json("-n", namespace, "deployment/rolling")["spec"]["template"]["metadata"]
+          ["annotations"]["gateway-operator.dev/config-hash"] != before["gateway-operator.dev/config-hash"],
+          timeout=30, what="a new config hash on the pod template")
+    cluster.kubectl("-n", namespace, "rollout", "status", "deployment/rolling", "--timeout=60s")
+    body = cluster.get_json("-n", namespace, "gatewaydeployment/rolling")
+    until(lambda: cluster.get_json("-n", namespace, "gatewaydeployment/rolling")["status"]["observedGeneration"]
+          == body["metadata"]["generation"], timeout=30, what="observedGeneration to follow")
+
+
+def _audit_writes(cluster: Cluster, since: str) -> list[dict]:
+    log = cluster.kubeconfig.parent / "logs/audit.log"
+    writes = []
+    for line in log.read_text().splitlines():
+        event = json.loads(line)
+        if event["user"]["username"] == IDENTITY and event["stageTimestamp"] >= since \
+                and event["verb"] in ("create", "update", "patch", "delete") and event.get("stage") == "ResponseComplete":
+            writes.append(event)
+    return writes
+
+
+def test_no_api_writes_while_idle(cluster: Cluster, operator: OperatorProcess, namespace: str,
+                                  redis_server: RedisServer, standins: HealthStandIns) -> None:
+    if not cluster.owned:
+        pytest.skip("counts writes in the local control plane's audit log")
+    create_password_secret(cluster, namespace, "redis-auth", redis_server.password)
+    apply_gateway(cluster, namespace, redis_gateway("idle", redis_server, replicas=2))
+    serve_health(cluster, standins, namespace, "idle", 2)
+    wait_condition(cluster, namespace, "idle", "ExactlyOnceAdmission", "True")
+    cluster.kubectl("-n", namespace, "wait", "--for=condition=Ready", "gatewaydeployment/idle", "--timeout=60s")
+    time.sleep(3)  # let the last status write land
+    since = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime())
+    requests_before = sum(s.requests for s in standins.by_ip.values())
+    time.sleep(12)  # 12 polling intervals (1 s) and two full reconciles (resync 5 s)
+    writes = [w for w in _audit_writes(cluster, since) if w["objectRef"].get("namespace") == namespace]
+    assert writes == [], [(w["verb"], w["objectRef"]) for w in writes]
+    assert sum(s.requests for s in standins.by_ip.values()) - requests_before >= 2 * 8  # it did keep polling
+
+
+def test_missing_secret_keeps_what_runs_and_recovers(cluster: Cluster, operator: OperatorProcess, namespace: str,
+                                                     redis_server: RedisServer) -> None:
+    create_password_secret(cluster, namespace, "redis-auth", redis_server.password)
+    apply_gateway(cluster, namespace, redis_gateway("secretive", redis_server, replicas=2))
+    cluster.kubectl("-n", namespace, "wait", "--for=condition=Ready", "gatewaydeployment/secretive", "--timeout=60s")
+    template = cluster.get_json("-n", namespace, "deployment/secretive")["spec"]["template"]
+
+    changed = redis_gateway("secretive", redis_server, replicas=2)
+    changed["spec"]["redis"]["passwordSecretRef"] = {"name": "does-not-exist"}
+    apply_gateway(cluster, namespace, changed)
+    stalled = wait_condition(cluster, namespace, "secretive", "Stalled", "True", "SecretNotFound")
+    assert "does-not-exist" in stalled["message"] and "spec.redis.passwordSecretRef" in stalled["message"]
+    assert conditions(cluster, namespace, "secretive")["Ready"]["status"] == "False"
+    wait_event(cluster, namespace, "secretive", "SecretNotFound", "Warning")
+    # what was running is untouched
+    live = cluster.get_json("-n", namespace, "deployment/secretive")
+    assert live["spec"]["template"] == template and live["spec"]["replicas"] == 2
+
+    create_password_secret(cluster, namespace, "does-not-exist", redis_server.password)
+    wait_condition(cluster, namespace, "secretive", "Stalled", "False", timeout=60)
+    wait_condition(cluster, namespace, "secretive", "Ready", "True", timeout=60)
+    def password_secret() -> str:
+        env = {e["name"]: e for e in cluster.get_json("-n", namespace, "deployment/secretive")["spec"]["template"]
+               ["spec"]["containers"][0]["env"]}
+        return env["GATEWAY_REDIS_PASSWORD"]["valueFrom"]["secretKeyRef"]["name"]
+    until(lambda: password_secret() == "does-not-exist", timeout=30, what="the fixed Secret rolled out")
+    assert operator.proc is not None and operator.proc.poll() is None
+
+
+def test_gateway_exit_78_is_reported_as_config_rejected(cluster: Cluster, operator: OperatorProcess,
+                                                        namespace: str) -> None:
+    """The kubelet stand-in runs no process, so the test plays the kubelet reporting a
+    container that exited 78 (the gateway's fatal-config exit code) and now crash-loops."""
+    apply_gateway(cluster, namespace, gateway_deployment("rejected"))
+    pod = wait_ready_pods(cluster, namespace, "rejected", 1)[0]
+    status = {"status": {"containerStatuses": [{
+        "name": "gateway", "image": pod["spec"]["containers"][0]["image"], "imageID": "", "ready": False,
+        "restartCount": 3, "started": False,
+        "state": {"waiting": {"reason": "CrashLoopBackOff", "message": "back-off restarting"}},
+        "lastState": {"terminated": {"exitCode": 78, "reason": "Error", "startedAt": None, "finishedAt": None}}}]}}
+    cluster.kubectl("-n", namespace, "patch", "pod", pod["metadata"]["name"], "--subresource=status",
+                    "--type=merge", "-p", json.dumps(status))
+    stalled = wait_condition(cluster, namespace, "rejected", "Stalled", "True", "GatewayConfigRejected")
+    assert pod["metadata"]["name"] in stalled["message"]
+    assert operator.proc is not None and operator.proc.poll() is None
