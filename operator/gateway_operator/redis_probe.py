@@ -10,6 +10,8 @@ import secrets
 from dataclasses import dataclass
 
 import redis
+from redis.backoff import NoBackoff
+from redis.retry import Retry
 
 from .redis_target import RedisTarget
 
@@ -27,9 +29,10 @@ def probe(target: RedisTarget, password: str | None, timeout: float = 2.0,
     name does not resolve where the operator runs."""
     host = host_override or target.host
     where = f"{host}:{target.port}/{target.db}"
+    # no retries: one probe is one attempt, bounded by the timeout (redis-py retries by default)
     client = redis.Redis(host=host, port=target.port, db=target.db, password=password or None,
                          ssl=target.tls, socket_timeout=timeout, socket_connect_timeout=timeout,
-                         retry_on_timeout=False)
+                         retry=Retry(NoBackoff(), 0))
     key = f"{target.prefix}operator-probe:{secrets.token_hex(8)}"
     try:
         token = secrets.token_hex(8)
@@ -48,6 +51,8 @@ def probe(target: RedisTarget, password: str | None, timeout: float = 2.0,
         return ProbeResult(False, "ProbeFailed", f"Redis at {where} refused the probe: {type(e).__name__}")
     except (redis.ConnectionError, redis.TimeoutError, OSError) as e:
         return ProbeResult(False, "ConnectionFailed", f"cannot connect to Redis at {where}: {_short(e)}")
+    except redis.RedisError as e:  # e.g. something that is not Redis answers on that port
+        return ProbeResult(False, "ProbeFailed", f"Redis at {where} answered unexpectedly: {type(e).__name__}")
     finally:
         client.close()
 

@@ -1,0 +1,251 @@
+"""Unit tests of the pure parts: rendering, Redis resolution, health classification,
+condition computation and merging, the no-write comparison."""
+from __future__ import annotations
+
+import pytest
+import yaml
+
+from gateway_operator import api, conditions, render, status
+from gateway_operator.api import GatewaySpec
+from gateway_operator.conditions import Facts, Problem
+from gateway_operator.health import Idempotency, ReplicaHealth, classify
+from gateway_operator.kube import is_subset
+from gateway_operator.redis_probe import ProbeResult
+from gateway_operator.redis_target import InvalidRedisURL, resolve
+from support.operator import gateway_deployment, redis_store
+
+OWNER = render.Owner("gw", "prod", "uid-1")
+OK = ProbeResult(True, "ProbeSucceeded", "ok")
+DOWN = ProbeResult(False, "ConnectionFailed", "cannot connect")
+
+
+def spec(**overrides) -> GatewaySpec:
+    return GatewaySpec.parse(gateway_deployment("gw", **overrides)["spec"])
+
+
+# -- Redis target ----------------------------------------------------------------------
+
+def test_default_prefix_is_per_namespace_and_name() -> None:
+    a = resolve(spec(redis={"url": "redis://r:6380/2"}).redis, "prod", "gw")
+    b = resolve(spec(redis={"url": "redis://r:6380/2"}).redis, "staging", "gw")
+    assert a is not None and b is not None
+    assert (a.host, a.port, a.db, a.url) == ("r", 6380, 2, "redis://r:6380/2")
+    assert a.prefix == "gwop:prod:gw:" and b.prefix == "gwop:staging:gw:"
+
+
+def test_host_form_tls_and_managed() -> None:
+    t = resolve(spec(redis={"host": "r", "port": 7000, "db": 1, "tls": {"enabled": True}, "prefix": "x:"}).redis, "p", "g")
+    assert t is not None and (t.url, t.endpoint, t.prefix) == ("rediss://r:7000/1", "r:7000/1", "x:")
+    m = resolve(spec(redis={"managed": {"enabled": True}}).redis, "p", "g")
+    assert m is not None and m.host == "g-redis.p.svc" and m.password_ref == api.SecretKeyRef("g-redis", "password")
+    assert resolve(spec().redis, "p", "g") is None
+
+
+@pytest.mark.parametrize("url", ["redis://r:notaport/0", "http://r:6379", "redis://u:p@r:6379", "redis://r:6379/x"])
+def test_malformed_urls_are_specific_errors(url: str) -> None:
+    with pytest.raises(InvalidRedisURL):
+        resolve(spec(redis={"url": url}).redis, "p", "g")
+
+
+# -- rendering ---------------------------------------------------------------------------
+
+def test_rendered_config_carries_redis_without_secrets() -> None:
+    s = spec(replicas=3, config=redis_store(), redis={"url": "redis://r:6379/0", "passwordSecretRef": {"name": "pw"}})
+    target = resolve(s.redis, OWNER.namespace, OWNER.name)
+    config = render.gateway_config(OWNER, s, target)
+    assert config["push"]["redis"] == {"url": "redis://r:6379/0", "prefix": "gwop:prod:gw:",
+                                       "password": "${GATEWAY_REDIS_PASSWORD}"}
+    assert config["turn_lock"] == {"backend": "redis"}
+    assert config["gateway"]["allowed_origins"] == ["http://gw.prod.svc", "http://gw.prod.svc.cluster.local"]
+
+
+def test_user_turn_lock_choice_is_kept() -> None:
+    s = spec(config=redis_store({"turn_lock": {"backend": "memory"}}), redis={"url": "redis://r:6379/0"})
+    assert render.gateway_config(OWNER, s, resolve(s.redis, "prod", "gw"))["turn_lock"] == {"backend": "memory"}
+
+
+def test_config_change_changes_the_pod_template_hash() -> None:
+    a, b = spec(), spec(config={"agents": {"assistant": {"instructions": "other"}}})
+    ha = render.config_hash(render.config_map(OWNER, a, None))
+    hb = render.config_hash(render.config_map(OWNER, b, None))
+    assert ha != hb
+    assert render.deployment(OWNER, a, None, 1, ha)["spec"]["template"]["metadata"]["annotations"][
+        api.ANNOTATION_CONFIG_HASH] == ha
+
+
+def test_strategy_pdb_and_affinity_follow_the_store() -> None:
+    single = spec()
+    shared = spec(replicas=3, config=redis_store(), redis={"url": "redis://r:6379/0"})
+    assert render.deployment(OWNER, single, None, 1, "h")["spec"]["strategy"] == {"type": "Recreate"}
+    assert render.deployment(OWNER, shared, None, 3, "h")["spec"]["strategy"]["type"] == "RollingUpdate"
+    assert render.disruption_budget(OWNER, single) is None
+    assert render.disruption_budget(OWNER, shared)["spec"]["maxUnavailable"] == 1
+    assert render.service(OWNER, shared)["spec"]["sessionAffinity"] == "ClientIP"
+
+
+def test_pod_security_is_restricted() -> None:
+    pod = render.deployment(OWNER, spec(), None, 1, "h")["spec"]["template"]["spec"]
+    c = pod["containers"][0]["securityContext"]
+    assert pod["securityContext"]["runAsNonRoot"] and pod["securityContext"]["seccompProfile"]["type"] == "RuntimeDefault"
+    assert c["allowPrivilegeEscalation"] is False and c["readOnlyRootFilesystem"] is True
+    assert c["capabilities"] == {"drop": ["ALL"]}
+
+
+def test_managed_redis_objects() -> None:
+    objects = render.managed_redis(OWNER, spec(config=redis_store(), redis={"managed": {"enabled": True}}))
+    kinds = {o["kind"]: o for o in objects}
+    assert set(kinds) == {"Deployment", "Service", "NetworkPolicy"}
+    policy = kinds["NetworkPolicy"]["spec"]
+    assert policy["ingress"][0]["from"][0]["podSelector"]["matchLabels"] == api.selector_for("gw")
+    assert "--requirepass" in kinds["Deployment"]["spec"]["template"]["spec"]["containers"][0]["command"][2]
+
+
+# -- health ------------------------------------------------------------------------------
+
+def owner(reason: str, owner_id: str = "durability:idempotency") -> dict:
+    return {"owner_kind": "gateway", "owner_id": owner_id, "state": "cold", "reason": reason}
+
+
+@pytest.mark.parametrize("body, expected", [
+    ({"status": "healthy"}, Idempotency.HEALTHY),
+    ({"degraded_owners": [owner("redis idempotency backend not available (running per-replica)")]},
+     Idempotency.BUILD_TIME_FALLBACK),
+    ({"degraded_owners": [owner("redis idempotency backend unreachable at runtime (dedup best-effort until "
+                                "it recovers)")]}, Idempotency.RUNTIME_OUTAGE),
+    ({"degraded_owners": [owner("something new")]}, Idempotency.OTHER),
+    ({"degraded_owners": [owner("Error 111 connecting", "turn_lock:redis")]}, Idempotency.HEALTHY),
+    ({"degraded_owners": "garbage"}, Idempotency.HEALTHY),
+])
+def test_classify(body: dict, expected: Idempotency) -> None:
+    assert classify(body) is expected
+
+
+# -- conditions ----------------------------------------------------------------------------
+
+def facts(**kw) -> Facts:
+    base = dict(generation=2, desired_replicas=3, store_backend="redis", policy="Refuse", persistence=False,
+                redis_configured=True, running_replicas=3, ready_replicas=3, updated_replicas=3,
+                rollout_observed=True, probe=OK,
+                health=tuple(ReplicaHealth(f"p{i}", Idempotency.HEALTHY) for i in range(3)))
+    base.update(kw)
+    return Facts(**base)
+
+
+def by_type(f: Facts) -> dict[str, conditions.Condition]:
+    return {c.type: c for c in conditions.compute(f)}
+
+
+def test_all_healthy_on_redis_holds_exactly_once() -> None:
+    c = by_type(facts())
+    assert (c["Ready"].status, c["ExactlyOnceAdmission"].status, c["ExactlyOnceAdmission"].reason) == \
+        ("True", "True", "SharedRedisStore")
+    assert c["IdempotencyDegraded"].status == "False" and c["Stalled"].status == "False"
+
+
+def test_degraded_replicas_pick_the_worst_reason_and_count() -> None:
+    health = (ReplicaHealth("a", Idempotency.RUNTIME_OUTAGE), ReplicaHealth("b", Idempotency.BUILD_TIME_FALLBACK),
+              ReplicaHealth("c", Idempotency.HEALTHY))
+    c = by_type(facts(health=health))
+    assert (c["IdempotencyDegraded"].status, c["IdempotencyDegraded"].reason) == ("True", "BuildTimeFallback")
+    assert c["IdempotencyDegraded"].message.startswith("2 of 3 replicas")
+    assert c["ExactlyOnceAdmission"].status == "False"
+
+
+def test_gate_and_unreachable_redis() -> None:
+    c = by_type(facts(probe=DOWN, running_replicas=1, ready_replicas=1, updated_replicas=1))
+    assert (c["Ready"].reason, c["Reconciling"].reason) == ("WaitingForRedis", "WaitingForRedis")
+    assert (c["RedisReachable"].status, c["ExactlyOnceAdmission"].reason) == ("False", "RedisUnreachable")
+
+
+def test_unanswered_health_is_unknown_not_true() -> None:
+    c = by_type(facts(health=(ReplicaHealth("a", Idempotency.UNKNOWN),)))
+    assert (c["ExactlyOnceAdmission"].status, c["ExactlyOnceAdmission"].reason) == ("Unknown", "ReplicasUnverified")
+
+
+def test_sqlite_variants() -> None:
+    base = dict(store_backend="sqlite", redis_configured=False, probe=None, health=())
+    assert by_type(facts(**base, desired_replicas=1, running_replicas=1, ready_replicas=1, updated_replicas=1,
+                         persistence=True))["ExactlyOnceAdmission"].reason == "SingleReplicaDurableStore"
+    assert by_type(facts(**base, desired_replicas=1, running_replicas=1, ready_replicas=1,
+                         updated_replicas=1))["ExactlyOnceAdmission"].reason == "StoreNotPersistent"
+    warn = by_type(facts(**base, policy="Warn"))
+    assert warn["ExactlyOnceAdmission"].reason == "PerReplicaStores" and "NOT held" in warn["Ready"].message
+
+
+def test_problem_stalls() -> None:
+    c = by_type(facts(problem=Problem("SecretNotFound", "Secret 'x' ...")))
+    assert (c["Stalled"].status, c["Stalled"].reason, c["Ready"].reason, c["Reconciling"].status) == \
+        ("True", "SecretNotFound", "SecretNotFound", "False")
+
+
+def test_merge_moves_transition_time_only_on_flips() -> None:
+    first = conditions.merge([], conditions.compute(facts()), 2, "T1")
+    same = conditions.merge(first, conditions.compute(facts()), 2, "T2")
+    assert same == first
+    flipped = conditions.merge(first, conditions.compute(facts(probe=DOWN)), 3, "T3")
+    times = {c["type"]: c["lastTransitionTime"] for c in flipped}
+    assert times["RedisReachable"] == "T3" and times["IdempotencyDegraded"] == "T1"
+    assert all(c["observedGeneration"] == 3 for c in flipped)
+
+
+def test_status_unchanged_means_no_write() -> None:
+    first = status.build({}, facts(), None, "T1")
+    assert not status.changed(first, status.build(first, facts(), None, "T2"))
+    assert status.changed(first, status.build(first, facts(ready_replicas=2), None, "T2"))
+
+
+# -- the no-write comparison ---------------------------------------------------------------
+
+def test_is_subset_ignores_server_defaults_but_not_drift() -> None:
+    desired = {"spec": {"replicas": 1, "template": {"spec": {"containers": [{"name": "c", "resources":
+                                                                            {"limits": {"cpu": "0.5"}}}]}}}}
+    live = {"spec": {"replicas": 1, "revisionHistoryLimit": 10, "template": {"spec": {"containers": [
+        {"name": "c", "imagePullPolicy": "IfNotPresent", "resources": {"limits": {"cpu": "500m"}}}]}}}}
+    assert is_subset(desired, live)
+    live["spec"]["replicas"] = 4
+    assert not is_subset(desired, live)
+
+
+def test_render_cli_output_parses(tmp_path) -> None:
+    from gateway_operator import offline
+    objects = offline.render_objects(gateway_deployment("gw", replicas=2, replicaPolicy="Warn"), "prod")
+    assert [o["kind"] for o in objects] == ["ConfigMap", "Deployment", "Service", "PodDisruptionBudget"]
+    assert yaml.safe_load(objects[0]["data"]["gateway.yaml"])["gateway"]["port"] == 8765
+
+
+# -- the Redis probe against real servers ----------------------------------------------
+
+def test_probe_outcomes(redis_server) -> None:
+    import socket
+    import threading
+    import time as clock
+
+    from gateway_operator.redis_probe import probe
+    from gateway_operator.redis_target import RedisTarget
+
+    def target(port: int) -> RedisTarget:
+        return RedisTarget("127.0.0.1", port, 0, False, "gwop:t:g:", None)
+
+    ok = probe(target(redis_server.port), redis_server.password)
+    assert ok.ok and redis_server.client().keys("gwop:*") == []
+    wrong = probe(target(redis_server.port), "wrong")
+    assert (wrong.ok, wrong.reason) == (False, "AuthenticationFailed") and "wrong" not in wrong.message
+    assert probe(target(redis_server.port), None).reason == "AuthenticationFailed"
+
+    not_redis = socket.socket()
+    not_redis.bind(("127.0.0.1", 0))
+    not_redis.listen()
+
+    def answer_http() -> None:
+        conn, _ = not_redis.accept()
+        conn.recv(1024)
+        conn.sendall(b"HTTP/1.1 400 Bad Request\r\n\r\n")
+        conn.close()
+    threading.Thread(target=answer_http, daemon=True).start()
+    assert probe(target(not_redis.getsockname()[1]), "x").reason == "ProbeFailed"
+    not_redis.close()
+
+    redis_server.stop()
+    started = clock.monotonic()
+    down = probe(target(redis_server.port), redis_server.password, timeout=1)
+    assert down.reason == "ConnectionFailed" and clock.monotonic() - started < 1.5  # one attempt, no retries
