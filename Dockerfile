@@ -1,0 +1,26 @@
+# syntax=docker/dockerfile:1
+# gateway-operator image: a venv built in the first stage, copied into a slim runtime.
+
+FROM python:3.11.11-slim-bookworm AS build
+WORKDIR /src
+COPY requirements.lock pyproject.toml ./
+COPY hack/image-install.sh hack/image-install.sh
+COPY operator/ operator/
+# the same install step the tests run in a clean venv (tests/test_packaging.py)
+RUN bash hack/image-install.sh /opt/gateway-operator /src
+
+FROM python:3.11.11-slim-bookworm
+LABEL org.opencontainers.image.title="gateway-operator" \
+      org.opencontainers.image.description="Kubernetes operator for PraisonAI gateway replicas"
+RUN groupadd --system --gid 10001 operator \
+ && useradd --system --uid 10001 --gid operator --no-create-home --shell /usr/sbin/nologin operator
+COPY --from=build /opt/gateway-operator /opt/gateway-operator
+ENV PATH=/opt/gateway-operator/bin:$PATH \
+    PYTHONDONTWRITEBYTECODE=1 \
+    PYTHONUNBUFFERED=1
+USER 10001:10001
+EXPOSE 8080 8081
+HEALTHCHECK --interval=30s --timeout=5s --start-period=20s \
+  CMD ["python3", "-c", "import urllib.request,sys; urllib.request.urlopen('http://127.0.0.1:8081/healthz', timeout=4)"]
+ENTRYPOINT ["gateway-operator"]
+CMD ["run"]
