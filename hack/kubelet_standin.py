@@ -207,7 +207,7 @@ class NodeAgent:
                      "state": {"running": {"startedAt": ts}}} for c in pod.spec.containers]
         status = {"phase": "Running", "hostIP": "127.0.0.1", "hostIPs": [{"ip": "127.0.0.1"}],
                   "podIP": ip, "podIPs": [{"ip": ip}], "startTime": ts,
-                  "conditions": conditions, "containerStatuses": statuses, "qosClass": "BestEffort"}
+                  "conditions": conditions, "containerStatuses": statuses}
         try:
             self.core.patch_namespaced_pod_status(pod.metadata.name, pod.metadata.namespace,
                                                   {"status": status})

@@ -20,12 +20,12 @@ def free_port(host: str = "127.0.0.1") -> int:
 class RedisServer:
     """One redis-server. ``stop`` and ``start`` keep the same port so clients can reconnect."""
 
-    def __init__(self, password: str | None = None, host: str = "127.0.0.1") -> None:
+    def __init__(self, password: str | None = None, host: str = "127.0.0.1", port: int | None = None) -> None:
         binary = shutil.which("redis-server")
         if binary is None:
             raise RuntimeError("redis-server is not installed (apt-get install redis-server)")
         self.binary, self.host, self.password = binary, host, password
-        self.port = free_port(host)
+        self.port = port or free_port(host)
         self.dir = Path(tempfile.mkdtemp(prefix="gwop-redis-"))
         self.proc: subprocess.Popen[bytes] | None = None
 
