@@ -28,3 +28,10 @@ demo: venv binaries
 
 demo-down:
 	@hack/demo.sh down
+
+# The CRD is generated from operator/gateway_operator/crd.py; both copies are checked by
+# tests/test_crd_admission.py.
+crds: venv
+	$(VENV)/bin/gateway-operator crd > crds/gatewaydeployments.yaml
+	cp crds/gatewaydeployments.yaml charts/gateway-operator/crds/gatewaydeployments.yaml
+.PHONY: crds

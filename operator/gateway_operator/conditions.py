@@ -119,8 +119,9 @@ def _redis(f: Facts) -> Condition:
 def _degraded(f: Facts) -> Condition:
     degraded = f.degraded
     if not degraded:
+        answered = sum(h.state is not Idempotency.UNKNOWN for h in f.health)
         return Condition(IDEMPOTENCY_DEGRADED, "False", "NoDegradedReplicas",
-                         f"no replica reports {_owner()} ({len(f.health)} polled)")
+                         f"no replica reports {_owner()} ({answered} of {len(f.health)} polled replicas answered)")
     counts = Counter(h.state for h in degraded)
     worst = next(s for s in _SEVERITY if counts[s])
     parts = [f"{counts[s]} {DESCRIPTIONS[s]}" for s in _SEVERITY if counts[s]]
