@@ -1,12 +1,17 @@
 """Shared fixtures: one control plane per session, a fresh namespace per test, real Redis."""
 from __future__ import annotations
 
-from typing import Iterator
+from typing import TYPE_CHECKING, Iterator
 
 import pytest
 
 from support.cluster import Cluster
 from support.redis_server import RedisServer
+
+if TYPE_CHECKING:
+    from support.llm_standin import StandInLLM
+    from support.operator import OperatorProcess
+    from support.standins import HealthStandIns
 
 
 @pytest.fixture(scope="session")
@@ -53,3 +58,12 @@ def standins() -> Iterator["HealthStandIns"]:
         yield s
     finally:
         s.close()
+
+
+@pytest.fixture(scope="module")
+def llm() -> Iterator["StandInLLM"]:
+    """The offline OpenAI-compatible LLM STAND-IN the real gateway talks to."""
+    from support.llm_standin import StandInLLM
+    server = StandInLLM().start()
+    yield server
+    server.stop()

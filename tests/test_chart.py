@@ -10,7 +10,6 @@ import base64
 import json
 import subprocess
 import uuid
-from pathlib import Path
 from typing import Iterator
 
 import pytest

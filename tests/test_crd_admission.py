@@ -2,7 +2,6 @@
 same verdict, same message, for good and bad GatewayDeployments."""
 from __future__ import annotations
 
-import copy
 import json
 import subprocess
 import sys

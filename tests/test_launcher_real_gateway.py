@@ -197,13 +197,6 @@ def _terminate(proc: Optional[subprocess.Popen], timeout: float) -> Optional[int
 # --------------------------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def llm() -> Iterator[StandInLLM]:
-    server = StandInLLM().start()
-    yield server
-    server.stop()
-
-
 @pytest.fixture
 def real_redis() -> Iterator[RedisServer]:
     server = RedisServer(password=REDIS_PASSWORD).start()

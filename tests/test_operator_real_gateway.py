@@ -195,13 +195,6 @@ def warm_up(gw: Gateway, tag: str) -> None:
 
 # -- fixtures ----------------------------------------------------------------------------
 
-@pytest.fixture(scope="module")
-def llm() -> Iterator[StandInLLM]:
-    server = StandInLLM().start()
-    yield server
-    server.stop()
-
-
 @pytest.fixture
 def local_pods(cluster: Cluster, llm: StandInLLM) -> Iterator[LocalPods]:
     pods = LocalPods(cluster, llm)

@@ -96,7 +96,10 @@ def test_managed_redis_objects() -> None:
     kinds = {o["kind"]: o for o in objects}
     assert set(kinds) == {"Deployment", "Service", "NetworkPolicy"}
     policy = kinds["NetworkPolicy"]["spec"]
-    assert policy["ingress"][0]["from"][0]["podSelector"]["matchLabels"] == api.selector_for("gw")
+    sources = policy["ingress"][0]["from"]
+    assert sources[0]["podSelector"]["matchLabels"] == api.selector_for("gw")
+    assert sources[1]["podSelector"]["matchLabels"] == {"app.kubernetes.io/name": "gateway-operator"}
+    assert len(sources) == 2  # nobody else reaches the managed Redis
     assert "--requirepass" in kinds["Deployment"]["spec"]["template"]["spec"]["containers"][0]["command"][2]
 
 

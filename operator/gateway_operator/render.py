@@ -25,6 +25,7 @@ HOME_DIR = "/var/lib/gateway/home"
 STATE_DIR = f"{HOME_DIR}/.praisonai"  # the gateway keeps its SQLite store under $HOME/.praisonai/state
 LAUNCHER_SOURCE = Path(__file__).with_name("launcher.py")
 RUN_AS_USER = 10001
+OPERATOR_APP_NAME = "gateway-operator"  # app.kubernetes.io/name of the chart's operator pod
 
 
 @dataclass(frozen=True)
@@ -245,8 +246,11 @@ def managed_redis(owner: Owner, spec: GatewaySpec) -> list[Manifest]:
     policy = _object("networking.k8s.io/v1", "NetworkPolicy", name, owner, component="redis", spec={
         "podSelector": {"matchLabels": selector},
         "policyTypes": ["Ingress"],
-        "ingress": [{"from": [{"podSelector": {"matchLabels": api.selector_for(owner.name)}}],
-                     "ports": [{"port": 6379, "protocol": "TCP"}]}],
+        "ingress": [{"from": [
+            {"podSelector": {"matchLabels": api.selector_for(owner.name)}},
+            # the operator's own Redis probe (its pod, installed by the chart, in any namespace)
+            {"namespaceSelector": {}, "podSelector": {"matchLabels": {api.LABEL_NAME: OPERATOR_APP_NAME}}},
+        ], "ports": [{"port": 6379, "protocol": "TCP"}]}],
     })
     return [deployment_, service_, policy]
 
