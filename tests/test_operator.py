@@ -217,7 +217,8 @@ def test_degraded_replica_flips_conditions_and_recovers(cluster: Cluster, operat
     wait_condition(cluster, namespace, "polled", "ExactlyOnceAdmission", "False", "IdempotencyDegraded")
     assert cluster.get_json("-n", namespace, "gatewaydeployment/polled")["status"]["degradedReplicas"] == 1
     wait_event(cluster, namespace, "polled", "IdempotencyDegraded", "Warning")
-    assert seen_after < 10, f"degradation took {seen_after:.1f}s to show"
+    # interval (1 s) + timeout (1 s), plus kubectl's own polling and a loaded 2-core machine
+    assert seen_after < 5, f"degradation took {seen_after:.1f}s to show"
 
     # an unknown reason (e.g. a raw Redis error) is never copied into status
     replicas[first].degraded_owners = [idempotency_owner("Error 111 connecting to 10.1.2.3:6379 password=hunter2")]

@@ -79,11 +79,12 @@ class GatewayController:
         body = self.body
         spec = GatewaySpec.parse(body.get("spec") or {})
         full = self._dirty or time.monotonic() >= self._next_full
-        outcome = await self._reconcile(body, apply=full)
+        # polling runs beside the reconcile, so a slow Redis probe never delays what the
+        # replicas report: a fact shows within one interval plus the poll timeout
+        outcome, replicas = await asyncio.gather(self._reconcile(body, apply=full), self._poll(spec))
         if not full and outcome.probe is not None and outcome.probe.ok and \
                 outcome.running_replicas < spec.replicas and spec.store_backend == "redis":
             outcome = await self._reconcile(body, apply=True)  # the scale-out gate just opened
-        replicas = await self._poll(spec)
         facts = Facts(
             generation=int(body["metadata"].get("generation") or 0), desired_replicas=spec.replicas,
             store_backend=spec.store_backend, policy=spec.policy, persistence=spec.persistence.enabled,

@@ -34,11 +34,11 @@ class Cluster:
     env: dict[str, str] = field(default_factory=dict)
 
     @classmethod
-    def from_environment(cls) -> "Cluster":
+    def from_environment(cls, directory: str = ".cluster/test") -> "Cluster":
         existing = os.environ.get("GWOP_TEST_KUBECONFIG")
         if existing:
             return cls(Path(existing), owned=False)
-        env = dict(os.environ, GWOP_CLUSTER_DIR=str(REPO / ".cluster/test"))
+        env = dict(os.environ, GWOP_CLUSTER_DIR=str(REPO / directory))
         out = subprocess.run([str(REPO / "hack/cluster.sh"), "up"], env=env, check=True,
                              stdout=subprocess.PIPE, text=True).stdout
         return cls(Path(out.strip().splitlines()[-1]), owned=True, env=env)
