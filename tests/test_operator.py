@@ -359,3 +359,23 @@ def test_gateway_exit_78_is_reported_as_config_rejected(cluster: Cluster, operat
     stalled = wait_condition(cluster, namespace, "rejected", "Stalled", "True", "GatewayConfigRejected")
     assert pod["metadata"]["name"] in stalled["message"]
     assert operator.proc is not None and operator.proc.poll() is None
+
+
+def test_metrics_expose_conditions_and_polls(cluster: Cluster, operator: OperatorProcess, namespace: str,
+                                             redis_server: RedisServer, standins: HealthStandIns) -> None:
+    create_password_secret(cluster, namespace, "redis-auth", redis_server.password)
+    apply_gateway(cluster, namespace, redis_gateway("measured", redis_server, replicas=2))
+    serve_health(cluster, standins, namespace, "measured", 2)
+    wait_condition(cluster, namespace, "measured", "ExactlyOnceAdmission", "True")
+    labels = f'name="measured",namespace="{namespace}"'
+
+    def exposed() -> str | None:
+        text = operator.metrics()
+        return text if f'gateway_operator_condition{{{labels},status="True",type="ExactlyOnceAdmission"}} 1.0' \
+            in text else None
+    text = until(exposed, timeout=20, what="the condition gauge")
+    assert f'gateway_operator_condition{{{labels},status="False",type="ExactlyOnceAdmission"}} 0.0' in text
+    assert f'gateway_operator_health_polls_total{{{labels},result="Healthy"}}' in text
+    assert f"gateway_operator_reconciles_total{{{labels}}}" in text
+    assert "gateway_operator_reconcile_duration_seconds_bucket" in text
+    assert redis_server.password not in text
