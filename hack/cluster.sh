@@ -9,6 +9,8 @@
 #
 # GWOP_CLUSTER_DIR (default: <repo>/.cluster/sandbox) holds pki, etcd data, logs, pids and
 # the admin kubeconfig; tests use their own directory so they never touch the demo's.
+# GWOP_POD_NETWORK (default 127.1.0.0/16): the loopback range the kubelet stand-in takes pod
+# IPs from; give clusters that run at the same time different ranges (the demo uses 127.2/16).
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
 dir=${GWOP_CLUSTER_DIR:-$repo/.cluster/sandbox}
@@ -132,7 +134,7 @@ POLICY
     --concurrent-deployment-syncs 10 --concurrent-replicaset-syncs 10 --v 1
 
   start kubelet-standin "$python" "$repo/hack/kubelet_standin.py" --kubeconfig "$kubeconfig" \
-    --ip-pool-file "$dir/pod-ips.json"
+    --ip-pool-file "$dir/pod-ips.json" --pod-network "${GWOP_POD_NETWORK:-127.1.0.0/16}"
   wait_for "kubelet stand-in node" 60 bash -c "'$bin/kubectl' --kubeconfig '$kubeconfig' get node local-node-0 -o jsonpath='{.status.conditions[?(@.type==\"Ready\")].status}' | grep -qx True"
   wait_for "default service account" 60 "$bin/kubectl" --kubeconfig "$kubeconfig" -n default get serviceaccount default
   usage

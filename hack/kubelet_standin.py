@@ -36,7 +36,9 @@ from kubernetes.client.rest import ApiException
 
 NODE_NAME = "local-node-0"
 LEASE_NAMESPACE = "kube-node-lease"
-POD_NETWORK = ipaddress.ip_network("127.1.0.0/16")
+# Overridable (--pod-network / GWOP_POD_NETWORK) so two local clusters on one host, e.g. the
+# demo sandbox and the test session, never hand out the same pod IP.
+POD_NETWORK = ipaddress.ip_network(os.environ.get("GWOP_POD_NETWORK", "127.1.0.0/16"))
 log = logging.getLogger("kubelet-standin")
 
 
@@ -63,7 +65,7 @@ class StatusOnlyRuntime:
 
 
 class PodIPPool:
-    """Hands out distinct pod IPs from 127.1.0.0/16, persisted so a restart keeps them."""
+    """Hands out distinct pod IPs from POD_NETWORK, persisted so a restart keeps them."""
 
     def __init__(self, state_file: Path) -> None:
         self._file = state_file
@@ -267,10 +269,16 @@ class NodeAgent:
 
 
 def main() -> None:
+    global POD_NETWORK
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--kubeconfig", required=True)
     parser.add_argument("--ip-pool-file", required=True, type=Path)
+    parser.add_argument("--pod-network", default=str(POD_NETWORK),
+                        help="loopback range pod IPs come from (default: $GWOP_POD_NETWORK or 127.1.0.0/16)")
     args = parser.parse_args()
+    POD_NETWORK = ipaddress.ip_network(args.pod_network)
+    if not POD_NETWORK.subnet_of(ipaddress.ip_network("127.0.0.0/8")):
+        parser.error("--pod-network must lie in 127.0.0.0/8 (loopback), so local processes can bind pod IPs")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     config.load_kube_config(args.kubeconfig)
     agent = NodeAgent(client.CoreV1Api(), client.CoordinationV1Api(),
