@@ -54,6 +54,7 @@ sys.path.insert(0, str(REPO / "tests"))  # the sandbox harness: tests/support
 from support.cluster import Cluster, tool  # noqa: E402
 from support.pod_runner import LocalPodProcess, PodRunError, run_pod_locally  # noqa: E402
 from support.redis_server import free_port  # noqa: E402
+from support import wait  # noqa: E402
 
 NAMESPACE = "gateway-demo"
 SYSTEM_NAMESPACE = "gateway-operator-system"
@@ -264,19 +265,8 @@ class Timer:
 
 
 def until(what: str, condition: Callable[[], Any], timeout: float, interval: float = 0.5) -> Any:
-    deadline = time.monotonic() + timeout
-    last: Any = None
-    while True:
-        try:
-            value = condition()
-            if value:
-                return value
-            last = value
-        except (AssertionError, OSError, PodRunError) as e:
-            last = e
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"{what}: not within {timeout:.0f}s (last: {last!r})")
-        time.sleep(interval)
+    return wait.until(condition, timeout=timeout, interval=interval, what=what,
+                      tolerate=(AssertionError, OSError, PodRunError))
 
 
 # -- control plane, CRD, RBAC, admission policy ------------------------------------------

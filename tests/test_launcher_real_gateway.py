@@ -21,7 +21,6 @@ import importlib.util
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import time
@@ -39,6 +38,7 @@ if shutil.which("redis-server") is None:
     pytest.skip("redis-server is not installed", allow_module_level=True)
 
 from support.llm_standin import API_KEY as LLM_API_KEY, StandInLLM  # noqa: E402
+from support.processes import terminate  # noqa: E402
 from support.redis_server import RedisServer, free_port  # noqa: E402
 
 LAUNCHER_PATH = Path(__file__).resolve().parents[1] / "operator" / "gateway_operator" / "launcher.py"
@@ -109,7 +109,7 @@ class LaunchedGateway:
         _wait_until(up, STARTUP_TIMEOUT, f"gateway on port {self.port} did not come up:\n{self.output()}")
 
     def stop(self) -> Optional[int]:
-        return _terminate(self.proc, timeout=15.0)
+        return terminate(self.proc, grace=15.0)
 
     def output(self) -> str:
         return self.log.read_text(errors="replace") if self.log.exists() else ""
@@ -177,19 +177,6 @@ def _wait_until(predicate: Callable[[], bool], timeout: float, message: str) -> 
             return
         time.sleep(0.1)
     raise AssertionError(message)
-
-
-def _terminate(proc: Optional[subprocess.Popen], timeout: float) -> Optional[int]:
-    if proc is None:
-        return None
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=5.0)
-    return proc.returncode
 
 
 # --------------------------------------------------------------------------
@@ -383,7 +370,7 @@ def test_rejected_config_exits_78_with_clear_message(tmp_path: Path, name: str, 
     try:
         code = proc.wait(timeout=STARTUP_TIMEOUT)
     finally:
-        _terminate(proc, timeout=5.0)
+        terminate(proc, grace=5.0)
     output = (tmp_path / name / "launcher.log").read_text()
     lines = [line for line in output.splitlines() if line.startswith("gateway-launcher: fatal config error:")]
 

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from .cluster import REPO, Cluster, tool
+from .processes import terminate
 from .redis_server import free_port
 
 SYSTEM_NAMESPACE = "gwop-test-system"
@@ -94,13 +95,7 @@ class OperatorProcess:
         return self.log_path.read_text(errors="replace")
 
     def stop(self) -> None:
-        if self.proc and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(15)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        terminate(self.proc, grace=15)
         self.proc = None
 
 

@@ -42,7 +42,6 @@ import json
 import os
 import re
 import shutil
-import signal
 import socket
 import subprocess
 import sys
@@ -54,6 +53,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any, Mapping
 
 from .cluster import Cluster
+from .processes import terminate
 
 # A pod's process sees none of the test session's environment, only what an image sets.
 IMAGE_ENV = {"LANG": "C.UTF-8", "PYTHONUNBUFFERED": "1"}
@@ -94,13 +94,7 @@ class LocalPodProcess:
     def stop(self, timeout: float = 15.0) -> int | None:
         """SIGTERM (what the kubelet sends), SIGKILL after ``timeout``; returns the exit code
         and removes the pod's volumes. Safe to call twice."""
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(5)
+        terminate(self.proc, grace=timeout)
         if self._log_text is None:
             self._log_text = self.logs()
             shutil.rmtree(self.root, ignore_errors=True)

@@ -10,6 +10,8 @@ from pathlib import Path
 
 import redis
 
+from .processes import terminate
+
 
 def free_port(host: str = "127.0.0.1") -> int:
     with socket.socket() as s:
@@ -55,13 +57,7 @@ class RedisServer:
             time.sleep(0.05)
 
     def stop(self) -> None:
-        if self.proc and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(5)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        terminate(self.proc, grace=5)
         self.proc = None
 
     def restart(self) -> None:

@@ -1,4 +1,4 @@
-"""Polling with a deadline: tests wait for what a user would see, never sleep blindly."""
+"""Polling with a deadline: tests (and the demo) wait for what a user would see, never sleep blindly."""
 from __future__ import annotations
 
 import time
@@ -7,9 +7,14 @@ from typing import Callable, TypeVar
 T = TypeVar("T")
 
 
-def until(condition: Callable[[], T], timeout: float = 60, interval: float = 0.5,
-          what: str = "condition") -> T:
-    """Return the first truthy value of ``condition()``; fail after ``timeout`` seconds."""
+class WaitTimeout(AssertionError, TimeoutError):
+    """A failed wait: an assertion for pytest, a timeout for scripts."""
+
+
+def until(condition: Callable[[], T], timeout: float = 60, interval: float = 0.5, what: str = "condition",
+          tolerate: tuple[type[BaseException], ...] = (AssertionError,)) -> T:
+    """Return the first truthy value of ``condition()``; fail after ``timeout`` seconds.
+    Exceptions in ``tolerate`` (a kubectl call failing while things settle) count as "not yet"."""
     deadline = time.monotonic() + timeout
     last: object = None
     while True:
@@ -18,8 +23,8 @@ def until(condition: Callable[[], T], timeout: float = 60, interval: float = 0.5
             if value:
                 return value
             last = value
-        except AssertionError as e:  # a kubectl call failing while things settle
+        except tolerate as e:
             last = e
         if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}; last: {last!r}")
+            raise WaitTimeout(f"timed out after {timeout:.0f}s waiting for {what}; last: {last!r}")
         time.sleep(interval)
