@@ -49,11 +49,9 @@ pytestmark = [pytest.mark.gateway, pytest.mark.cluster]
 NAME = "gw"
 HOOK = "deploy"
 INTERVAL = 1  # spec.health.intervalSeconds (support.operator.gateway_deployment)
-# How long a status change may take to show: a few health intervals, plus one Redis probe
-# per controller step - which, while Redis refuses connections, takes ~4 s rather than
-# spec.health.timeoutSeconds, because operator/gateway_operator/redis_probe.py builds its
-# client with redis-py's default retry-with-backoff.
-CONVERGE = 20.0
+# How long a status change may take to show: one health interval plus the poll timeout
+# (1 s each), with room for kubectl's own polling on a loaded 2-core machine.
+CONVERGE = 10.0
 RUNTIME_OUTAGE = "redis idempotency backend unreachable at runtime"
 
 
