@@ -379,3 +379,25 @@ def test_metrics_expose_conditions_and_polls(cluster: Cluster, operator: Operato
     assert f"gateway_operator_reconciles_total{{{labels}}}" in text
     assert "gateway_operator_reconcile_duration_seconds_bucket" in text
     assert redis_server.password not in text
+
+
+def test_rotated_redis_password_rolls_the_pods(cluster: Cluster, operator: OperatorProcess, namespace: str,
+                                               redis_server: RedisServer) -> None:
+    """Env vars are read at container start: a rotated Secret must restart the replicas."""
+    create_password_secret(cluster, namespace, "redis-auth", redis_server.password)
+    apply_gateway(cluster, namespace, redis_gateway("rotating", redis_server, replicas=2))
+    cluster.kubectl("-n", namespace, "wait", "--for=condition=Ready", "gatewaydeployment/rotating", "--timeout=60s")
+
+    def revision() -> str:
+        return cluster.get_json("-n", namespace, "deployment/rotating")["spec"]["template"]["metadata"][
+            "annotations"]["gateway-operator.dev/secrets-revision"]
+    before = revision()
+    new_password = "rotated-password-2"
+    redis_server.client().config_set("requirepass", new_password)
+    redis_server.password = new_password
+    cluster.apply(json.dumps({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "redis-auth"},
+                              "stringData": {"password": new_password}}), "-n", namespace)
+    until(lambda: revision() != before, timeout=30, what="a new secrets revision on the pod template")
+    cluster.kubectl("-n", namespace, "rollout", "status", "deployment/rotating", "--timeout=60s")
+    wait_condition(cluster, namespace, "rotating", "RedisReachable", "True", "ProbeSucceeded")
+    assert new_password not in json.dumps(cluster.get_json("-n", namespace, "deployment/rotating"))

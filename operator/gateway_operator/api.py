@@ -25,7 +25,7 @@ LABEL_COMPONENT = "app.kubernetes.io/component"
 LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
 ANNOTATION_CONFIG_HASH = f"{GROUP}/config-hash"
 ANNOTATION_APPLIED_HASH = f"{GROUP}/applied-hash"
-ANNOTATION_RESTARTED_AT = f"{GROUP}/restarted-at"
+ANNOTATION_SECRETS_REVISION = f"{GROUP}/secrets-revision"
 
 
 GATEWAY_PORT = 8765

@@ -111,9 +111,9 @@ class Kube:
         resource.delete(name=name, namespace=namespace)
         return True
 
-    def secret_value(self, namespace: str, name: str, key: str) -> str | None:
-        """The decoded value; None when the Secret exists but lacks the key. Raises
-        LookupError when the Secret does not exist."""
+    def secret_value(self, namespace: str, name: str, key: str) -> tuple[str | None, str]:
+        """The decoded value (None when the Secret exists but lacks the key) and the Secret's
+        resourceVersion. Raises LookupError when the Secret does not exist."""
         import base64
         try:
             secret = self.core.read_namespaced_secret(name, namespace)
@@ -122,9 +122,10 @@ class Kube:
                 raise LookupError(name) from None
             raise
         data = secret.data or {}
+        version = str(secret.metadata.resource_version)
         if key not in data:
-            return None
-        return base64.b64decode(data[key]).decode()
+            return None, version
+        return base64.b64decode(data[key]).decode(), version
 
     def patch_status(self, namespace: str, name: str, status: Mapping[str, Any]) -> dict[str, Any]:
         return self.custom.patch_namespaced_custom_object_status(

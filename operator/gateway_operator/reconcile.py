@@ -82,17 +82,18 @@ def reconcile(kube: Kube, body: Mapping[str, Any], pods: Sequence[PodView], appl
     try:
         if apply:
             out.writes += _ensure_generated_secrets(kube, owner, spec)
-        password, out.problem = _secret_inputs(kube, owner, spec, out.target)
-        if out.problem:  # keep what runs: pods referencing a missing Secret would not start
+        inputs = _secret_inputs(kube, owner, spec, out.target)
+        if inputs.problem:  # keep what runs: pods referencing a missing Secret would not start
+            out.problem = inputs.problem
             return _observe(kube, owner, out)
         if out.target is not None:
-            out.probe = probe(out.target, password, timeout=spec.health.timeout_seconds,
+            out.probe = probe(out.target, inputs.password, timeout=spec.health.timeout_seconds,
                               host_override=_managed_redis_ip(kube, owner, out.target))
         if policy_breach:
             out.problem = Problem("ReplicaPolicyViolation", MSG_REPLICAS_NEED_REDIS)
         if apply:
             replicas = _replicas(kube, owner, spec, out)
-            for manifest in render.desired_objects(owner, spec, out.target, replicas):
+            for manifest in render.desired_objects(owner, spec, out.target, replicas, inputs.revision):
                 out.writes += kube.apply(manifest).written
             if spec.replicas <= 1:
                 out.writes += kube.delete_if_present("policy/v1", "PodDisruptionBudget", owner.namespace,
@@ -118,25 +119,33 @@ def _ensure_generated_secrets(kube: Kube, owner: render.Owner, spec: GatewaySpec
     return created
 
 
-def _secret_inputs(kube: Kube, owner: render.Owner, spec: GatewaySpec,
-                   target: RedisTarget | None) -> tuple[str | None, Problem | None]:
-    """Checks every Secret the pods will read; returns the Redis password for the probe."""
+@dataclass(frozen=True)
+class SecretInputs:
+    password: str | None = None   # the Redis password, for the operator's own probe
+    revision: str = ""            # changes when a Secret the pods read changes
+    problem: Problem | None = None
+
+
+def _secret_inputs(kube: Kube, owner: render.Owner, spec: GatewaySpec, target: RedisTarget | None) -> SecretInputs:
+    """Checks every Secret the pods will read (env vars are read at container start, so a
+    rotated Secret must roll the pods: its resourceVersion goes into ``revision``)."""
     refs = [("spec.authTokenSecretRef", render.auth_token_ref(owner.name, spec))]
     if target is not None and target.password_ref is not None:
         refs.append(("spec.redis.passwordSecretRef", target.password_ref))
-    password = None
+    password, versions = None, []
     for field_name, ref in refs:
         try:
-            value = kube.secret_value(owner.namespace, ref.name, ref.key)
+            value, version = kube.secret_value(owner.namespace, ref.name, ref.key)
         except LookupError:
-            return None, Problem("SecretNotFound", f"Secret {ref.name!r} named by {field_name} does not exist "
-                                                   f"in namespace {owner.namespace}")
+            return SecretInputs(problem=Problem("SecretNotFound", f"Secret {ref.name!r} named by {field_name} does "
+                                                                  f"not exist in namespace {owner.namespace}"))
         if value is None:
-            return None, Problem("SecretKeyMissing", f"Secret {ref.name!r} named by {field_name} has no key "
-                                                     f"{ref.key!r}")
+            return SecretInputs(problem=Problem("SecretKeyMissing", f"Secret {ref.name!r} named by {field_name} has "
+                                                                    f"no key {ref.key!r}"))
+        versions.append(f"{ref.name}@{version}")
         if target is not None and ref == target.password_ref:
             password = value
-    return password, None
+    return SecretInputs(password, render.digest(sorted(versions)))
 
 
 def _managed_redis_ip(kube: Kube, owner: render.Owner, target: RedisTarget) -> str | None:

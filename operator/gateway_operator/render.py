@@ -89,17 +89,19 @@ def config_map(owner: Owner, spec: GatewaySpec, redis: RedisTarget | None) -> Ma
 def config_hash(config_map_manifest: Manifest) -> str:
     """Pod-template annotation: a config change rolls the pods, as the gateway only rebuilds
     its idempotency store on restart."""
-    return _digest(config_map_manifest["data"])
+    return digest(config_map_manifest["data"])
 
 
 def deployment(owner: Owner, spec: GatewaySpec, redis: RedisTarget | None, replicas: int,
-               config_checksum: str) -> Manifest:
+               config_checksum: str, secrets_revision: str = "") -> Manifest:
     single_sqlite = spec.store_backend != "redis" and spec.replicas <= 1
     strategy: dict[str, Any] = (
         {"type": "Recreate"} if single_sqlite  # never two pods with separate stores at once
         else {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 0, "maxSurge": 1}})
     pod_labels = {**dict(spec.pod.get("podLabels") or {}), **api.labels_for(owner.name)}
     annotations = {**dict(spec.pod.get("podAnnotations") or {}), api.ANNOTATION_CONFIG_HASH: config_checksum}
+    if secrets_revision:  # a rotated password or token reaches the pods only by a restart
+        annotations[api.ANNOTATION_SECRETS_REVISION] = secrets_revision
     pod_spec: dict[str, Any] = {
         "securityContext": {"runAsNonRoot": True, "runAsUser": RUN_AS_USER, "runAsGroup": RUN_AS_USER,
                             "fsGroup": RUN_AS_USER, "seccompProfile": {"type": "RuntimeDefault"}},
@@ -261,7 +263,8 @@ def generated_secret(owner: Owner, name: str, key: str, value: str, component: s
                    stringData={key: value})
 
 
-def desired_objects(owner: Owner, spec: GatewaySpec, redis: RedisTarget | None, replicas: int) -> list[Manifest]:
+def desired_objects(owner: Owner, spec: GatewaySpec, redis: RedisTarget | None, replicas: int,
+                    secrets_revision: str = "") -> list[Manifest]:
     """Everything the gateway needs, in apply order (config before the pods that mount it)."""
     cm = config_map(owner, spec, redis)
     objects = [cm]
@@ -269,7 +272,7 @@ def desired_objects(owner: Owner, spec: GatewaySpec, redis: RedisTarget | None, 
     if claim:
         objects.append(claim)
     objects += managed_redis(owner, spec)
-    objects.append(deployment(owner, spec, redis, replicas, config_hash(cm)))
+    objects.append(deployment(owner, spec, redis, replicas, config_hash(cm), secrets_revision))
     objects.append(service(owner, spec))
     pdb = disruption_budget(owner, spec)
     if pdb:
@@ -288,11 +291,11 @@ def _object(api_version: str, kind: str, name: str, owner: Owner, component: str
     }
 
 
-def _digest(value: Mapping[str, Any] | list[Any]) -> str:
+def digest(value: Mapping[str, Any] | list[Any]) -> str:
     return hashlib.sha256(json.dumps(value, sort_keys=True).encode()).hexdigest()[:16]
 
 
 def applied_hash(manifest: Manifest) -> str:
     """Fingerprint of what the operator applies, stored on the object so that a field the
     operator stops rendering is removed (a subset check alone would never notice)."""
-    return _digest(manifest)
+    return digest(manifest)
