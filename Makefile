@@ -3,7 +3,10 @@ SHELL := /bin/bash
 VENV := .venv
 PY := $(VENV)/bin/python
 
-.PHONY: venv binaries cluster-up cluster-down test demo demo-down
+.PHONY: system-deps venv binaries cluster-up cluster-down test demo demo-down
+
+system-deps:
+	@hack/system-deps.sh
 
 venv:
 	@hack/venv.sh
@@ -11,7 +14,7 @@ venv:
 binaries:
 	@hack/build-binaries.sh >/dev/null
 
-cluster-up: venv binaries
+cluster-up: system-deps venv binaries
 	@hack/cluster.sh up
 
 cluster-down:
@@ -20,10 +23,10 @@ cluster-down:
 # Unit tests, then the integration suite on its own local control plane (started and
 # stopped by the test session) and real redis-servers. GWOP_TEST_KUBECONFIG=<path> runs
 # the integration suite against an existing cluster instead.
-test: venv binaries
+test: system-deps venv binaries
 	$(PY) -m pytest $(PYTEST_ARGS)
 
-demo: venv binaries
+demo: system-deps venv binaries
 	@hack/demo.sh
 
 demo-down:
