@@ -14,6 +14,8 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Dict
 
+from .http import send_json
+
 # What the gateway gets as OPENAI_API_KEY: never a real key, never sent anywhere but here.
 API_KEY = "sk-standin-not-a-real-key"
 
@@ -58,7 +60,7 @@ class StandInLLM:
                 pass
 
             def do_GET(self) -> None:  # noqa: N802
-                self._send_json({"object": "list", "data": [{"id": "gpt-4o-mini", "object": "model"}]})
+                send_json(self, {"object": "list", "data": [{"id": "gpt-4o-mini", "object": "model"}]})
 
             def do_POST(self) -> None:  # noqa: N802
                 body = json.loads(self.rfile.read(int(self.headers.get("content-length") or 0)) or b"{}")
@@ -66,15 +68,7 @@ class StandInLLM:
                 if body.get("stream"):
                     self._send_stream()
                 else:
-                    self._send_json(completion(llm.REPLY))
-
-            def _send_json(self, payload: Dict[str, Any]) -> None:
-                data = json.dumps(payload).encode()
-                self.send_response(200)
-                self.send_header("content-type", "application/json")
-                self.send_header("content-length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
+                    send_json(self, completion(llm.REPLY))
 
             def _send_stream(self) -> None:
                 self.send_response(200)

@@ -6,10 +6,11 @@ real gateway is exercised in tests/test_operator_real_gateway.py.
 """
 from __future__ import annotations
 
-import json
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+
+from .http import send_json
 
 BUILD_TIME = "redis idempotency backend not available (running per-replica)"
 RUNTIME = "redis idempotency backend unreachable at runtime (dedup best-effort until it recovers)"
@@ -39,12 +40,7 @@ class HealthStandIn:
                     body = {"ready": True, "failing": [], "uptime": 1.0}
                 else:
                     body = {"alive": True}
-                data = json.dumps(body).encode()
-                self.send_response(200)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
+                send_json(self, body)
 
             def log_message(self, *args: Any) -> None:
                 pass
