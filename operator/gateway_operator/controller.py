@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence
 
 import kopf
+from kubernetes.client.rest import ApiException
 
 from . import api, conditions, health, metrics, status
 from .api import GatewaySpec
@@ -65,11 +66,20 @@ class GatewayController:
         self.wake.set()
 
     async def run(self) -> None:
+        """Until cancelled, or until the GatewayDeployment is found gone."""
         while True:
             try:
                 await self.step()
             except asyncio.CancelledError:
                 raise
+            except ApiException as e:
+                if e.status == 404:  # deleted, and the watch event that says so was missed
+                    log.info("gateway %s/%s is gone; stopping its loop", self.namespace, self.name)
+                    return
+                # e.g. 422 when a status write meets a CRD rule the spec no longer passes
+                log.warning("gateway %s/%s: the API server refused a request: %s %s", self.namespace,
+                            self.name, e.status, e.reason)
+                metrics.RECONCILE_ERRORS.labels(self.namespace, self.name).inc()
             except Exception:  # never let one object's surprise kill its loop
                 log.exception("gateway %s/%s: step failed", self.namespace, self.name)
                 metrics.RECONCILE_ERRORS.labels(self.namespace, self.name).inc()

@@ -21,7 +21,6 @@ _pod_index: Any = None  # kopf's live index of gateway pods, captured on first u
 def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
     settings.posting.level = logging.INFO   # only the Events the operator posts on purpose
     settings.watching.server_timeout = 270   # re-list before most load balancers cut the watch
-    settings.persistence.finalizer = f"{api.GROUP}/unused"  # no handler here needs one
     kube = Kube(load_config(memo.get("kubeconfig")))
     memo.supervisor = Supervisor(kube, memo.get("controller_settings") or ControllerSettings(), _pods_of)
 

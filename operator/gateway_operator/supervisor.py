@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections import OrderedDict
 from typing import Any, Callable, Mapping, Sequence
 
 from . import metrics
@@ -24,32 +25,55 @@ class Supervisor:
                  pods_of: Callable[[Key], Sequence[PodView]]) -> None:
         self.kube, self.settings, self.pods_of = kube, settings, pods_of
         self._controllers: dict[Key, tuple[str, GatewayController, asyncio.Task[None]]] = {}
+        # uids seen deleted: a late event of a deleted object (same name, re-created) must
+        # neither start a loop for it nor stop the loop of its successor
+        self._deleted: OrderedDict[str, None] = OrderedDict()
 
     def observe(self, event_type: str | None, body: Mapping[str, Any]) -> None:
         meta = body["metadata"]
         key: Key = (meta["namespace"], meta["name"])
+        uid = meta["uid"]
         if event_type == "DELETED" or meta.get("deletionTimestamp"):
-            self.stop(key)
+            self._remember_deleted(uid)
+            self.stop(key, uid)
+            return
+        if uid in self._deleted:
             return
         entry = self._controllers.get(key)
-        if entry is None or entry[0] != meta["uid"]:  # new, or deleted and re-created
+        if entry is None or entry[0] != uid:  # new, or deleted and re-created
             self.stop(key)
             controller = GatewayController(self.kube, key[0], key[1], lambda: self.pods_of(key), self.settings)
             task = asyncio.get_running_loop().create_task(controller.run(), name=f"gateway {key[0]}/{key[1]}")
-            entry = (meta["uid"], controller, task)
+            task.add_done_callback(lambda _: self._finished(key, uid))
+            entry = (uid, controller, task)
             self._controllers[key] = entry
         entry[1].update(body)
+
+    def _remember_deleted(self, uid: str) -> None:
+        self._deleted[uid] = None
+        while len(self._deleted) > 10_000:
+            self._deleted.popitem(last=False)
+
+    def _finished(self, key: Key, uid: str) -> None:
+        """A loop that ended by itself (its object is gone): forget it."""
+        entry = self._controllers.get(key)
+        if entry and entry[0] == uid and entry[2].done():
+            self._controllers.pop(key)
+            metrics.forget(*key)
 
     def nudge(self, namespace: str, name: str | None) -> None:
         entry = self._controllers.get((namespace, name or ""))
         if entry:
             entry[1].nudge()
 
-    def stop(self, key: Key) -> None:
-        entry = self._controllers.pop(key, None)
-        if entry:
-            entry[2].cancel()
-            metrics.forget(*key)
+    def stop(self, key: Key, uid: str | None = None) -> None:
+        """Stop the loop for ``key`` (only if it serves ``uid``, when given)."""
+        entry = self._controllers.get(key)
+        if entry is None or (uid is not None and entry[0] != uid):
+            return
+        self._controllers.pop(key)
+        entry[2].cancel()
+        metrics.forget(*key)
 
     async def stop_all(self) -> None:
         tasks = [entry[2] for entry in self._controllers.values()]

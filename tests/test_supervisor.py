@@ -1,0 +1,61 @@
+"""The Supervisor under out-of-order watch events, and a loop whose object is gone.
+
+A test double stands in for the API client here (named ``GoneKube``): every call answers
+404, as the API server does for a deleted GatewayDeployment.
+"""
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from kubernetes.client.rest import ApiException
+
+from gateway_operator.controller import ControllerSettings
+from gateway_operator.supervisor import Supervisor
+from support.operator import gateway_deployment
+
+
+class GoneKube:
+    """Test double: every API call finds nothing (the object was deleted)."""
+
+    def __getattr__(self, name: str) -> Any:
+        def gone(*args: Any, **kwargs: Any) -> Any:
+            raise ApiException(status=404, reason="Not Found")
+        return gone
+
+
+def body(uid: str, generation: int = 1) -> dict:
+    doc = gateway_deployment("gw")
+    doc["metadata"].update(namespace="ns", uid=uid, generation=generation, resourceVersion="1")
+    return doc
+
+
+def supervisor() -> Supervisor:
+    return Supervisor(GoneKube(), ControllerSettings(), lambda key: [])  # type: ignore[arg-type]
+
+
+def test_late_events_of_a_deleted_object_start_nothing_and_stop_nothing() -> None:
+    async def scenario() -> None:
+        s = supervisor()
+        s.observe("ADDED", body("uid-1"))
+        assert s._controllers[("ns", "gw")][0] == "uid-1"
+        s.observe("DELETED", body("uid-1"))
+        assert ("ns", "gw") not in s._controllers
+        s.observe("MODIFIED", body("uid-1"))  # stale event delivered after the deletion
+        assert ("ns", "gw") not in s._controllers
+        s.observe("ADDED", body("uid-2"))  # re-created under the same name
+        s.observe("DELETED", body("uid-1"))  # a late, duplicate deletion of the old one
+        assert s._controllers[("ns", "gw")][0] == "uid-2"
+        await s.stop_all()
+    asyncio.run(scenario())
+
+
+def test_a_loop_whose_object_is_gone_ends_and_is_forgotten() -> None:
+    async def scenario() -> None:
+        s = supervisor()
+        s.observe(None, body("uid-9"))
+        task = s._controllers[("ns", "gw")][2]
+        await asyncio.wait_for(task, timeout=10)  # ends by itself on the 404
+        await asyncio.sleep(0)
+        assert ("ns", "gw") not in s._controllers
+    asyncio.run(scenario())
