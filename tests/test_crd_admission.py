@@ -44,6 +44,34 @@ CASES = {
                    validation.MSG_PREFIX_FORMAT),
     "unknown policy": (gateway_deployment("a", replicaPolicy="Maybe"), 'Unsupported value: "Maybe"'),
     "replicas as text": (gateway_deployment("a", replicas="two"), "must be of type integer"),
+    # hostile input (issue 7): every form the operator could not act on is refused up front
+    **{f"redis url {url}": (gateway_deployment("a", config=redis_store(), redis={"url": url}),
+                            validation.MSG_REDIS_URL_SCHEME)
+       for url in ("redis://r:0", "redis://r:99999", "redis://[::1", "redis://[fe80::1%eth0]:6379",
+                   "redis://r:6379/0?password=x", "redis://r:6379/99", "redis://r:6379/0#x", "redis://r:port")},
+    "ipv6 url": (gateway_deployment("a", config=redis_store(), redis={"url": "rediss://[fd00::5]:6380/2"}), None),
+    "host with credentials": (gateway_deployment("a", config=redis_store(), redis={"host": ":pw@evil.example"}),
+                              validation.MSG_REDIS_HOST),
+    "host with port": (gateway_deployment("a", config=redis_store(), redis={"host": "r:6380"}),
+                       validation.MSG_REDIS_HOST),
+    "name too long": ({**gateway_deployment("a"), "metadata": {"name": "a" * 58}}, validation.MSG_NAME),
+    "name with dots": ({**gateway_deployment("a"), "metadata": {"name": "a.b"}}, validation.MSG_NAME),
+    **{f"env {name}": (gateway_deployment("a", env=[{"name": name, "value": "x"}]), validation.MSG_RESERVED_ENV)
+       for name in validation.RESERVED_ENV},
+    "env of a user": (gateway_deployment("a", env=[{"name": "OPENAI_API_KEY", "valueFrom": {
+        "secretKeyRef": {"name": "llm", "key": "key"}}}]), None),
+    "top-level hooks_idempotency": (gateway_deployment("a", replicas=3, config={
+        **redis_store(), "hooks_idempotency": {"store_backend": "sqlite"}}, redis=REDIS),
+        validation.MSG_IDEMPOTENCY_FORMS),
+    "top-level idempotency": (gateway_deployment("a", config={**redis_store(), "idempotency": {"x": 1}},
+                                                 redis=REDIS), validation.MSG_IDEMPOTENCY_FORMS),
+    "gateway.hooks_idempotency": (gateway_deployment("a", config={
+        **redis_store(), "gateway": {"hooks_idempotency": {"store_backend": "sqlite"}}}, redis=REDIS),
+        validation.MSG_IDEMPOTENCY_FORMS),
+    "hooks_idempotency as text": (gateway_deployment("a", config={**redis_store(), "hooks_idempotency": "sqlite"},
+                                                     redis=REDIS), "must be of type object"),
+    "config.gateway as text": (gateway_deployment("a", config={**redis_store(), "gateway": "x"}, redis=REDIS),
+                               "must be of type object"),
 }
 
 

@@ -92,13 +92,18 @@ def test_pod_security_is_restricted() -> None:
 
 
 def test_managed_redis_objects() -> None:
-    objects = render.managed_redis(OWNER, spec(config=redis_store(), redis={"managed": {"enabled": True}}))
+    operator = render.OperatorIdentity("ops-system", "ops")
+    objects = render.managed_redis(OWNER, spec(config=redis_store(), redis={"managed": {"enabled": True}}), operator)
     kinds = {o["kind"]: o for o in objects}
     assert set(kinds) == {"Deployment", "Service", "NetworkPolicy"}
     policy = kinds["NetworkPolicy"]["spec"]
     sources = policy["ingress"][0]["from"]
     assert sources[0]["podSelector"]["matchLabels"] == api.selector_for("gw")
-    assert sources[1]["podSelector"]["matchLabels"] == {"app.kubernetes.io/name": "gateway-operator"}
+    # the operator's probe: only its release's pods, only in its namespace (a pod label alone
+    # can be set by anyone who may create a pod)
+    assert sources[1] == {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "ops-system"}},
+                          "podSelector": {"matchLabels": {"app.kubernetes.io/name": "gateway-operator",
+                                                          "app.kubernetes.io/instance": "ops"}}}
     assert len(sources) == 2  # nobody else reaches the managed Redis
     assert "--requirepass" in kinds["Deployment"]["spec"]["template"]["spec"]["containers"][0]["command"][2]
 
@@ -223,8 +228,13 @@ def test_probe_outcomes(redis_server) -> None:
     import threading
     import time as clock
 
-    from gateway_operator.redis_probe import probe
+    import asyncio
+
+    from gateway_operator.redis_probe import Prober
     from gateway_operator.redis_target import RedisTarget
+
+    def probe(target: RedisTarget, password: str | None, timeout: float = 2) -> ProbeResult:
+        return asyncio.run(Prober().probe("t", target, password, timeout))
 
     def target(port: int) -> RedisTarget:
         return RedisTarget("127.0.0.1", port, 0, False, "gwop:t:g:", None)

@@ -148,6 +148,14 @@ class GatewaySpec:
 
     @classmethod
     def parse(cls, spec: Mapping[str, Any]) -> "GatewaySpec":
+        """Raises ValueError (or TypeError) naming the field when a field the operator reads
+        has the wrong shape (the CRD's schema normally refuses that at admission)."""
+        config = spec.get("config") or {}
+        if not isinstance(config, Mapping):
+            raise ValueError("spec.config must be a mapping")
+        for section in ("gateway", "push", "turn_lock", "hooks"):
+            if config.get(section) is not None and not isinstance(config[section], Mapping):
+                raise ValueError(f"spec.config.{section} must be a mapping")
         service = spec.get("service") or {}
         return cls(
             replicas=int(spec.get("replicas", 1)),

@@ -11,6 +11,7 @@ import argparse
 import logging
 import os
 import sys
+import threading
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -19,9 +20,31 @@ import yaml
 from . import api
 
 
-def _documents(path: str) -> list[dict[str, Any]]:
-    text = sys.stdin.read() if path == "-" else Path(path).read_text()
-    return [d for d in yaml.safe_load_all(text) if isinstance(d, dict) and d.get("kind") == api.KIND]
+class InputError(Exception):
+    """A file that cannot be read as GatewayDeployments: one line, no traceback."""
+
+
+def _documents(paths: Sequence[str]) -> list[tuple[str, dict[str, Any]]]:
+    """Every GatewayDeployment in the files named by -f (repeatable; - is stdin)."""
+    found = []
+    for path in paths:
+        try:
+            text = sys.stdin.read() if path == "-" else Path(path).read_text(encoding="utf-8")
+            docs = list(yaml.safe_load_all(text))
+        except IsADirectoryError:
+            raise InputError(f"{path}: is a directory; name the files (e.g. -f {path}/*.yaml)") from None
+        except OSError as e:
+            raise InputError(f"{path}: {e.strerror or e}") from None
+        except UnicodeDecodeError:
+            raise InputError(f"{path}: not UTF-8 text") from None
+        except yaml.YAMLError as e:
+            raise InputError(f"{path}: not valid YAML: {str(e).splitlines()[0]}") from None
+        except RecursionError:
+            raise InputError(f"{path}: nests too deeply to read") from None
+        found += [(path, d) for d in docs if isinstance(d, dict) and d.get("kind") == api.KIND]
+    if not found:
+        raise InputError(f"{', '.join(paths)}: no {api.KIND} found")
+    return found
 
 
 def cmd_crd(_: argparse.Namespace) -> int:
@@ -30,30 +53,42 @@ def cmd_crd(_: argparse.Namespace) -> int:
     return 0
 
 
+def _print_refusal(doc: dict[str, Any], errors: Sequence[str]) -> None:
+    name = (doc.get("metadata") or {}).get("name", "?")
+    print(f'The {api.KIND} "{name}" is invalid:', file=sys.stderr)
+    for error in errors:
+        print(f"* {error}", file=sys.stderr)
+
+
 def cmd_check(args: argparse.Namespace) -> int:
     from .offline import check
     failed = 0
-    docs = _documents(args.file)
-    if not docs:
-        print(f"{args.file}: no {api.KIND} found", file=sys.stderr)
-        return 1
-    for doc in docs:
-        name = (doc.get("metadata") or {}).get("name", "?")
+    for _, doc in _documents(args.file):
         errors = check(doc)
         if errors:
             failed += 1
-            print(f'The {api.KIND} "{name}" is invalid:', file=sys.stderr)
-            for error in errors:
-                print(f"* {error}", file=sys.stderr)
+            _print_refusal(doc, errors)
         else:
-            print(f"{api.KIND} {name!r}: valid")
+            print(f"{api.KIND} {(doc.get('metadata') or {}).get('name', '?')!r}: valid")
     return 1 if failed else 0
 
 
 def cmd_render(args: argparse.Namespace) -> int:
-    from .offline import render_objects
-    for doc in _documents(args.file):
-        sys.stdout.write(yaml.safe_dump_all(render_objects(doc, args.namespace), sort_keys=False))
+    """Renders nothing unless every document passes ``check`` (same messages)."""
+    from .offline import Refused, render_objects
+    from .render import OperatorIdentity
+    operator = OperatorIdentity(args.operator_namespace, args.operator_instance)
+    rendered, failed = [], 0
+    for _, doc in _documents(args.file):
+        try:
+            rendered.append(render_objects(doc, args.namespace, operator))
+        except Refused as e:
+            failed += 1
+            _print_refusal(doc, e.errors)
+    if failed:
+        return 1
+    for objects in rendered:
+        sys.stdout.write(yaml.safe_dump_all(objects, sort_keys=False))
         sys.stdout.write("---\n")
     return 0
 
@@ -74,13 +109,26 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     from . import handlers  # noqa: F401  (registers the kopf handlers)
     from .controller import ControllerSettings
+    from .reconcile import ReconcileSettings
+    from .render import OperatorIdentity
+
+    # The watch stream is decoded by json, which recurses per nesting level; the API server
+    # admits objects nested up to 10,000 levels. Decoding such an object must not kill the
+    # watch for every namespace: the operator then refuses it (ConfigOverLimits) alone.
+    sys.setrecursionlimit(max(sys.getrecursionlimit(), 25_000))
+    threading.stack_size(64 * 1024 * 1024)  # threads that may meet such an object get a deep stack
 
     kopf.configure(verbose=args.verbose, log_format=kopf.LogFormat[args.log_format.upper()])
     logging.getLogger("kopf.objects").addFilter(_QuietHandlerSuccess())
     if args.metrics_port:
         prometheus_client.start_http_server(args.metrics_port, addr=args.bind_address)
-    memo = kopf.Memo(kubeconfig=args.kubeconfig,
-                     controller_settings=ControllerSettings(resync_seconds=args.resync_seconds))
+    reconcile_settings = ReconcileSettings(resync_seconds=args.resync_seconds, operator=OperatorIdentity(
+        args.operator_namespace, args.operator_instance))
+    memo = kopf.Memo(kubeconfig=args.kubeconfig, controller_settings=ControllerSettings(
+        resync_seconds=args.resync_seconds, reconcile=reconcile_settings, redis_allow=tuple(args.redis_allow or ())))
+    if not args.redis_allow:
+        logging.getLogger(__name__).warning(
+            "the Redis probe may connect to any host:port a GatewayDeployment names (no --redis-allow)")
     liveness = f"http://{args.bind_address}:{args.liveness_port}/healthz" if args.liveness_port else None
     kopf.run(standalone=True, namespaces=args.namespace or [], clusterwide=not args.namespace,
              liveness_endpoint=liveness, memo=memo)
@@ -100,16 +148,20 @@ def parser() -> argparse.ArgumentParser:
     run.add_argument("--bind-address", default="0.0.0.0", help="address of the metrics and liveness servers")
     run.add_argument("--log-format", choices=["plain", "full", "json"], default="full")
     run.add_argument("--resync-seconds", type=float, default=60.0, help="full reconcile at least this often")
+    run.add_argument("--redis-allow", action="append", metavar="CIDR|HOST|.DOMAIN",
+                     help="where the Redis probe may connect (repeatable); default: anywhere")
+    _operator_identity_args(run)
     run.add_argument("--verbose", action="store_true")
     run.set_defaults(func=cmd_run)
 
     check = sub.add_parser("check", help="check GatewayDeployments against the CRD's rules, offline")
-    check.add_argument("-f", "--file", required=True, help="YAML file (or - for stdin)")
+    check.add_argument("-f", "--file", required=True, action="append", help="YAML file, repeatable (- for stdin)")
     check.set_defaults(func=cmd_check)
 
     render = sub.add_parser("render", help="print the objects a GatewayDeployment produces")
-    render.add_argument("-f", "--file", required=True, help="YAML file (or - for stdin)")
+    render.add_argument("-f", "--file", required=True, action="append", help="YAML file, repeatable (- for stdin)")
     render.add_argument("--namespace", default="default", help="namespace when the file names none")
+    _operator_identity_args(render)
     render.set_defaults(func=cmd_render)
 
     crd = sub.add_parser("crd", help="print the CustomResourceDefinition")
@@ -117,9 +169,20 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
+def _operator_identity_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--operator-namespace", default=os.environ.get("POD_NAMESPACE", "gateway-operator"),
+                   help="namespace of the operator's pods (a managed Redis admits their probe)")
+    p.add_argument("--operator-instance", default=os.environ.get("OPERATOR_INSTANCE", "gateway-operator"),
+                   help="app.kubernetes.io/instance of the operator's pods (the Helm release)")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = parser().parse_args(argv)
-    return int(args.func(args) or 0)
+    try:
+        return int(args.func(args) or 0)
+    except InputError as e:
+        print(f"gateway-operator: {e}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

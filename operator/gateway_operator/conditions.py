@@ -10,8 +10,11 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping, Sequence
 
+from . import reasons as R
+from .api import IDEMPOTENCY_OWNER
 from .health import DESCRIPTIONS, Idempotency, ReplicaHealth
 from .redis_probe import ProbeResult
+from .replicas import gate_holds
 
 READY, RECONCILING, STALLED = "Ready", "Reconciling", "Stalled"
 REDIS_REACHABLE, IDEMPOTENCY_DEGRADED, EXACTLY_ONCE = "RedisReachable", "IdempotencyDegraded", "ExactlyOnceAdmission"
@@ -48,8 +51,8 @@ class Facts:
     @property
     def gated(self) -> bool:
         """Held below the desired replicas until the operator's Redis probe passes."""
-        return (self.store_backend == "redis" and not (self.probe and self.probe.ok)
-                and self.running_replicas < self.desired_replicas)
+        return gate_holds(self.store_backend, bool(self.probe and self.probe.ok), self.running_replicas,
+                          self.desired_replicas)
 
     @property
     def degraded(self) -> list[ReplicaHealth]:
@@ -71,7 +74,7 @@ def compute(f: Facts) -> list[Condition]:
 def _stalled(f: Facts) -> Condition:
     if f.problem:
         return Condition(STALLED, "True", f.problem.reason, f.problem.message)
-    return Condition(STALLED, "False", "NoProblems", "the operator can act on the spec")
+    return Condition(STALLED, "False", R.NO_PROBLEMS, "the operator can act on the spec")
 
 
 def _rolling(f: Facts) -> bool:
@@ -81,37 +84,37 @@ def _rolling(f: Facts) -> bool:
 
 def _reconciling(f: Facts) -> Condition:
     if f.problem:
-        return Condition(RECONCILING, "False", "Stalled", "reconciliation is blocked; see Stalled")
+        return Condition(RECONCILING, "False", R.RECONCILE_STALLED, "reconciliation is blocked; see Stalled")
     if f.gated:
-        return Condition(RECONCILING, "True", "WaitingForRedis",
+        return Condition(RECONCILING, "True", R.WAITING_FOR_REDIS,
                          f"holding {f.running_replicas} of {f.desired_replicas} replicas until the "
                          "operator's Redis probe passes")
     if _rolling(f):
-        return Condition(RECONCILING, "True", "RollingOut",
+        return Condition(RECONCILING, "True", R.ROLLING_OUT,
                          f"{f.ready_replicas} of {f.running_replicas} replicas ready and updated")
-    return Condition(RECONCILING, "False", "ReconcileComplete", "all objects match the spec")
+    return Condition(RECONCILING, "False", R.RECONCILE_COMPLETE, "all objects match the spec")
 
 
 def _ready(f: Facts) -> Condition:
     if f.problem:
         return Condition(READY, "False", f.problem.reason, f.problem.message)
     if f.gated:
-        return Condition(READY, "False", "WaitingForRedis",
+        return Condition(READY, "False", R.WAITING_FOR_REDIS,
                          f"scale-out to {f.desired_replicas} replicas waits for Redis")
     if _rolling(f) or f.ready_replicas < f.desired_replicas:
-        return Condition(READY, "False", "ReplicasNotReady",
+        return Condition(READY, "False", R.REPLICAS_NOT_READY,
                          f"{f.ready_replicas} of {f.desired_replicas} replicas ready")
     message = f"{f.ready_replicas} of {f.desired_replicas} replicas ready"
     if f.store_backend != "redis" and f.desired_replicas > 1:
         message += "; exactly-once webhook admission is NOT held (replicaPolicy Warn)"
-    return Condition(READY, "True", "Available", message)
+    return Condition(READY, "True", R.AVAILABLE, message)
 
 
 def _redis(f: Facts) -> Condition:
     if not f.redis_configured:
-        return Condition(REDIS_REACHABLE, "Unknown", "RedisNotConfigured", "spec.redis names no Redis")
+        return Condition(REDIS_REACHABLE, "Unknown", R.REDIS_NOT_CONFIGURED, "spec.redis names no Redis")
     if f.probe is None:
-        return Condition(REDIS_REACHABLE, "Unknown", "ProbeNotRun",
+        return Condition(REDIS_REACHABLE, "Unknown", R.PROBE_NOT_RUN,
                          "the Redis probe could not run; see Stalled")
     return Condition(REDIS_REACHABLE, "True" if f.probe.ok else "False", f.probe.reason, f.probe.message)
 
@@ -120,7 +123,7 @@ def _degraded(f: Facts) -> Condition:
     degraded = f.degraded
     if not degraded:
         answered = sum(h.state is not Idempotency.UNKNOWN for h in f.health)
-        return Condition(IDEMPOTENCY_DEGRADED, "False", "NoDegradedReplicas",
+        return Condition(IDEMPOTENCY_DEGRADED, "False", R.NO_DEGRADED_REPLICAS,
                          f"no replica reports {_owner()} ({answered} of {len(f.health)} polled replicas answered)")
     counts = Counter(h.state for h in degraded)
     worst = next(s for s in _SEVERITY if counts[s])
@@ -132,7 +135,7 @@ def _degraded(f: Facts) -> Condition:
 
 
 def _owner() -> str:
-    return "durability:idempotency"
+    return IDEMPOTENCY_OWNER
 
 
 def _exactly_once(f: Facts) -> Condition:
@@ -141,24 +144,24 @@ def _exactly_once(f: Facts) -> Condition:
 
     if f.store_backend != "redis":
         if f.running_replicas > 1:
-            return no("PerReplicaStores", f"{f.running_replicas} replicas each dedup in their own SQLite "
+            return no(R.PER_REPLICA_STORES, f"{f.running_replicas} replicas each dedup in their own SQLite "
                       "store: a webhook fanned to two replicas can run the agent twice")
         if f.running_replicas == 0:
-            return no("NoReplicas", "no replica is running")
+            return no(R.NO_REPLICAS, "no replica is running")
         if not f.persistence:
-            return no("StoreNotPersistent", "one replica on SQLite in an emptyDir: a replaced pod forgets "
+            return no(R.STORE_NOT_PERSISTENT, "one replica on SQLite in an emptyDir: a replaced pod forgets "
                       "admitted webhooks; enable spec.persistence")
-        return Condition(EXACTLY_ONCE, "True", "SingleReplicaDurableStore",
+        return Condition(EXACTLY_ONCE, "True", R.SINGLE_REPLICA_DURABLE_STORE,
                          "one replica on a SQLite store kept on a PersistentVolumeClaim")
     if f.probe is None or not f.probe.ok:
-        return no("RedisUnreachable", "the shared Redis idempotency store is not reachable")
+        return no(R.REDIS_UNREACHABLE, "the shared Redis idempotency store is not reachable")
     if f.degraded:
-        return no("IdempotencyDegraded", f"{len(f.degraded)} replicas are not deduplicating through Redis")
+        return no(R.IDEMPOTENCY_DEGRADED, f"{len(f.degraded)} replicas are not deduplicating through Redis")
     unknown = [h.pod for h in f.health if h.state is Idempotency.UNKNOWN]
     if unknown:
-        return Condition(EXACTLY_ONCE, "Unknown", "ReplicasUnverified",
+        return Condition(EXACTLY_ONCE, "Unknown", R.REPLICAS_UNVERIFIED,
                          f"{len(unknown)} replicas did not answer GET /health")
-    return Condition(EXACTLY_ONCE, "True", "SharedRedisStore",
+    return Condition(EXACTLY_ONCE, "True", R.SHARED_REDIS_STORE,
                      f"every polled replica ({len(f.health)}) dedups through the shared Redis store")
 
 

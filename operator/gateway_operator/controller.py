@@ -2,7 +2,9 @@
 replica's /health each interval, publish status when it changed, post Events on
 transitions, and restart replicas stuck on the build-time fallback.
 
-A single sequential task per object means no two writers ever race on one status.
+A single sequential task per object means no two writers ever race on one status. What
+it does next is decided by the reconcile's ``Result`` (when the next full pass is due);
+an error of its own backs off the same way, and is logged once per change, not per try.
 """
 from __future__ import annotations
 
@@ -11,24 +13,38 @@ import datetime as dt
 import logging
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Mapping, MutableMapping, Sequence
 
 import kopf
 from kubernetes.client.rest import ApiException
 
-from . import api, conditions, health, metrics, status
-from .api import GatewaySpec
-from .conditions import Facts
+from . import api, conditions, health, metrics, reasons, status
+from .api import GatewaySpec, HealthSpec
+from .conditions import Facts, Problem
 from .kube import Kube
-from .reconcile import Outcome, PodView, reconcile
+from .reconcile import Outcome, PodView, ReconcileSettings, reconcile
+from .redis_probe import Prober
 
 log = logging.getLogger(__name__)
+_STICKY = (reasons.APPLY_FAILED, reasons.OBJECT_NOT_OWNED, reasons.RECONCILE_ERROR)
 
 
 @dataclass(frozen=True)
 class ControllerSettings:
     resync_seconds: float = 60.0            # full reconcile (drift check) at least this often
-    problem_backoff: tuple[float, ...] = (2, 4, 8, 16, 30)  # retries while a Problem persists
+    reconcile: ReconcileSettings | None = None
+    redis_allow: tuple[str, ...] = ()        # the probe's allowlist (CIDRs, hosts, .domains); empty: open
+
+    @property
+    def reconcile_settings(self) -> ReconcileSettings:
+        return self.reconcile or ReconcileSettings(resync_seconds=self.resync_seconds)
+
+
+class ObjectLog(logging.LoggerAdapter):  # type: ignore[type-arg]
+    """The operator's log lines about one GatewayDeployment carry its namespace/name."""
+
+    def process(self, msg: Any, kwargs: MutableMapping[str, Any]) -> tuple[Any, MutableMapping[str, Any]]:
+        return f"[{self.extra['object']}] {msg}", kwargs  # type: ignore[index]
 
 
 def now_iso() -> str:
@@ -42,14 +58,20 @@ class GatewayController:
     name: str
     pods: Callable[[], Sequence[PodView]]  # live view of the pod index for this gateway
     settings: ControllerSettings = field(default_factory=ControllerSettings)
+    prober: Prober = field(default_factory=Prober)
     body: Mapping[str, Any] = field(default_factory=dict)
     wake: asyncio.Event = field(default_factory=asyncio.Event)
     _dirty: bool = True
     _reconciled_generation: int | None = None
     _next_full: float = 0.0
-    _problem_streak: int = 0
+    _failures: int = 0                  # consecutive passes that ended with a Problem or an error
+    _last_problem: Problem | None = None  # the last one logged
+    _sticky: Problem | None = None        # a problem of the last full pass that observation cannot see
     _last_restart: float = 0.0
     _rv_floor: int = 0
+
+    def __post_init__(self) -> None:
+        self.log = ObjectLog(log, {"object": f"{self.namespace}/{self.name}"})
 
     def update(self, body: Mapping[str, Any]) -> None:
         """Called for every watch event of the object: wakes the loop when the spec changed."""
@@ -58,6 +80,7 @@ class GatewayController:
         self.body = body
         if body.get("metadata", {}).get("generation") != self._reconciled_generation:
             self._dirty = True
+            self._failures = 0  # a new spec deserves a prompt first try
             self.wake.set()
 
     def nudge(self) -> None:
@@ -74,58 +97,81 @@ class GatewayController:
                 raise
             except ApiException as e:
                 if e.status == 404:  # deleted, and the watch event that says so was missed
-                    log.info("gateway %s/%s is gone; stopping its loop", self.namespace, self.name)
+                    self.log.info("the GatewayDeployment is gone; stopping its loop")
                     return
                 # e.g. 422 when a status write meets a CRD rule the spec no longer passes
-                log.warning("gateway %s/%s: the API server refused a request: %s %s", self.namespace,
-                            self.name, e.status, e.reason)
-                metrics.RECONCILE_ERRORS.labels(self.namespace, self.name).inc()
-            except Exception:  # never let one object's surprise kill its loop
-                log.exception("gateway %s/%s: step failed", self.namespace, self.name)
-                metrics.RECONCILE_ERRORS.labels(self.namespace, self.name).inc()
+                self._note_error(f"the API server refused a request: {e.status} {e.reason}")
+            except Exception as e:  # noqa: BLE001 - never let one object's surprise kill its loop
+                self._note_error(f"step failed: {type(e).__name__}", exc_info=True)
             await self._sleep()
+
+    def _note_error(self, message: str, exc_info: bool = False) -> None:
+        metrics.RECONCILE_ERRORS.labels(self.namespace, self.name).inc()
+        problem = Problem("StepError", message)
+        if problem != self._last_problem:
+            self.log.warning(message, exc_info=exc_info)
+            self._last_problem = problem
+        self._next_full = time.monotonic() + self.settings.reconcile_settings.backoff(self._failures)
+        self._failures += 1
 
     async def step(self) -> None:
         body = self.body
-        spec = GatewaySpec.parse(body.get("spec") or {})
+        spec = _spec_or_none(body)
+        health_spec = spec.health if spec else HealthSpec()
         full = self._dirty or time.monotonic() >= self._next_full
         # polling runs beside the reconcile, so a slow Redis probe never delays what the
         # replicas report: a fact shows within one interval plus the poll timeout
-        outcome, replicas = await asyncio.gather(self._reconcile(body, apply=full), self._poll(spec))
-        if not full and outcome.probe is not None and outcome.probe.ok and \
-                outcome.running_replicas < spec.replicas and spec.store_backend == "redis":
-            outcome = await self._reconcile(body, apply=True)  # the scale-out gate just opened
+        result, replicas = await asyncio.gather(
+            reconcile(self.kube, self.prober, self.settings.reconcile_settings, body, list(self.pods()), full,
+                      self._failures),
+            self._poll(health_spec))
+        outcome = self._settle(body, result.outcome, result.requeue_after)
+        observed = outcome.observed
         facts = Facts(
-            generation=int(body["metadata"].get("generation") or 0), desired_replicas=spec.replicas,
-            store_backend=spec.store_backend, policy=spec.policy, persistence=spec.persistence.enabled,
-            redis_configured=spec.redis.configured, running_replicas=outcome.running_replicas,
-            ready_replicas=outcome.ready_replicas, updated_replicas=outcome.updated_replicas,
-            rollout_observed=outcome.rollout_observed, problem=outcome.problem, probe=outcome.probe,
+            generation=int(body["metadata"].get("generation") or 0),
+            desired_replicas=spec.replicas if spec else 0,
+            store_backend=spec.store_backend if spec else "sqlite", policy=spec.policy if spec else "",
+            persistence=spec.persistence.enabled if spec else False,
+            redis_configured=spec.redis.configured if spec else False, running_replicas=observed.running,
+            ready_replicas=observed.ready, updated_replicas=observed.updated,
+            rollout_observed=observed.rollout_observed, problem=outcome.problem, probe=outcome.probe,
             health=tuple(replicas))
         await self._publish(body, facts, outcome)
-        await self._restart_stale(spec, facts, outcome)
+        if spec is not None:
+            await self._restart_stale(spec, facts, outcome)
 
-    async def _reconcile(self, body: Mapping[str, Any], apply: bool) -> Outcome:
-        started = time.monotonic()
-        outcome = await asyncio.to_thread(reconcile, self.kube, body, list(self.pods()), apply)
-        if apply:
-            metrics.RECONCILE_SECONDS.labels(self.namespace, self.name).observe(time.monotonic() - started)
+    def _settle(self, body: Mapping[str, Any], outcome: Outcome, requeue_after: float) -> Outcome:
+        """Metrics, the next full pass, and one log line per change of problem. A problem
+        only a full pass can see (the API server refused a write, a foreign object) stays
+        until the next full pass, so status does not flap between passes."""
+        now = time.monotonic()
+        if outcome.applied:
             metrics.RECONCILES.labels(self.namespace, self.name).inc()
             metrics.API_WRITES.labels(self.namespace, self.name).inc(outcome.writes)
             self._dirty = False
             self._reconciled_generation = body["metadata"].get("generation")
-            if outcome.problem:
-                delay = self.settings.problem_backoff[min(self._problem_streak, len(self.settings.problem_backoff) - 1)]
-                self._problem_streak += 1
-            else:
-                delay, self._problem_streak = self.settings.resync_seconds, 0
-            self._next_full = time.monotonic() + delay
+            self._next_full = now + requeue_after
+            self._failures = self._failures + 1 if outcome.problem else 0
+            self._sticky = outcome.problem if outcome.problem and outcome.problem.reason in _STICKY else None
+        elif outcome.problem is None and self._sticky is not None:
+            outcome = outcome._replace(problem=self._sticky)
+        elif outcome.problem is not None:
+            self._next_full = min(self._next_full, now + requeue_after)
+        if outcome.error is not None:
+            metrics.RECONCILE_ERRORS.labels(self.namespace, self.name).inc()
+        if outcome.problem != self._last_problem:
+            if outcome.problem is not None:
+                self.log.warning("stalled: %s: %s", outcome.problem.reason, outcome.problem.message,
+                                 exc_info=outcome.error)
+            elif self._last_problem is not None:
+                self.log.info("no longer stalled (was %s)", self._last_problem.reason)
+            self._last_problem = outcome.problem
         return outcome
 
-    async def _poll(self, spec: GatewaySpec) -> list[health.ReplicaHealth]:
+    async def _poll(self, health_spec: HealthSpec) -> list[health.ReplicaHealth]:
         targets = [health.Target(p.name, p.ip, api.GATEWAY_PORT) for p in self.pods()
                    if p.ready and p.ip and not p.deleting]
-        results = await health.poll_replicas(targets, spec.health.timeout_seconds, spec.health.max_concurrency)
+        results = await health.poll_replicas(targets, health_spec.timeout_seconds, health_spec.max_concurrency)
         for r in results:
             metrics.HEALTH_POLLS.labels(self.namespace, self.name, r.state.value).inc()
         return results
@@ -168,18 +214,28 @@ class GatewayController:
         self._last_restart = time.monotonic()
         await asyncio.to_thread(self.kube.delete_pod, self.namespace, pod.name, pod.uid)
         metrics.STALE_RESTARTS.labels(self.namespace, self.name).inc()
+        self.log.info("restarted pod %s: it kept the build-time SQLite fallback", pod.name)
         kopf.event(dict(self.body), type="Normal", reason="RestartedStaleReplica",
                    message=f"restarted pod {pod.name}: it kept the per-replica SQLite fallback after Redis "
                            "came back (the gateway rebuilds its store only on restart)")
 
     async def _sleep(self) -> None:
-        spec = GatewaySpec.parse(self.body.get("spec") or {})
-        timeout = min(spec.health.interval_seconds, max(0.1, self._next_full - time.monotonic()))
+        spec = _spec_or_none(self.body)
+        interval = spec.health.interval_seconds if spec else HealthSpec().interval_seconds
+        timeout = min(interval, max(0.1, self._next_full - time.monotonic()))
         try:
             await asyncio.wait_for(self.wake.wait(), timeout=timeout)
         except asyncio.TimeoutError:
             pass
         self.wake.clear()
+
+
+def _spec_or_none(body: Mapping[str, Any]) -> GatewaySpec | None:
+    """The typed spec, or None when it cannot be read (reconcile reports why)."""
+    try:
+        return GatewaySpec.parse(body.get("spec") or {})
+    except Exception:  # noqa: BLE001 - reconcile turns the same failure into InvalidSpec
+        return None
 
 
 def _resource_version(body: Mapping[str, Any]) -> int:

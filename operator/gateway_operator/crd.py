@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from . import api
-from .validation import RULES
+from .validation import MAX_CONFIG_BYTES, MAX_CONFIG_DEPTH, RESERVED_ENV, RULES
 
 Schema = dict[str, Any]
 
@@ -20,13 +20,19 @@ def _s(type_: str, description: str, **extra: Any) -> Schema:
 
 def _secret_ref(what: str, default_key: str) -> Schema:
     return _s("object", f"Secret (in the same namespace) holding {what}.", required=["name"], properties={
-        "name": _s("string", "Name of the Secret.", minLength=1),
+        "name": _s("string", "Name of the Secret.", minLength=1, maxLength=253),
         "key": _s("string", f"Key inside the Secret (default {default_key!r}).", default=default_key),
     })
 
 
 def _free(description: str, type_: str = "object") -> Schema:
     return {"type": type_, "description": description, "x-kubernetes-preserve-unknown-fields": True}
+
+
+def _forbidden(description: str) -> Schema:
+    """A key that must not be set: declared (as an object, the only shape CEL can see) so that
+    a CEL rule can refuse it with a message; any other shape fails the type check."""
+    return {"type": "object", "description": description, "x-kubernetes-preserve-unknown-fields": True}
 
 
 def _rules(at: str) -> list[dict[str, str]]:
@@ -39,10 +45,22 @@ def config_schema() -> Schema:
         "type": "object",
         "description": ("The gateway's gateway.yaml in its documented shape (gateway, agents, channels, "
                         "hooks, turn_lock, ...). Kept as given, except push.redis, which the operator "
-                        "writes from spec.redis."),
+                        f"writes from spec.redis. At most {MAX_CONFIG_DEPTH} levels deep and "
+                        f"{MAX_CONFIG_BYTES // 1024} KiB (the operator stalls on a bigger one)."),
         "x-kubernetes-preserve-unknown-fields": True,
         "x-kubernetes-validations": _rules("spec.config"),
         "properties": {
+            "gateway": {
+                "type": "object",
+                "description": "Gateway server settings; host and port are set by the operator.",
+                "x-kubernetes-preserve-unknown-fields": True,
+                "properties": {
+                    "hooks": _forbidden("Not allowed: put hooks in config.hooks."),
+                    "hooks_idempotency": _forbidden("Not allowed: use config.hooks.idempotency."),
+                },
+            },
+            "hooks_idempotency": _forbidden("Not allowed: use config.hooks.idempotency."),
+            "idempotency": _forbidden("Not allowed: use config.hooks.idempotency."),
             "agents": _free("Agents, as the gateway documents them (required by the gateway)."),
             "channels": _free("Channels, as the gateway documents them (required by the gateway)."),
             "hooks": {
@@ -97,7 +115,7 @@ def spec_schema() -> Schema:
                                 "admission is not held.", enum=[api.Policy.REFUSE, api.Policy.WARN],
                                 default=api.Policy.REFUSE),
             "image": _s("string", "Gateway container image (praisonai-bot[gateway] 0.1.16 with python3).",
-                        minLength=1),
+                        minLength=1, maxLength=1024),
             "imagePullPolicy": _s("string", "Image pull policy.", enum=["Always", "IfNotPresent", "Never"]),
             "imagePullSecrets": {"type": "array", "description": "Secrets for pulling the image.",
                                  "items": {"type": "object", "required": ["name"],
@@ -122,7 +140,7 @@ def spec_schema() -> Schema:
                     "managed": {"type": "object", "description": "An operator-managed Redis for this gateway.",
                                 "properties": {
                                     "enabled": _s("boolean", "Create and wire a Redis.", default=False),
-                                    "image": _s("string", "Redis image.", default="redis:7.2-alpine"),
+                                    "image": _s("string", "Redis image.", default="redis:7.2-alpine", maxLength=1024),
                                     "resources": _free("Resources of the Redis container."),
                                 }},
                 },
@@ -163,8 +181,15 @@ def spec_schema() -> Schema:
                 },
             },
             "resources": _free("Container resources (requests/limits)."),
-            "env": {"type": "array", "description": "Extra container env vars (e.g. LLM API keys from Secrets).",
-                    "items": _free("A core/v1 EnvVar.")},
+            "env": {"type": "array", "maxItems": 200,
+                    "description": ("Extra container env vars (e.g. LLM API keys from Secrets); "
+                                    f"{', '.join(RESERVED_ENV)} are set by the operator."),
+                    "items": {"type": "object", "description": "A core/v1 EnvVar.", "required": ["name"],
+                              "properties": {
+                                  "name": _s("string", "Variable name.", minLength=1, maxLength=256),
+                                  "value": _s("string", "Value."),
+                                  "valueFrom": _free("Source of the value (secretKeyRef, configMapKeyRef, ...)."),
+                              }}},
             "nodeSelector": {"type": "object", "description": "Pod node selector.",
                              "additionalProperties": {"type": "string"}},
             "tolerations": {"type": "array", "description": "Pod tolerations.", "items": _free("A toleration.")},
@@ -241,6 +266,7 @@ def crd() -> dict[str, Any]:
                 ],
                 "schema": {"openAPIV3Schema": {
                     "type": "object",
+                    "x-kubernetes-validations": _rules("root"),
                     "description": ("GatewayDeployment runs PraisonAI gateway replicas and guards exactly-once "
                                     "webhook admission (shared Redis idempotency store, health-driven conditions)."),
                     "required": ["spec"],

@@ -2,7 +2,9 @@
 controller/reconcile/render."""
 from __future__ import annotations
 
+import asyncio
 import logging
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import kopf
@@ -18,9 +20,14 @@ _pod_index: Any = None  # kopf's live index of gateway pods, captured on first u
 
 
 @kopf.on.startup()
-def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
+async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
     settings.posting.level = logging.INFO   # only the Events the operator posts on purpose
     settings.watching.server_timeout = 270   # re-list before most load balancers cut the watch
+    settings.watching.client_timeout = 300   # a watch request never hangs for ever
+    # API calls run in threads: enough of them that a slow API server for one object does
+    # not queue every other namespace behind it (the Redis probe holds no thread at all)
+    asyncio.get_running_loop().set_default_executor(ThreadPoolExecutor(max_workers=16,
+                                                                       thread_name_prefix="kube"))
     kube = Kube(load_config(memo.get("kubeconfig")))
     memo.supervisor = Supervisor(kube, memo.get("controller_settings") or ControllerSettings(), _pods_of)
 

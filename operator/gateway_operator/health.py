@@ -1,18 +1,24 @@
 """Reading the gateway's ``GET /health``: what one replica says about its idempotency store.
 
-``classify`` is pure. ``poll_replicas`` does the HTTP, with a timeout per replica and a
-bound on how many replicas are polled at once.
+``classify`` is pure. ``poll_replicas`` does the HTTP, with a timeout per replica, a cap
+on the bytes read, and a bound on how many replicas are polled at once: the image behind a
+replica is the tenant's, so its answer may be huge, endless, deeply nested or not JSON.
 """
 from __future__ import annotations
 
 import asyncio
 import enum
+import json
+import logging
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping
 
 import aiohttp
 
 from .api import IDEMPOTENCY_OWNER
+
+log = logging.getLogger(__name__)
+MAX_BODY_BYTES = 64 * 1024  # a real /health body is well under 4 KiB
 
 
 class Idempotency(enum.Enum):
@@ -66,18 +72,36 @@ class Target:
     port: int
 
 
+async def _read_capped(stream: aiohttp.StreamReader, limit: int) -> bytes | None:
+    """The whole body, or None once it grows past ``limit`` (the rest is never read)."""
+    raw = bytearray()
+    while chunk := await stream.read(limit + 1 - len(raw)):
+        raw += chunk
+        if len(raw) > limit:
+            return None
+    return bytes(raw)
+
+
 async def _poll_one(session: aiohttp.ClientSession, target: Target, timeout: float,
                     gate: asyncio.Semaphore) -> ReplicaHealth:
     host = f"[{target.ip}]" if ":" in target.ip else target.ip
     async with gate:
         try:
-            async with session.get(f"http://{host}:{target.port}/health",
+            async with session.get(f"http://{host}:{target.port}/health", allow_redirects=False,
                                    timeout=aiohttp.ClientTimeout(total=timeout)) as response:
-                body = await response.json(content_type=None)
-                if response.status != 200 or not isinstance(body, Mapping):
+                if response.status != 200:
+                    return ReplicaHealth(target.pod, Idempotency.UNKNOWN)
+                raw = await _read_capped(response.content, MAX_BODY_BYTES)
+                if raw is None:
+                    return ReplicaHealth(target.pod, Idempotency.UNKNOWN)
+                body = json.loads(raw)
+                if not isinstance(body, Mapping):
                     return ReplicaHealth(target.pod, Idempotency.UNKNOWN)
                 return ReplicaHealth(target.pod, classify(body))
-        except (aiohttp.ClientError, asyncio.TimeoutError, ValueError):
+        except (aiohttp.ClientError, asyncio.TimeoutError, ValueError, RecursionError):
+            return ReplicaHealth(target.pod, Idempotency.UNKNOWN)
+        except Exception as e:  # noqa: BLE001 - one replica's answer never fails the poll
+            log.warning("health poll of pod %s failed: %s", target.pod, type(e).__name__)
             return ReplicaHealth(target.pod, Idempotency.UNKNOWN)
 
 

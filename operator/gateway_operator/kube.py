@@ -19,6 +19,28 @@ from .render import Manifest, applied_hash
 
 log = logging.getLogger(__name__)
 
+# every request is bounded: (connect, read) seconds
+REQUEST_TIMEOUT = (5.0, 30.0)
+
+
+class NotOwned(Exception):
+    """An object the operator would write exists and is not controlled by this
+    GatewayDeployment: it is never adopted, overwritten or deleted."""
+
+    def __init__(self, kind: str, namespace: str, name: str) -> None:
+        super().__init__(f"{kind} {namespace}/{name}")
+        self.kind, self.namespace, self.name = kind, namespace, name
+
+
+class SecretUndecodable(ValueError):
+    """A Secret value that is not UTF-8 text (never quoted: it is a secret)."""
+
+
+def controlled_by(live: Mapping[str, Any], owner_uid: str) -> bool:
+    """True when ``live`` carries a controller ownerReference to ``owner_uid``."""
+    refs = (live.get("metadata") or {}).get("ownerReferences") or []
+    return any(r.get("uid") == owner_uid and r.get("controller") for r in refs)
+
 
 def load_config(kubeconfig: str | None = None) -> client.ApiClient:
     try:
@@ -70,31 +92,42 @@ class Kube:
     def get(self, api_version: str, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
         resource = self.dynamic.resources.get(api_version=api_version, kind=kind)
         try:
-            return resource.get(name=name, namespace=namespace).to_dict()
+            return resource.get(name=name, namespace=namespace, _request_timeout=REQUEST_TIMEOUT).to_dict()
         except NotFoundError:
             return None
 
-    def apply(self, manifest: Manifest) -> ApplyResult:
+    def apply(self, manifest: Manifest, owner_uid: str) -> ApplyResult:
         """Server-side apply with one field manager, skipped when the live object already
-        carries this exact manifest (fingerprint annotation) and nobody drifted it."""
+        carries this exact manifest (fingerprint annotation) and nobody drifted it.
+
+        Only objects this GatewayDeployment controls are written: a same-named object of
+        someone else raises NotOwned. Conflicts are forced only on our own objects (to put
+        drift back); an object created in between by someone else fails with a conflict."""
         desired = _with_fingerprint(manifest)
         meta = manifest["metadata"]
         live = self.get(manifest["apiVersion"], manifest["kind"], meta["namespace"], meta["name"])
+        if live is not None and not controlled_by(live, owner_uid):
+            raise NotOwned(manifest["kind"], meta["namespace"], meta["name"])
         if live is not None and is_subset(desired, live):
             return ApplyResult(manifest["kind"], meta["name"], written=False)
         self._resource(manifest).server_side_apply(
-            body=desired, namespace=meta["namespace"], field_manager=api.FIELD_MANAGER, force_conflicts=True)
+            body=desired, namespace=meta["namespace"], field_manager=api.FIELD_MANAGER,
+            force_conflicts=live is not None, _request_timeout=REQUEST_TIMEOUT)
         log.info("applied %s %s/%s", manifest["kind"], meta["namespace"], meta["name"])
         return ApplyResult(manifest["kind"], meta["name"], written=True)
 
-    def create_if_absent(self, manifest: Manifest) -> bool:
+    def create_if_absent(self, manifest: Manifest, owner_uid: str) -> bool:
         """For generated Secrets: created once, never overwritten (a new token would lock
-        every client out)."""
+        every client out). A same-named Secret of someone else raises NotOwned."""
         meta = manifest["metadata"]
-        if self.get(manifest["apiVersion"], manifest["kind"], meta["namespace"], meta["name"]) is not None:
-            return False  # a read, so that an idle reconcile sends no write at all
+        live = self.get(manifest["apiVersion"], manifest["kind"], meta["namespace"], meta["name"])
+        if live is not None:  # a read, so that an idle reconcile sends no write at all
+            if not controlled_by(live, owner_uid):
+                raise NotOwned(manifest["kind"], meta["namespace"], meta["name"])
+            return False
         try:
-            self._resource(manifest).create(body=manifest, namespace=meta["namespace"])
+            self._resource(manifest).create(body=manifest, namespace=meta["namespace"],
+                                            _request_timeout=REQUEST_TIMEOUT)
             return True
         except ApiException as e:
             if e.status == 409:
@@ -105,18 +138,19 @@ class Kube:
                           owner_uid: str) -> bool:
         """Remove an object the operator no longer renders (only when it owns it)."""
         live = self.get(api_version, kind, namespace, name)
-        if live is None or owner_uid not in {r.get("uid") for r in live["metadata"].get("ownerReferences") or []}:
+        if live is None or not controlled_by(live, owner_uid):
             return False
         resource = self.dynamic.resources.get(api_version=api_version, kind=kind)
-        resource.delete(name=name, namespace=namespace)
+        resource.delete(name=name, namespace=namespace, _request_timeout=REQUEST_TIMEOUT)
         return True
 
     def secret_value(self, namespace: str, name: str, key: str) -> tuple[str | None, str]:
         """The decoded value (None when the Secret exists but lacks the key) and the Secret's
-        resourceVersion. Raises LookupError when the Secret does not exist."""
+        resourceVersion. Raises LookupError when the Secret does not exist and
+        SecretUndecodable when the value is not UTF-8."""
         import base64
         try:
-            secret = self.core.read_namespaced_secret(name, namespace)
+            secret = self.core.read_namespaced_secret(name, namespace, _request_timeout=REQUEST_TIMEOUT)
         except ApiException as e:
             if e.status == 404:
                 raise LookupError(name) from None
@@ -125,19 +159,25 @@ class Kube:
         version = str(secret.metadata.resource_version)
         if key not in data:
             return None, version
-        return base64.b64decode(data[key]).decode(), version
+        try:
+            return base64.b64decode(data[key]).decode(), version
+        except (UnicodeDecodeError, ValueError):
+            raise SecretUndecodable(name) from None
 
     def patch_status(self, namespace: str, name: str, status: Mapping[str, Any]) -> dict[str, Any]:
         return self.custom.patch_namespaced_custom_object_status(
-            api.GROUP, api.VERSION, namespace, api.PLURAL, name, {"status": status})
+            api.GROUP, api.VERSION, namespace, api.PLURAL, name, {"status": status},
+            _request_timeout=REQUEST_TIMEOUT)
 
     def delete_pod(self, namespace: str, name: str, uid: str) -> None:
         self.core.delete_namespaced_pod(
-            name, namespace, body=client.V1DeleteOptions(preconditions=client.V1Preconditions(uid=uid)))
+            name, namespace, body=client.V1DeleteOptions(preconditions=client.V1Preconditions(uid=uid)),
+            _request_timeout=REQUEST_TIMEOUT)
 
     def pods(self, namespace: str, selector: Mapping[str, str]) -> list[dict[str, Any]]:
         label_selector = ",".join(f"{k}={v}" for k, v in selector.items())
-        items = self.core.list_namespaced_pod(namespace, label_selector=label_selector).items
+        items = self.core.list_namespaced_pod(namespace, label_selector=label_selector,
+                                              _request_timeout=REQUEST_TIMEOUT).items
         return [self.api_client.sanitize_for_serialization(p) for p in items]
 
 

@@ -10,7 +10,8 @@ from . import render
 from .api import GatewaySpec
 from .crd import spec_schema
 from .redis_target import InvalidRedisURL, resolve
-from .validation import RULES
+from .replicas import replicas_to_run
+from .validation import RULES, Subject, limit_violations
 
 _TYPES: dict[str, tuple[type, ...]] = {"object": (dict,), "array": (list,), "string": (str,),
                                        "integer": (int,), "boolean": (bool,), "number": (int, float)}
@@ -73,28 +74,56 @@ def structural_errors(value: Any, schema: Mapping[str, Any], path: str) -> list[
     return errors
 
 
+class Refused(ValueError):
+    """``render`` of an object ``check`` refuses: carries the same messages."""
+
+    def __init__(self, errors: list[str]) -> None:
+        super().__init__("; ".join(errors))
+        self.errors = errors
+
+
 def check(doc: Mapping[str, Any]) -> list[str]:
-    """Everything the API server would refuse, with its wording; empty when admissible."""
-    if "spec" not in doc:
+    """Everything the API server would refuse, with its wording, then the operator's own
+    limits; empty when the operator would act on the object."""
+    spec_raw = doc.get("spec")
+    if spec_raw is None:
         return ["spec: Required value"]
+    name = str((doc.get("metadata") or {}).get("name") or "")
     schema = spec_schema()
-    spec = apply_defaults(copy.deepcopy(doc["spec"]), schema)
+    spec = apply_defaults(copy.deepcopy(spec_raw), schema) if not limit_violations({"config": _config(spec_raw)}) \
+        else spec_raw
     errors = structural_errors(spec, schema, "spec")
     if errors:
         return errors  # the API server runs CEL rules only on a structurally valid object
-    return [f'{rule.at}: Invalid value: "object": {rule.message}' for rule in RULES if not rule.holds(spec)]
+    subject = Subject(name, spec)
+    errors = [f'{_where(rule.at)}: Invalid value: "object": {rule.message}' for rule in RULES
+              if not rule.holds(subject)]
+    return errors or [f"spec.config: {m}" for m in limit_violations(spec)]
 
 
-def render_objects(doc: Mapping[str, Any], default_namespace: str = "default") -> list[dict[str, Any]]:
-    """The objects the operator would apply (uid is a placeholder until the object exists)."""
+def _config(spec: Any) -> Any:
+    return spec.get("config") if isinstance(spec, Mapping) else None
+
+
+def _where(at: str) -> str:
+    return "<root>" if at == "root" else at
+
+
+def render_objects(doc: Mapping[str, Any], default_namespace: str = "default",
+                   operator: render.OperatorIdentity = render.OperatorIdentity()) -> list[dict[str, Any]]:
+    """The objects the operator would apply (uid is a placeholder until the object exists).
+    Raises Refused, with ``check``'s messages, for an object the operator would not act on."""
+    errors = check(doc)
+    if errors:
+        raise Refused(errors)
     meta = doc.get("metadata") or {}
     owner = render.Owner(meta.get("name", "gateway"), meta.get("namespace") or default_namespace,
                          meta.get("uid") or "00000000-0000-0000-0000-000000000000")
-    spec_raw = apply_defaults(copy.deepcopy(doc.get("spec") or {}), spec_schema())
-    spec = GatewaySpec.parse(spec_raw)
+    spec = GatewaySpec.parse(apply_defaults(copy.deepcopy(doc["spec"]), spec_schema()))
     try:
         target = resolve(spec.redis, owner.namespace, owner.name)
     except InvalidRedisURL as e:
-        raise SystemExit(f"cannot render: {e}") from None
-    replicas = spec.replicas if spec.store_backend == "redis" or spec.policy == "Warn" else min(spec.replicas, 1)
-    return render.desired_objects(owner, spec, target, replicas)
+        raise Refused([str(e)]) from None
+    # once the Redis probe passes: what the spec asks for, within the replica policy
+    replicas = replicas_to_run(spec, probe_ok=True, running=spec.replicas)
+    return render.desired_objects(owner, spec, target, replicas, operator=operator)

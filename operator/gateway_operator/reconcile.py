@@ -1,41 +1,36 @@
-"""One reconciliation pass for one GatewayDeployment (synchronous; runs in a thread).
+"""One reconciliation pass for one GatewayDeployment.
 
-Reads the inputs (spec, Secrets, the Redis probe, the live Deployment), decides the replica
-count (policy and scale-out gate), applies what ``render`` says should exist, and returns
-what it saw. It never raises for bad input: a bad input becomes a ``Problem`` and what was
-running is left alone.
+``reconcile`` reads the inputs (spec, Secrets, the live Deployment), runs the Redis probe on
+the event loop, decides the replica count (policy and scale-out gate), applies what
+``render`` says should exist, and returns a ``Result``: what it saw, and when it wants to
+run again (as controller-runtime's ``Result{RequeueAfter}`` does). It never raises: a bad
+input, a foreign object in the way or an unexpected error becomes a ``Problem``, what was
+running is left alone, and the retry backs off.
+
+The API calls are synchronous (kubernetes client) and run in threads; the probe is async,
+so a slow Redis never holds a thread that another namespace's reconcile needs.
 """
 from __future__ import annotations
 
+import asyncio
+import json
 import logging
 import secrets as token_source
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Sequence
+from typing import Any, Mapping, NamedTuple, Sequence
 
 from kubernetes.client.rest import ApiException
 
-from . import api, render
+from . import api, reasons, render
 from .api import GatewaySpec, Policy
 from .conditions import Problem
-from .kube import Kube
-from .redis_probe import ProbeResult, probe
+from .kube import Kube, NotOwned, SecretUndecodable, controlled_by
+from .redis_probe import ProbeResult, Prober
 from .redis_target import InvalidRedisURL, RedisTarget, managed_redis_name, resolve
-from .validation import MSG_REPLICAS_NEED_REDIS, violations
+from .replicas import replicas_to_run
+from .validation import MSG_REPLICAS_NEED_REDIS, limit_violations, violations
 
 log = logging.getLogger(__name__)
-
-
-@dataclass
-class Outcome:
-    target: RedisTarget | None = None
-    problem: Problem | None = None
-    probe: ProbeResult | None = None
-    running_replicas: int = 0
-    ready_replicas: int = 0
-    updated_replicas: int = 0
-    rollout_observed: bool = False
-    writes: int = 0
-    events: list[tuple[str, str, str]] = field(default_factory=list)  # (type, reason, message)
 
 
 @dataclass(frozen=True)
@@ -51,59 +46,138 @@ class PodView:
     last_exit_code: int | None = None
 
 
-def reconcile(kube: Kube, body: Mapping[str, Any], pods: Sequence[PodView], apply: bool = True) -> Outcome:
-    """``apply=False`` only observes (Secrets, the Redis probe, the Deployment's status): the
-    cheap pass run every health interval between full reconciles."""
+@dataclass(frozen=True)
+class ReconcileSettings:
+    resync_seconds: float = 60.0                            # full reconcile (drift check) at least this often
+    problem_backoff: tuple[float, ...] = (2, 4, 8, 16, 30, 60)  # retries while a Problem persists
+    operator: render.OperatorIdentity = field(default_factory=render.OperatorIdentity)
+
+    def backoff(self, failures: int) -> float:
+        return self.problem_backoff[min(failures, len(self.problem_backoff) - 1)]
+
+
+class Observed(NamedTuple):
+    """The live Deployment, as far as it is ours."""
+
+    running: int = 0
+    ready: int = 0
+    updated: int = 0
+    rollout_observed: bool = False
+
+
+class Outcome(NamedTuple):
+    target: RedisTarget | None = None
+    problem: Problem | None = None
+    probe: ProbeResult | None = None
+    observed: Observed = Observed()
+    writes: int = 0
+    applied: bool = False   # a full pass (apply) ran, not only observation
+    error: Exception | None = None  # an unforeseen error behind the problem (its traceback is logged)
+
+
+class Result(NamedTuple):
+    outcome: Outcome
+    requeue_after: float    # seconds until the next full pass is due
+
+
+class Prepared(NamedTuple):
+    """Inputs of one pass, read before the probe (the password never leaves this object)."""
+
+    owner: render.Owner
+    spec: GatewaySpec | None = None
+    target: RedisTarget | None = None
+    password: str | None = None
+    revision: str = ""
+    managed_ip: str | None = None
+    problem: Problem | None = None
+    writes: int = 0
+
+
+async def reconcile(kube: Kube, prober: Prober, settings: ReconcileSettings, body: Mapping[str, Any],
+                    pods: Sequence[PodView], full: bool, failures: int) -> Result:
+    """``full=False`` only observes (Secrets, the probe, the Deployment's status): the cheap
+    pass run every health interval between full ones. ``failures``: consecutive passes that
+    ended with a Problem (for the backoff)."""
     meta = body["metadata"]
     owner = render.Owner(meta["name"], meta["namespace"], meta["uid"])
-    raw_spec = body.get("spec") or {}
-    out = Outcome()
+    try:
+        outcome = await _reconcile(kube, prober, settings, owner, body.get("spec") or {}, pods, full)
+    except Exception as e:  # noqa: BLE001 - the boundary: nothing escapes to the loop
+        outcome = Outcome(problem=_unexpected(e), applied=full, error=e)
+    if outcome.problem is not None:
+        return Result(outcome, settings.backoff(failures))
+    return Result(outcome, settings.resync_seconds)
+
+
+async def _reconcile(kube: Kube, prober: Prober, settings: ReconcileSettings, owner: render.Owner,
+                     raw_spec: Mapping[str, Any], pods: Sequence[PodView], full: bool) -> Outcome:
+    prepared = await asyncio.to_thread(_prepare, kube, owner, raw_spec, full)
+    observed = await asyncio.to_thread(_observe, kube, owner)
+    if prepared.problem is not None or prepared.spec is None:
+        return Outcome(prepared.target, prepared.problem, observed=observed, writes=prepared.writes, applied=full)
+    spec, target = prepared.spec, prepared.target
+    probe = None
+    if target is not None:
+        probe = await prober.probe(owner.namespace, target, prepared.password, spec.health.timeout_seconds,
+                                   prepared.managed_ip)
+    problem = _policy_problem(spec) or _probe_problem(probe)
+    replicas = replicas_to_run(spec, bool(probe and probe.ok), observed.running)
+    writes = prepared.writes
+    apply = full or replicas > observed.running  # the scale-out gate just opened: do not wait
+    if apply and (problem is None or problem.reason == reasons.REPLICA_POLICY_VIOLATION):
+        try:
+            writes += await asyncio.to_thread(_apply, kube, owner, spec, target, replicas, prepared.revision,
+                                              settings.operator)
+        except NotOwned as e:
+            problem = _not_owned(e)
+        except ApiException as e:
+            problem = Problem(reasons.APPLY_FAILED, f"the API server refused a change: {_api_message(e)}")
+        observed = await asyncio.to_thread(_observe, kube, owner)
+    return Outcome(target, problem or _pod_problem(pods), probe, observed, writes, apply)
+
+
+def _prepare(kube: Kube, owner: render.Owner, raw_spec: Mapping[str, Any], full: bool) -> Prepared:
+    """Parse and check the spec, create the generated Secrets (full passes), read the ones
+    the pods use. Every bad input becomes a Problem."""
     try:
         spec = GatewaySpec.parse(raw_spec)
-    except (TypeError, ValueError, KeyError) as e:
-        out.problem = Problem("InvalidSpec", f"spec cannot be read: {e}")
-        return _observe(kube, owner, out)
-
+    except (TypeError, ValueError, KeyError, AttributeError) as e:
+        return Prepared(owner, problem=Problem(reasons.INVALID_SPEC, f"spec cannot be read: {e}"))
+    over = limit_violations(raw_spec)
+    if over:
+        return Prepared(owner, problem=Problem(reasons.CONFIG_OVER_LIMITS, " ".join(over)))
     # Defence in depth: the CRD's rules may be missing (an old CRD, a bypassed webhook).
-    policy_breach = spec.policy == Policy.REFUSE and spec.replicas > 1 and spec.store_backend != "redis"
-    broken = [m for m in violations(raw_spec) if m != MSG_REPLICAS_NEED_REDIS]
+    broken = [m for m in violations(owner.name, raw_spec) if m != MSG_REPLICAS_NEED_REDIS]
     if broken:
-        out.problem = Problem("InvalidSpec", " ".join(broken))
-        return _observe(kube, owner, out)
+        return Prepared(owner, problem=Problem(reasons.INVALID_SPEC, " ".join(broken)))
     if not spec.image:
-        out.problem = Problem("InvalidSpec", "spec.image is required")
-        return _observe(kube, owner, out)
+        return Prepared(owner, problem=Problem(reasons.INVALID_SPEC, "spec.image is required"))
     try:
-        out.target = resolve(spec.redis, owner.namespace, owner.name)
+        target = resolve(spec.redis, owner.namespace, owner.name)
     except InvalidRedisURL as e:
-        out.problem = Problem("InvalidRedisURL", str(e))
-        return _observe(kube, owner, out)
-
+        return Prepared(owner, problem=Problem(reasons.INVALID_REDIS_URL, str(e)))
     try:
-        if apply:
-            out.writes += _ensure_generated_secrets(kube, owner, spec)
-        inputs = _secret_inputs(kube, owner, spec, out.target)
-        if inputs.problem:  # keep what runs: pods referencing a missing Secret would not start
-            out.problem = inputs.problem
-            return _observe(kube, owner, out)
-        if out.target is not None:
-            out.probe = probe(out.target, inputs.password, timeout=spec.health.timeout_seconds,
-                              host_override=_managed_redis_ip(kube, owner, out.target))
-        if policy_breach:
-            out.problem = Problem("ReplicaPolicyViolation", MSG_REPLICAS_NEED_REDIS)
-        if apply:
-            replicas = _replicas(kube, owner, spec, out)
-            for manifest in render.desired_objects(owner, spec, out.target, replicas, inputs.revision):
-                out.writes += kube.apply(manifest).written
-            if spec.replicas <= 1:
-                out.writes += kube.delete_if_present("policy/v1", "PodDisruptionBudget", owner.namespace,
-                                                     owner.name, owner.uid)
+        writes = _ensure_generated_secrets(kube, owner, spec) if full else 0
+        inputs = _secret_inputs(kube, owner, spec, target)
+        managed_ip = _managed_redis_ip(kube, owner, target) if target is not None else None
+    except NotOwned as e:
+        return Prepared(owner, spec, target, problem=_not_owned(e))
     except ApiException as e:
-        out.problem = Problem("ApplyFailed", f"the API server refused a change: {_api_message(e)}")
-    out = _observe(kube, owner, out)
-    if out.problem is None:
-        out.problem = _pod_problem(pods)
-    return out
+        return Prepared(owner, spec, target, problem=Problem(reasons.APPLY_FAILED,
+                                                             f"the API server refused a request: {_api_message(e)}"))
+    if inputs.problem:  # keep what runs: pods referencing a missing Secret would not start
+        return Prepared(owner, spec, target, problem=inputs.problem, writes=writes)
+    return Prepared(owner, spec, target, inputs.password, inputs.revision, managed_ip, writes=writes)
+
+
+def _apply(kube: Kube, owner: render.Owner, spec: GatewaySpec, target: RedisTarget | None, replicas: int,
+           revision: str, operator: render.OperatorIdentity) -> int:
+    writes = 0
+    for manifest in render.desired_objects(owner, spec, target, replicas, revision, operator):
+        writes += kube.apply(manifest, owner.uid).written
+    if spec.replicas <= 1:
+        writes += kube.delete_if_present("policy/v1", "PodDisruptionBudget", owner.namespace, owner.name, owner.uid)
+    return writes
 
 
 def _ensure_generated_secrets(kube: Kube, owner: render.Owner, spec: GatewaySpec) -> int:
@@ -112,15 +186,15 @@ def _ensure_generated_secrets(kube: Kube, owner: render.Owner, spec: GatewaySpec
     created = 0
     if spec.auth_token_ref is None:
         created += kube.create_if_absent(render.generated_secret(
-            owner, render.auth_secret_name(owner.name), "token", token_source.token_urlsafe(48), "gateway"))
+            owner, render.auth_secret_name(owner.name), "token", token_source.token_urlsafe(48), "gateway"),
+            owner.uid)
     if spec.redis.managed:
         created += kube.create_if_absent(render.generated_secret(
-            owner, managed_redis_name(owner.name), "password", token_source.token_urlsafe(32), "redis"))
+            owner, managed_redis_name(owner.name), "password", token_source.token_urlsafe(32), "redis"), owner.uid)
     return created
 
 
-@dataclass(frozen=True)
-class SecretInputs:
+class SecretInputs(NamedTuple):
     password: str | None = None   # the Redis password, for the operator's own probe
     revision: str = ""            # changes when a Secret the pods read changes
     problem: Problem | None = None
@@ -137,11 +211,14 @@ def _secret_inputs(kube: Kube, owner: render.Owner, spec: GatewaySpec, target: R
         try:
             value, version = kube.secret_value(owner.namespace, ref.name, ref.key)
         except LookupError:
-            return SecretInputs(problem=Problem("SecretNotFound", f"Secret {ref.name!r} named by {field_name} does "
-                                                                  f"not exist in namespace {owner.namespace}"))
+            return SecretInputs(problem=Problem(reasons.SECRET_NOT_FOUND, f"Secret {ref.name!r} named by "
+                                                f"{field_name} does not exist in namespace {owner.namespace}"))
+        except SecretUndecodable:
+            return SecretInputs(problem=Problem(reasons.SECRET_VALUE_INVALID, f"key {ref.key!r} of Secret "
+                                                f"{ref.name!r} named by {field_name} is not UTF-8 text"))
         if value is None:
-            return SecretInputs(problem=Problem("SecretKeyMissing", f"Secret {ref.name!r} named by {field_name} has "
-                                                                    f"no key {ref.key!r}"))
+            return SecretInputs(problem=Problem(reasons.SECRET_KEY_MISSING, f"Secret {ref.name!r} named by "
+                                                f"{field_name} has no key {ref.key!r}"))
         versions.append(f"{ref.name}@{version}")
         if target is not None and ref == target.password_ref:
             password = value
@@ -150,7 +227,7 @@ def _secret_inputs(kube: Kube, owner: render.Owner, spec: GatewaySpec, target: R
 
 def _managed_redis_ip(kube: Kube, owner: render.Owner, target: RedisTarget) -> str | None:
     """Probe a managed Redis at its ready pod's IP: the Service name resolves only inside
-    the cluster network, the pod IP wherever pods are routable."""
+    the cluster network, the pod IP wherever pods are routable. "" when none is ready."""
     if not target.managed:
         return None
     for pod in kube.pods(owner.namespace, api.selector_for(owner.name, component="redis")):
@@ -158,51 +235,69 @@ def _managed_redis_ip(kube: Kube, owner: render.Owner, target: RedisTarget) -> s
         ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or [])
         if ready and status.get("podIP") and not pod["metadata"].get("deletionTimestamp"):
             return str(status["podIP"])
-    return "0.0.0.0"  # nothing ready yet: the probe fails with a connection error, as it should
+    return ""
 
 
-def _replicas(kube: Kube, owner: render.Owner, spec: GatewaySpec, out: Outcome) -> int:
-    """Replica count to run now: never more than one without Redis under Refuse, and no
-    scale-out past the current count (at least one) until the Redis probe passes."""
-    if spec.policy == Policy.REFUSE and spec.store_backend != "redis":
-        return min(spec.replicas, 1)
-    if spec.store_backend == "redis" and not (out.probe and out.probe.ok):
-        live = kube.get("apps/v1", "Deployment", owner.namespace, owner.name)
-        current = int(((live or {}).get("spec") or {}).get("replicas") or 0)
-        return min(spec.replicas, max(1, current))
-    return spec.replicas
-
-
-def _observe(kube: Kube, owner: render.Owner, out: Outcome) -> Outcome:
+def _observe(kube: Kube, owner: render.Owner) -> Observed:
+    """The Deployment's counts; a same-named Deployment of someone else counts as nothing."""
     live = kube.get("apps/v1", "Deployment", owner.namespace, owner.name)
-    if live is None:
-        return out
+    if live is None or not controlled_by(live, owner.uid):
+        return Observed()
     status = live.get("status") or {}
-    out.running_replicas = int((live.get("spec") or {}).get("replicas") or 0)
-    out.ready_replicas = int(status.get("readyReplicas") or 0)
-    out.updated_replicas = int(status.get("updatedReplicas") or 0)
-    out.rollout_observed = int(status.get("observedGeneration") or 0) >= int(live["metadata"]["generation"])
-    return out
+    return Observed(
+        running=int((live.get("spec") or {}).get("replicas") or 0),
+        ready=int(status.get("readyReplicas") or 0),
+        updated=int(status.get("updatedReplicas") or 0),
+        rollout_observed=int(status.get("observedGeneration") or 0) >= int(live["metadata"]["generation"]))
+
+
+def _policy_problem(spec: GatewaySpec) -> Problem | None:
+    if spec.policy == Policy.REFUSE and spec.replicas > 1 and spec.store_backend != "redis":
+        return Problem(reasons.REPLICA_POLICY_VIOLATION, MSG_REPLICAS_NEED_REDIS)
+    return None
+
+
+def _probe_problem(probe: ProbeResult | None) -> Problem | None:
+    if probe is not None and probe.reason == reasons.TARGET_NOT_ALLOWED:
+        return Problem(reasons.REDIS_TARGET_NOT_ALLOWED, probe.message)
+    return None
 
 
 def _pod_problem(pods: Sequence[PodView]) -> Problem | None:
     """A replica that crash-loops, or that the gateway itself refused to start (exit 78)."""
     for pod in pods:
         if pod.last_exit_code == 78:
-            return Problem("GatewayConfigRejected", f"pod {pod.name} exited 78: the gateway rejected its "
-                                                    "gateway.yaml (see kubectl logs); the previous replicas keep "
-                                                    "serving")
+            return Problem(reasons.GATEWAY_CONFIG_REJECTED, f"pod {pod.name} exited 78: the gateway rejected its "
+                                                            "gateway.yaml (see kubectl logs); the previous replicas "
+                                                            "keep serving")
     for pod in pods:
-        if pod.waiting_reason in ("CrashLoopBackOff", "ImagePullBackOff", "ErrImagePull",
-                                  "CreateContainerConfigError", "InvalidImageName"):
-            return Problem(pod.waiting_reason if pod.waiting_reason != "CrashLoopBackOff" else "CrashLoop",
-                           f"pod {pod.name} is waiting: {pod.waiting_reason}")
+        if pod.waiting_reason == "CrashLoopBackOff":
+            return Problem(reasons.CRASH_LOOP, f"pod {pod.name} is waiting: CrashLoopBackOff")
+        if pod.waiting_reason in reasons.POD_WAITING:
+            return Problem(pod.waiting_reason, f"pod {pod.name} is waiting: {pod.waiting_reason}")
     return None
 
 
+def _not_owned(e: NotOwned) -> Problem:
+    return Problem(reasons.OBJECT_NOT_OWNED,
+                   f"{e.kind} {e.name} already exists in namespace {e.namespace} and is not controlled by this "
+                   "GatewayDeployment; the operator leaves it alone. Rename the GatewayDeployment or remove that "
+                   "object.")
+
+
+def _unexpected(error: Exception) -> Problem:
+    """An error the operator did not foresee: named by type only (its text might quote
+    input), with the traceback in the operator's log."""
+    if isinstance(error, ApiException):
+        return Problem(reasons.APPLY_FAILED, f"the API server refused a request: {_api_message(error)}")
+    if isinstance(error, RecursionError):
+        return Problem(reasons.CONFIG_OVER_LIMITS, "spec nests too deeply to process")
+    return Problem(reasons.RECONCILE_ERROR, f"unexpected {type(error).__name__} while reconciling; retrying with "
+                                            "backoff (details in the operator log)")
+
+
 def _api_message(e: ApiException) -> str:
-    import json
     try:
         return str(json.loads(e.body).get("message", e.reason))[:500]
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, AttributeError):
         return str(e.reason)

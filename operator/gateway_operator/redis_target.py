@@ -1,14 +1,33 @@
-"""Where a GatewayDeployment's Redis is: resolved from ``spec.redis`` without any I/O."""
+"""Where a GatewayDeployment's Redis is: resolved from ``spec.redis`` without any I/O.
+
+The grammar below is the only definition of a Redis URL and host: the CRD's CEL rules
+(validation.RULES) and the operator's parser use the same regular expressions, so what
+admission lets through is exactly what the operator can parse (no credentials, no query,
+port 1-65535, db 0-15, a DNS name, an IPv4 address or a bracketed IPv6 address).
+"""
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
-from urllib.parse import urlsplit
 
 from .api import RedisSpec, SecretKeyRef, default_prefix
 
+_LABEL = r"[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
+DNS_NAME = rf"{_LABEL}(\.{_LABEL})*\.?"
+IPV6 = r"[0-9A-Fa-f]{0,4}(:[0-9A-Fa-f]{0,4}){2,7}"
+PORT = r"([1-9][0-9]{0,3}|[1-5][0-9]{4}|6[0-4][0-9]{3}|65[0-4][0-9]{2}|655[0-2][0-9]|6553[0-5])"
+DB = r"([0-9]|1[0-5])"
+# spec.redis.host: a DNS name or IPv4 address, or an IPv6 address without brackets
+HOST_PATTERN = rf"^({DNS_NAME}|{IPV6})$"
+# spec.redis.url; the groups are read by parse_url (host, port, db)
+URL_PATTERN = rf"^rediss?://({DNS_NAME}|\[{IPV6}\])(:{PORT})?(/{DB})?$"
+_URL_RE = re.compile(URL_PATTERN)
+_HOST_RE = re.compile(HOST_PATTERN)
+MAX_HOST_LENGTH = 253
+
 
 class InvalidRedisURL(ValueError):
-    """spec.redis.url cannot be parsed (reported as a condition, never raised to kopf)."""
+    """spec.redis names a Redis the grammar does not accept (reported as a condition)."""
 
 
 @dataclass(frozen=True)
@@ -34,6 +53,28 @@ class RedisTarget:
         return f"{self.host}:{self.port}/{self.db}"
 
 
+
+
+def valid_host(host: str) -> bool:
+    return len(host) <= MAX_HOST_LENGTH and bool(_HOST_RE.match(host))
+
+
+def parse_url(url: str) -> tuple[bool, str, int, int]:
+    """(tls, host, port, db) of a URL the grammar accepts; InvalidRedisURL otherwise."""
+    match = _URL_RE.match(url)
+    if match is None:
+        raise InvalidRedisURL("spec.redis.url must look like redis://host:port/db or rediss://host:port/db "
+                              "(no credentials, no query; port 1-65535, db 0-15)")
+    authority = url.split("://", 1)[1]
+    host = match.group(1)
+    rest = authority[len(host):]
+    port_text, _, db_text = rest.lstrip(":").partition("/") if rest.startswith(":") else ("", "", rest.lstrip("/"))
+    host = host[1:-1] if host.startswith("[") else host
+    if len(host) > MAX_HOST_LENGTH:
+        raise InvalidRedisURL(f"spec.redis.url host is longer than {MAX_HOST_LENGTH} characters")
+    return url.startswith("rediss://"), host, int(port_text or 6379), int(db_text or 0)
+
+
 def managed_redis_name(name: str) -> str:
     return f"{name}-redis"
 
@@ -46,29 +87,12 @@ def resolve(redis: RedisSpec, namespace: str, name: str) -> RedisTarget | None:
         return RedisTarget(host=f"{svc}.{namespace}.svc", port=6379, db=0, tls=False, prefix=prefix,
                            password_ref=SecretKeyRef(svc, "password"), managed=True)
     if redis.url:
-        return _from_url(redis, prefix)
+        tls, host, port, db = parse_url(redis.url)
+        return RedisTarget(host=host, port=port, db=db, tls=tls or redis.tls, prefix=prefix,
+                           password_ref=redis.password_ref)
     if redis.host:
+        if not valid_host(redis.host):
+            raise InvalidRedisURL("spec.redis.host must be a DNS name or an IP address (no port, no credentials)")
         return RedisTarget(host=redis.host, port=redis.port, db=redis.db, tls=redis.tls,
                            prefix=prefix, password_ref=redis.password_ref)
     return None
-
-
-def _from_url(redis: RedisSpec, prefix: str) -> RedisTarget:
-    assert redis.url is not None
-    try:
-        parts = urlsplit(redis.url)
-        port = parts.port or 6379
-    except ValueError as e:
-        raise InvalidRedisURL(f"spec.redis.url is not a valid URL: {e}") from None
-    if parts.scheme not in ("redis", "rediss"):
-        raise InvalidRedisURL("spec.redis.url must start with redis:// or rediss://")
-    if parts.username or parts.password:
-        raise InvalidRedisURL("spec.redis.url must not carry credentials; use spec.redis.passwordSecretRef")
-    if not parts.hostname:
-        raise InvalidRedisURL("spec.redis.url has no host")
-    path = parts.path.strip("/")
-    if path and not path.isdigit():
-        raise InvalidRedisURL(f"spec.redis.url database must be a number, got {path!r}")
-    return RedisTarget(host=parts.hostname, port=port, db=int(path or 0),
-                       tls=parts.scheme == "rediss" or redis.tls, prefix=prefix,
-                       password_ref=redis.password_ref)

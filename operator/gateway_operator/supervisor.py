@@ -15,6 +15,7 @@ from . import metrics
 from .controller import ControllerSettings, GatewayController
 from .kube import Kube
 from .reconcile import PodView
+from .redis_probe import Allowlist, Prober
 
 log = logging.getLogger(__name__)
 Key = tuple[str, str]
@@ -24,6 +25,7 @@ class Supervisor:
     def __init__(self, kube: Kube, settings: ControllerSettings,
                  pods_of: Callable[[Key], Sequence[PodView]]) -> None:
         self.kube, self.settings, self.pods_of = kube, settings, pods_of
+        self.prober = Prober(Allowlist.parse(settings.redis_allow))  # one, so its limits hold across objects
         self._controllers: dict[Key, tuple[str, GatewayController, asyncio.Task[None]]] = {}
         # uids seen deleted: a late event of a deleted object (same name, re-created) must
         # neither start a loop for it nor stop the loop of its successor
@@ -42,7 +44,8 @@ class Supervisor:
         entry = self._controllers.get(key)
         if entry is None or entry[0] != uid:  # new, or deleted and re-created
             self.stop(key)
-            controller = GatewayController(self.kube, key[0], key[1], lambda: self.pods_of(key), self.settings)
+            controller = GatewayController(self.kube, key[0], key[1], lambda: self.pods_of(key), self.settings,
+                                           self.prober)
             task = asyncio.get_running_loop().create_task(controller.run(), name=f"gateway {key[0]}/{key[1]}")
             task.add_done_callback(lambda _: self._finished(key, uid))
             entry = (uid, controller, task)

@@ -5,17 +5,45 @@ carries (so the API server refuses a bad object at ``kubectl apply``), and as a 
 predicate with the same message (so the operator refuses to act on a bad object even when
 the CRD's rule is missing - defence in depth - and so ``gateway-operator check`` gives the
 API server's message offline). tests/test_crd_admission.py proves both say the same.
+
+``LIMITS`` are the bounds CEL cannot express (it cannot see inside free-form config): the
+operator and ``check`` apply them, and an object over them is Stalled, never acted on.
 """
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Mapping, NamedTuple
 
+from . import api
 from .api import Policy, store_backend_of
+from .redis_target import HOST_PATTERN, MAX_HOST_LENGTH, URL_PATTERN, valid_host
 
 Spec = Mapping[str, Any]
 
+
+class Subject(NamedTuple):
+    """What a rule judges: the object's name and its spec (defaults applied)."""
+
+    name: str
+    spec: Spec
+
+
+MAX_NAME_LENGTH = 57  # "<name>-redis" must still be a 63-character Service name
+MAX_CONFIG_DEPTH = 32
+MAX_CONFIG_BYTES = 256 * 1024  # the rendered ConfigMap (gateway.yaml + launcher) must stay under 1 MiB
+RESERVED_ENV = (api.AUTH_TOKEN_ENV, api.REDIS_PASSWORD_ENV, "HOME", "PYTHONUNBUFFERED", "PYTHONDONTWRITEBYTECODE")
+# Every other place 0.1.16 reads the idempotency backend from (praisonai_bot.gateway.server
+# _apply_hooks_from_config). Only config.hooks.idempotency is allowed, so admission, the
+# operator and the launcher all read the one the user wrote.
+OTHER_IDEMPOTENCY_FORMS = (("hooks_idempotency",), ("idempotency",), ("gateway", "hooks_idempotency"),
+                           ("gateway", "hooks"))
+
+MSG_NAME = (
+    f"metadata.name must be a DNS label of at most {MAX_NAME_LENGTH} characters (lowercase letters, digits "
+    "and '-', starting with a letter): it names the gateway's Service and the managed Redis '<name>-redis'."
+)
 MSG_REPLICAS_NEED_REDIS = (
     "replicas > 1 needs config.hooks.idempotency.store_backend: redis (with spec.redis) "
     "under replicaPolicy Refuse: each replica otherwise dedups webhooks in its own SQLite "
@@ -29,10 +57,17 @@ MSG_REDIS_BACKEND_NEEDS_REDIS = (
 MSG_REDIS_ONE_SOURCE = (
     "spec.redis: set exactly one of url, host, or managed.enabled: true."
 )
-MSG_REDIS_URL_SCHEME = "spec.redis.url must look like redis://host:port/db or rediss://host:port/db."
+MSG_REDIS_URL_SCHEME = (
+    "spec.redis.url must look like redis://host:port/db or rediss://host:port/db: a DNS name, an IPv4 "
+    "address or a bracketed IPv6 address, port 1-65535, db 0-15, no query."
+)
 MSG_REDIS_URL_CREDENTIALS = (
     "spec.redis.url must not carry credentials: put the password in a Secret and name it "
     "in spec.redis.passwordSecretRef."
+)
+MSG_REDIS_HOST = (
+    "spec.redis.host must be a DNS name or an IP address alone (no scheme, port or credentials: use "
+    "spec.redis.port and spec.redis.passwordSecretRef)."
 )
 MSG_PUSH_REDIS_OWNED = (
     "config.push.redis is written by the operator from spec.redis; remove it from config."
@@ -44,30 +79,75 @@ MSG_PERSISTENCE_ONE_REPLICA = (
 MSG_CONFIG_SECTIONS = (
     "config needs agents and channels sections: the gateway refuses to start without them."
 )
+MSG_IDEMPOTENCY_FORMS = (
+    "config: set the idempotency store only as hooks.idempotency.store_backend; remove hooks_idempotency, "
+    "idempotency, gateway.hooks_idempotency and gateway.hooks (the gateway would read those instead, and "
+    "the operator's replica guard would not see them)."
+)
+MSG_RESERVED_ENV = (
+    f"spec.env must not set {', '.join(RESERVED_ENV)}: the operator sets them (the auth token and Redis "
+    "password come from the Secrets named in spec)."
+)
 MSG_PREFIX_FORMAT = "spec.redis.prefix may hold only letters, digits and . _ : - (at most 100)."
 
-_URL_RE = re.compile(r"^rediss?://[^\s/]+(/[0-9]+)?$")
+_NAME_RE = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
+_URL_RE = re.compile(URL_PATTERN)
 _URL_CREDENTIALS_RE = re.compile(r"^rediss?://[^/]*@")
 _PREFIX_RE = re.compile(r"^[A-Za-z0-9._:-]{1,100}$")
+
+
+def cel_string(text: str) -> str:
+    """A CEL single-quoted string literal."""
+    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
 
 
 @dataclass(frozen=True)
 class Rule:
     """One admission rule: where the CRD carries it, its CEL form, its Python form."""
 
-    at: str  # schema node that carries the CEL rule: "spec", "spec.redis" or "spec.config"
+    at: str  # schema node that carries the CEL rule: "root", "spec", "spec.redis" or "spec.config"
     cel: str
     message: str
-    holds: Callable[[Spec], bool]  # given the whole spec (defaults applied)
+    holds: Callable[[Subject], bool]  # given the name and the whole spec (defaults applied)
 
 
 def _redis(spec: Spec) -> Mapping[str, Any]:
-    return spec.get("redis") or {}
+    redis = spec.get("redis")
+    return redis if isinstance(redis, Mapping) else {}
+
+
+def _config(spec: Spec) -> Mapping[str, Any]:
+    config = spec.get("config")
+    return config if isinstance(config, Mapping) else {}
 
 
 def _redis_sources(spec: Spec) -> int:
     r = _redis(spec)
-    return sum([bool(r.get("url")), bool(r.get("host")), bool((r.get("managed") or {}).get("enabled"))])
+    managed = r.get("managed")
+    return sum([bool(r.get("url")), bool(r.get("host")),
+                bool(isinstance(managed, Mapping) and managed.get("enabled"))])
+
+
+def _replicas(spec: Spec) -> int:
+    value = spec.get("replicas", 1)
+    return value if isinstance(value, int) else 1
+
+
+def idempotency_form_paths(config: Mapping[str, Any]) -> list[str]:
+    """The non-documented idempotency settings present in ``config`` (dotted paths)."""
+    found = []
+    for path in OTHER_IDEMPOTENCY_FORMS:
+        node: Any = config
+        for key in path:
+            node = node.get(key) if isinstance(node, Mapping) else None
+        if node is not None:
+            found.append(".".join(path))
+    return found
+
+
+def _env_names(spec: Spec) -> list[str]:
+    env = spec.get("env")
+    return [str(e.get("name")) for e in env if isinstance(e, Mapping)] if isinstance(env, list) else []
 
 
 _HAS_REDIS_BACKEND = (
@@ -81,48 +161,103 @@ _REDIS_SOURCES = (
 )
 
 RULES: tuple[Rule, ...] = (
+    Rule("root",
+         f"self.metadata.name.size() <= {MAX_NAME_LENGTH} && "
+         f"self.metadata.name.matches({cel_string(_NAME_RE.pattern)})",
+         MSG_NAME,
+         lambda s: len(s.name) <= MAX_NAME_LENGTH and bool(_NAME_RE.match(s.name))),
     Rule("spec",
          f"self.replicaPolicy == 'Warn' || self.replicas <= 1 || {_HAS_REDIS_BACKEND}",
          MSG_REPLICAS_NEED_REDIS,
-         lambda s: s.get("replicaPolicy", Policy.REFUSE) == Policy.WARN
-         or int(s.get("replicas", 1)) <= 1 or store_backend_of(s.get("config") or {}) == "redis"),
+         lambda s: s.spec.get("replicaPolicy", Policy.REFUSE) == Policy.WARN
+         or _replicas(s.spec) <= 1 or store_backend_of(_config(s.spec)) == "redis"),
     Rule("spec",
          f"!{_HAS_REDIS_BACKEND} || {_REDIS_SOURCES} >= 1",
          MSG_REDIS_BACKEND_NEEDS_REDIS,
-         lambda s: store_backend_of(s.get("config") or {}) != "redis" or _redis_sources(s) >= 1),
+         lambda s: store_backend_of(_config(s.spec)) != "redis" or _redis_sources(s.spec) >= 1),
     Rule("spec",
          f"{_REDIS_SOURCES} <= 1",
          MSG_REDIS_ONE_SOURCE,
-         lambda s: _redis_sources(s) <= 1),
+         lambda s: _redis_sources(s.spec) <= 1),
     Rule("spec",
          "!(has(self.persistence) && self.persistence.enabled && self.replicas > 1 && "
          f"!{_HAS_REDIS_BACKEND})",
          MSG_PERSISTENCE_ONE_REPLICA,
-         lambda s: not ((s.get("persistence") or {}).get("enabled") and int(s.get("replicas", 1)) > 1
-                        and store_backend_of(s.get("config") or {}) != "redis")),
+         lambda s: not ((s.spec.get("persistence") or {}).get("enabled") and _replicas(s.spec) > 1
+                        and store_backend_of(_config(s.spec)) != "redis")),
+    Rule("spec",
+         "!has(self.env) || self.env.all(e, !(e.name in "
+         f"[{', '.join(cel_string(n) for n in RESERVED_ENV)}]))",
+         MSG_RESERVED_ENV,
+         lambda s: not set(_env_names(s.spec)) & set(RESERVED_ENV)),
     Rule("spec.redis",
-         "!has(self.url) || self.url.matches('^rediss?://[^\\\\s/]+(/[0-9]+)?$')",
+         f"!has(self.url) || self.url.matches({cel_string(URL_PATTERN)})",
          MSG_REDIS_URL_SCHEME,
-         lambda s: not _redis(s).get("url") or bool(_URL_RE.match(str(_redis(s)["url"])))),
+         lambda s: not _redis(s.spec).get("url") or bool(_URL_RE.match(str(_redis(s.spec)["url"])))),
     Rule("spec.redis",
          "!has(self.url) || !self.url.matches('^rediss?://[^/]*@')",
          MSG_REDIS_URL_CREDENTIALS,
-         lambda s: not _redis(s).get("url") or not _URL_CREDENTIALS_RE.match(str(_redis(s)["url"]))),
+         lambda s: not _redis(s.spec).get("url") or not _URL_CREDENTIALS_RE.match(str(_redis(s.spec)["url"]))),
+    Rule("spec.redis",
+         f"!has(self.host) || (self.host.size() <= {MAX_HOST_LENGTH} && "
+         f"self.host.matches({cel_string(HOST_PATTERN)}))",
+         MSG_REDIS_HOST,
+         lambda s: not _redis(s.spec).get("host") or valid_host(str(_redis(s.spec)["host"]))),
     Rule("spec.redis",
          "!has(self.prefix) || self.prefix.matches('^[A-Za-z0-9._:-]{1,100}$')",
          MSG_PREFIX_FORMAT,
-         lambda s: not _redis(s).get("prefix") or bool(_PREFIX_RE.match(str(_redis(s)["prefix"])))),
+         lambda s: not _redis(s.spec).get("prefix") or bool(_PREFIX_RE.match(str(_redis(s.spec)["prefix"])))),
     Rule("spec.config",
          "has(self.agents) && has(self.channels)",
          MSG_CONFIG_SECTIONS,
-         lambda s: {"agents", "channels"} <= set(s.get("config") or {})),
+         lambda s: {"agents", "channels"} <= set(_config(s.spec))),
     Rule("spec.config",
          "!has(self.push) || !has(self.push.redis)",
          MSG_PUSH_REDIS_OWNED,
-         lambda s: "redis" not in ((s.get("config") or {}).get("push") or {})),
+         lambda s: not isinstance(_config(s.spec).get("push"), Mapping)
+         or "redis" not in _config(s.spec)["push"]),
+    Rule("spec.config",
+         "!has(self.hooks_idempotency) && !has(self.idempotency) && "
+         "(!has(self.gateway) || (!has(self.gateway.hooks_idempotency) && !has(self.gateway.hooks)))",
+         MSG_IDEMPOTENCY_FORMS,
+         lambda s: not idempotency_form_paths(_config(s.spec))),
 )
 
 
-def violations(spec: Spec) -> list[str]:
-    """Messages of every rule the spec breaks, in rule order; empty when it is admissible."""
-    return [rule.message for rule in RULES if not rule.holds(spec)]
+def violations(name: str, spec: Spec) -> list[str]:
+    """Messages of every rule the object breaks, in rule order; empty when it is admissible."""
+    subject = Subject(name, spec)
+    return [rule.message for rule in RULES if not rule.holds(subject)]
+
+
+class Measure(NamedTuple):
+    depth: int      # deepest nesting seen (stops counting past the limit)
+    too_deep: bool
+
+
+def nesting_depth(value: Any, limit: int = MAX_CONFIG_DEPTH) -> Measure:
+    """How deep ``value`` nests, without recursion (a hostile config may nest thousands of
+    levels) and without walking further than one level past ``limit``."""
+    deepest, stack = 0, [(value, 1)]
+    while stack:
+        node, depth = stack.pop()
+        if not isinstance(node, (Mapping, list)):
+            continue
+        deepest = max(deepest, depth)
+        if depth > limit:
+            return Measure(deepest, True)
+        children = node.values() if isinstance(node, Mapping) else node
+        stack.extend((child, depth + 1) for child in children)
+    return Measure(deepest, False)
+
+
+def limit_violations(spec: Spec) -> list[str]:
+    """The bounds CEL cannot check (depth and size of the free-form config)."""
+    config = spec.get("config")
+    measure = nesting_depth(config)
+    if measure.too_deep:
+        return [f"spec.config nests deeper than {MAX_CONFIG_DEPTH} levels; the gateway config needs far fewer"]
+    size = len(json.dumps(config, ensure_ascii=False).encode())
+    if size > MAX_CONFIG_BYTES:
+        return [f"spec.config is {size} bytes; at most {MAX_CONFIG_BYTES} fit the gateway's ConfigMap"]
+    return []

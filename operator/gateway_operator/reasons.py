@@ -1,0 +1,59 @@
+"""Condition reasons: every ``reason`` the operator writes, named once.
+
+The code, the CRD's description of ``status.conditions`` and the tests use these names;
+the README's table lists them. A reason is CamelCase and stable: dashboards and alerts
+match on it.
+"""
+from __future__ import annotations
+
+# -- Ready ---------------------------------------------------------------------------------
+AVAILABLE = "Available"                    #: every desired replica is ready and nothing blocks
+WAITING_FOR_REDIS = "WaitingForRedis"      #: scale-out held until the operator's Redis probe passes
+REPLICAS_NOT_READY = "ReplicasNotReady"    #: fewer ready replicas than desired (starting, rolling)
+
+# -- Reconciling ---------------------------------------------------------------------------
+ROLLING_OUT = "RollingOut"                 #: the Deployment is rolling out the latest template
+RECONCILE_COMPLETE = "ReconcileComplete"   #: every object matches the spec
+RECONCILE_STALLED = "Stalled"              #: blocked; the Stalled condition says why
+
+# -- Stalled (False) -----------------------------------------------------------------------
+NO_PROBLEMS = "NoProblems"                 #: the operator can act on the spec
+
+# -- Stalled (True): the operator cannot act until the user changes something ---------------
+INVALID_SPEC = "InvalidSpec"               #: a rule of the CRD is broken (its CEL rule was bypassed)
+CONFIG_OVER_LIMITS = "ConfigOverLimits"    #: spec.config nests too deep or is too large
+INVALID_REDIS_URL = "InvalidRedisURL"      #: spec.redis names no Redis the grammar accepts
+REDIS_TARGET_NOT_ALLOWED = "RedisTargetNotAllowed"  #: the Redis is outside the operator's allowlist
+SECRET_NOT_FOUND = "SecretNotFound"        #: a Secret named by the spec does not exist
+SECRET_KEY_MISSING = "SecretKeyMissing"    #: the Secret lacks the named key
+SECRET_VALUE_INVALID = "SecretValueInvalid"  #: the Secret's value is not UTF-8 text
+REPLICA_POLICY_VIOLATION = "ReplicaPolicyViolation"  #: replicas > 1 without Redis under Refuse
+OBJECT_NOT_OWNED = "ObjectNotOwned"        #: an object the operator would write belongs to someone else
+APPLY_FAILED = "ApplyFailed"               #: the API server refused a rendered object
+RECONCILE_ERROR = "ReconcileError"         #: an unexpected error; retried with backoff
+GATEWAY_CONFIG_REJECTED = "GatewayConfigRejected"  #: a replica exited 78 on its gateway.yaml
+CRASH_LOOP = "CrashLoop"                   #: a replica is in CrashLoopBackOff
+#: pod waiting reasons reported as they are
+POD_WAITING = ("ImagePullBackOff", "ErrImagePull", "CreateContainerConfigError", "InvalidImageName")
+
+# -- RedisReachable ------------------------------------------------------------------------
+PROBE_SUCCEEDED = "ProbeSucceeded"         #: connect, auth and a SET NX PX round trip worked
+CONNECTION_FAILED = "ConnectionFailed"     #: no connection within the probe timeout
+AUTHENTICATION_FAILED = "AuthenticationFailed"  #: Redis refused the password
+PROBE_FAILED = "ProbeFailed"               #: something answered, but not like Redis
+TARGET_NOT_ALLOWED = "TargetNotAllowed"    #: the probe did not connect: outside the allowlist
+REDIS_NOT_CONFIGURED = "RedisNotConfigured"  #: spec.redis names no Redis
+PROBE_NOT_RUN = "ProbeNotRun"              #: the probe could not run (see Stalled)
+
+# -- IdempotencyDegraded (True reasons are health.Idempotency values) ------------------------
+NO_DEGRADED_REPLICAS = "NoDegradedReplicas"  #: no polled replica reports durability:idempotency
+
+# -- ExactlyOnceAdmission ------------------------------------------------------------------
+SINGLE_REPLICA_DURABLE_STORE = "SingleReplicaDurableStore"  #: one replica, SQLite on a PVC
+SHARED_REDIS_STORE = "SharedRedisStore"    #: every polled replica dedups through the shared Redis
+PER_REPLICA_STORES = "PerReplicaStores"    #: several replicas, each with its own SQLite store
+STORE_NOT_PERSISTENT = "StoreNotPersistent"  #: one replica, SQLite in an emptyDir
+NO_REPLICAS = "NoReplicas"                 #: nothing runs
+REDIS_UNREACHABLE = "RedisUnreachable"     #: the shared store is not reachable
+IDEMPOTENCY_DEGRADED = "IdempotencyDegraded"  #: some replica is not deduplicating through Redis
+REPLICAS_UNVERIFIED = "ReplicasUnverified"  #: some replica did not answer GET /health
