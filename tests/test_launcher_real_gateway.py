@@ -228,13 +228,17 @@ def test_translate_config_flattens_nested_hooks_and_drops_python_only_sections()
     assert json.dumps(documented, sort_keys=True) == before  # input untouched
 
 
-def test_translate_config_keeps_list_hooks_and_explicit_hooks_idempotency() -> None:
-    out = launcher.translate_config({"hooks": [{"path": "a"}], "hooks_idempotency": {"store_backend": "sqlite"}})
-    assert out == {"hooks": [{"path": "a"}], "hooks_idempotency": {"store_backend": "sqlite"}}
+def test_translate_config_keeps_list_hooks() -> None:
+    assert launcher.translate_config({"hooks": [{"path": "a"}]}) == {"hooks": [{"path": "a"}]}
 
-    nested = launcher.translate_config({"hooks": {"idempotency": {"store_backend": "redis"}},
-                                        "hooks_idempotency": {"store_backend": "sqlite"}})
-    assert nested == {"hooks": [], "hooks_idempotency": {"store_backend": "sqlite"}}
+
+@pytest.mark.parametrize("other", [{"hooks_idempotency": {"store_backend": "sqlite"}}, {"idempotency": "sqlite"},
+                                   {"gateway": {"hooks_idempotency": "sqlite"}}, {"gateway": {"hooks": []}}])
+def test_translate_config_refuses_a_second_idempotency_form(other: Dict[str, Any]) -> None:
+    """Only hooks.idempotency counts: a second form beside it (which 0.1.16 would read
+    instead) is a fatal config error, never a silent switch back to per-replica SQLite."""
+    with pytest.raises(launcher.ConfigError, match="only as hooks.idempotency"):
+        launcher.translate_config({"hooks": {"idempotency": {"store_backend": "redis"}}, **other})
 
 
 @pytest.mark.parametrize("hooks", [{"idempotency": "redis", "hook": []}, {"hooks": {"path": "a"}}])

@@ -22,7 +22,7 @@ from . import api, conditions, health, metrics, reasons, status
 from .api import GatewaySpec, HealthSpec
 from .conditions import Facts, Problem
 from .kube import Kube
-from .reconcile import Outcome, PodView, ReconcileSettings, reconcile
+from .reconcile import Outcome, PodView, ReconcileSettings, Result, reconcile
 from .redis_probe import Prober
 
 log = logging.getLogger(__name__)
@@ -121,10 +121,7 @@ class GatewayController:
         full = self._dirty or time.monotonic() >= self._next_full
         # polling runs beside the reconcile, so a slow Redis probe never delays what the
         # replicas report: a fact shows within one interval plus the poll timeout
-        result, replicas = await asyncio.gather(
-            reconcile(self.kube, self.prober, self.settings.reconcile_settings, body, list(self.pods()), full,
-                      self._failures),
-            self._poll(health_spec))
+        result, replicas = await asyncio.gather(self._reconcile(body, full), self._poll(health_spec))
         outcome = self._settle(body, result.outcome, result.requeue_after)
         observed = outcome.observed
         facts = Facts(
@@ -139,6 +136,14 @@ class GatewayController:
         await self._publish(body, facts, outcome)
         if spec is not None:
             await self._restart_stale(spec, facts, outcome)
+
+    async def _reconcile(self, body: Mapping[str, Any], full: bool) -> Result:
+        started = time.monotonic()
+        result = await reconcile(self.kube, self.prober, self.settings.reconcile_settings, body, list(self.pods()),
+                                 full, self._failures)
+        if result.outcome.applied:
+            metrics.RECONCILE_SECONDS.labels(self.namespace, self.name).observe(time.monotonic() - started)
+        return result
 
     def _settle(self, body: Mapping[str, Any], outcome: Outcome, requeue_after: float) -> Outcome:
         """Metrics, the next full pass, and one log line per change of problem. A problem

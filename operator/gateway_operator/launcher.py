@@ -60,6 +60,11 @@ _REDIS_INT_KEYS = ("port", "db", "max_connections")
 _REDIS_URL_SCHEMES = ("redis", "rediss")
 # Keys the documented nested ``hooks:`` mapping may carry.
 _NESTED_HOOK_KEYS = frozenset({"idempotency", "hooks"})
+# Other places 0.1.16 reads the idempotency backend from. Only ``hooks.idempotency`` is
+# honoured, as in the operator's admission rule (validation.OTHER_IDEMPOTENCY_FORMS): a
+# second form could silently override what the operator's replica guard checked.
+_OTHER_IDEMPOTENCY_FORMS = (("hooks_idempotency",), ("idempotency",), ("gateway", "hooks_idempotency"),
+                            ("gateway", "hooks"))
 # Same pattern the gateway's loader uses for ``${VAR}`` expansion.
 _ENV_REF = re.compile(r"\$\{([^}]+)\}")
 # Pydantic ends each error line with "[type=..., input_value=<repr of the
@@ -115,6 +120,9 @@ def translate_config(documented: Mapping[str, Any]) -> Dict[str, Any]:
     """
     if not isinstance(documented, Mapping):
         raise ConfigError("gateway config must be a YAML mapping")
+    others = [".".join(path) for path in _OTHER_IDEMPOTENCY_FORMS if _lookup(documented, path) is not None]
+    if others:
+        raise ConfigError(f"set the idempotency store only as hooks.idempotency; remove {', '.join(others)}")
     cfg = copy.deepcopy(dict(documented))
     cfg.pop("push", None)
     cfg.pop("turn_lock", None)
@@ -127,6 +135,13 @@ def translate_config(documented: Mapping[str, Any]) -> Dict[str, Any]:
     elif hooks is not None:
         cfg["hooks"] = hooks
     return cfg
+
+
+def _lookup(config: Mapping[str, Any], path: Tuple[str, ...]) -> Any:
+    node: Any = config
+    for key in path:
+        node = node.get(key) if isinstance(node, Mapping) else None
+    return node
 
 
 def _split_nested_hooks(hooks: Mapping[str, Any]) -> Tuple[List[Any], Any]:

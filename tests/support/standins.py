@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from typing import Any, Callable
 
 from .http import send_json
 
@@ -26,11 +26,19 @@ class HealthStandIn:
         self.ip, self.port = ip, port
         self.degraded_owners: list[dict[str, Any]] = []
         self.requests = 0
+        # a HOSTILE /health (the tenant's image answers it): writes the whole raw response
+        self.raw_health: Callable[[BaseHTTPRequestHandler], None] | None = None
         standin = self
 
         class Handler(BaseHTTPRequestHandler):
             def do_GET(self) -> None:  # noqa: N802
                 standin.requests += 1
+                if self.path == "/health" and standin.raw_health is not None:
+                    try:
+                        standin.raw_health(self)
+                    except OSError:  # the poller hung up, as it should
+                        pass
+                    return
                 if self.path == "/health":
                     body: dict[str, Any] = {"status": "healthy", "uptime": 1.0, "agents": 1, "sessions": 0,
                                             "clients": 0, "channels": {}, "last_inbound_at": None}
