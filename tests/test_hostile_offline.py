@@ -1,0 +1,117 @@
+"""Hostile input without a cluster (issue 7): the probe's allowlist against a real
+redis-server, the operator's own limits, and the offline CLI's refusals."""
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from gateway_operator import reasons, validation
+from gateway_operator.redis_probe import Allowlist, ProbeResult, Prober
+from gateway_operator.redis_target import RedisTarget
+from support.operator import gateway_deployment, redis_store
+from support.redis_server import RedisServer
+
+
+def connections(server: RedisServer) -> int:
+    return int(server.client().info("stats")["total_connections_received"])
+
+
+def probe(prober: Prober, target: RedisTarget, password: str) -> ProbeResult:
+    return asyncio.run(prober.probe("tenant", target, password, 2))
+
+
+def test_the_allowlist_is_enforced_before_any_connection(redis_server: RedisServer) -> None:
+    target = RedisTarget("127.0.0.1", redis_server.port, 0, False, "gwop:t:g:", None)
+    before = connections(redis_server)
+    refused = probe(Prober(Allowlist.parse(["10.0.0.0/8", "redis.prod.svc", ".cache.internal"])), target,
+                    redis_server.password)
+    assert (refused.ok, refused.reason) == (False, reasons.TARGET_NOT_ALLOWED)
+    assert connections(redis_server) == before + 1  # only this test's own INFO: the probe never connected
+    allowed = probe(Prober(Allowlist.parse(["127.0.0.0/8"])), target, redis_server.password)
+    assert allowed.ok
+    named = RedisTarget("localhost", redis_server.port, 0, False, "gwop:t:g:", None)
+    assert probe(Prober(Allowlist.parse([".localhost", "localhost"])), named, redis_server.password).ok
+
+
+def test_allowlist_matching() -> None:
+    allow = Allowlist.parse(["10.1.0.0/16", "fd00::/8", "redis.prod.svc", ".svc.cluster.local"])
+    assert allow.permits_addresses(["10.1.2.3"]) and allow.permits_addresses(["fd00::1"])
+    assert not allow.permits_addresses(["10.1.2.3", "10.2.0.1"])  # every address must be inside
+    assert not allow.permits_addresses([])
+    assert allow.permits_name("redis.prod.svc") and allow.permits_name("r.ns.svc.cluster.local")
+    assert not allow.permits_name("evil-redis.prod.svc") and not allow.permits_name("svc.cluster.local.evil")
+    assert Allowlist.parse([]).open
+
+
+def test_nesting_is_measured_without_recursion() -> None:
+    node: dict = {}
+    for _ in range(100_000):  # far deeper than any recursion limit
+        node = {"x": node}
+    measure = validation.nesting_depth(node)
+    assert measure.too_deep and measure.depth == validation.MAX_CONFIG_DEPTH + 1
+    assert validation.nesting_depth({"a": [{"b": 1}]}) == validation.Measure(3, False)
+    assert validation.limit_violations({"config": {"pad": "x" * (validation.MAX_CONFIG_BYTES + 1)}})
+
+
+def cli(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "gateway_operator.cli", *args], input=stdin,
+                          capture_output=True, text=True, timeout=60)
+
+
+def test_render_refuses_what_check_refuses_with_the_same_messages(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(yaml.safe_dump({**gateway_deployment("a", replicas=3, config={
+        **redis_store(), "hooks_idempotency": {"store_backend": "sqlite"}}, redis={"url": "redis://r:99999"}),
+        "metadata": {"name": "Bad.Name"}}))
+    checked, rendered = cli("check", "-f", str(bad)), cli("render", "-f", str(bad))
+    assert checked.returncode == rendered.returncode == 1 and rendered.stdout == ""
+    assert checked.stderr == rendered.stderr
+    for message in (validation.MSG_NAME, validation.MSG_REDIS_URL_SCHEME, validation.MSG_IDEMPOTENCY_FORMS):
+        assert message in rendered.stderr
+
+
+def test_repeated_files_are_all_checked(tmp_path: Path) -> None:
+    good, bad = tmp_path / "good.yaml", tmp_path / "bad.yaml"
+    good.write_text(yaml.safe_dump(gateway_deployment("good")))
+    bad.write_text(yaml.safe_dump(gateway_deployment("bad", replicas=3)))
+    result = cli("check", "-f", str(bad), "-f", str(good))
+    assert result.returncode == 1 and "'good': valid" in result.stdout and validation.MSG_REPLICAS_NEED_REDIS \
+        in result.stderr
+
+
+@pytest.mark.parametrize("content, expected", [
+    (None, "No such file"),
+    ("dir", "is a directory"),
+    ("key: [unclosed", "not valid YAML"),
+    ("[" * 5000 + "]" * 5000, "nests too deeply"),
+    ("kind: ConfigMap\n", "no GatewayDeployment found"),
+])
+@pytest.mark.parametrize("command", ["check", "render"])
+def test_bad_files_get_one_line_and_no_traceback(tmp_path: Path, command: str, content: str | None,
+                                                 expected: str) -> None:
+    path = tmp_path / "input.yaml"
+    if content == "dir":
+        path.mkdir()
+    elif content is not None:
+        path.write_text(content)
+    result = cli(command, "-f", str(path))
+    assert result.returncode == 2 and expected in result.stderr, result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_deep_config_is_refused_offline_too(tmp_path: Path) -> None:
+    doc = gateway_deployment("deep")
+    node: dict = {}
+    for _ in range(200):
+        node = {"x": node}
+    doc["spec"]["config"]["extra"] = node
+    path = tmp_path / "deep.json"
+    path.write_text(__import__("json").dumps(doc))
+    for command in ("check", "render"):
+        result = cli(command, "-f", str(path))
+        assert result.returncode == 1 and "deeper than 32 levels" in result.stderr and "Traceback" not in result.stderr
