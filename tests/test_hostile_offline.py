@@ -115,3 +115,16 @@ def test_deep_config_is_refused_offline_too(tmp_path: Path) -> None:
     for command in ("check", "render"):
         result = cli(command, "-f", str(path))
         assert result.returncode == 1 and "deeper than 32 levels" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_every_reason_is_documented_and_in_the_crd() -> None:
+    """Reasons are named once (reasons.py); the README and `kubectl explain` list them all."""
+    from gateway_operator.crd import crd
+    from gateway_operator.health import Idempotency
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    described = crd()["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["status"]["properties"][
+        "conditions"]["items"]["properties"]["reason"]["description"]
+    assert {s.value for s in Idempotency} - {"Healthy", "Unreachable"} <= set(reasons.ALL)
+    for reason in reasons.ALL:
+        assert f"`{reason}`" in readme, reason
+        assert reason in described, reason

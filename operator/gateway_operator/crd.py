@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from . import api
+from . import api, reasons
 from .validation import MAX_CONFIG_BYTES, MAX_CONFIG_DEPTH, RESERVED_ENV, RULES
 
 Schema = dict[str, Any]
@@ -209,7 +209,7 @@ def status_schema() -> Schema:
         "properties": {
             "type": _s("string", "Condition type."),
             "status": _s("string", "True, False or Unknown.", enum=["True", "False", "Unknown"]),
-            "reason": _s("string", "CamelCase reason."),
+            "reason": _s("string", "CamelCase reason: " + ", ".join(reasons.ALL) + "."),
             "message": _s("string", "Human readable detail."),
             "lastTransitionTime": _s("string", "When status last changed.", format="date-time"),
             "observedGeneration": _s("integer", "Generation the condition was computed for.", format="int64"),

@@ -57,3 +57,8 @@ NO_REPLICAS = "NoReplicas"                 #: nothing runs
 REDIS_UNREACHABLE = "RedisUnreachable"     #: the shared store is not reachable
 IDEMPOTENCY_DEGRADED = "IdempotencyDegraded"  #: some replica is not deduplicating through Redis
 REPLICAS_UNVERIFIED = "ReplicasUnverified"  #: some replica did not answer GET /health
+
+#: every reason above, for the CRD's description of status.conditions (and the tests)
+ALL: tuple[str, ...] = tuple(dict.fromkeys(
+    [v for k, v in list(globals().items()) if k.isupper() and isinstance(v, str)]
+    + [*POD_WAITING, "BuildTimeFallback", "RuntimeOutage", "OtherDegradation"]))
