@@ -10,7 +10,6 @@ the real operator CLI and HEALTH ENDPOINT STAND-INS at the pod IPs.
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 import time
@@ -19,6 +18,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests"))
 
+from support import audit  # noqa: E402
 from support.cluster import Cluster  # noqa: E402
 from support.gateways import apply_gateway, conditions, create_password_secret, ready_pods, wait_condition  # noqa: E402
 from support.operator import IDENTITY, OperatorProcess, gateway_deployment, redis_store  # noqa: E402
@@ -32,17 +32,6 @@ def rss_mib(pid: int) -> float:
         if line.startswith("VmRSS:"):
             return int(line.split()[1]) / 1024
     return 0.0
-
-
-def audit_writes(cluster: Cluster, since: str) -> int:
-    log = cluster.kubeconfig.parent / "logs/audit.log"
-    count = 0
-    for line in log.read_text().splitlines():
-        event = json.loads(line)
-        if event["user"]["username"] == IDENTITY and event["stageTimestamp"] >= since \
-                and event.get("stage") == "ResponseComplete":
-            count += 1
-    return count
 
 
 def main() -> None:
@@ -97,11 +86,11 @@ def main() -> None:
               f"max {max(show):.2f}s; cleared: median {statistics.median(clear):.2f}s, max {max(clear):.2f}s")
 
         time.sleep(3)
-        since = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime())
+        since = audit.now()
         polls_before = sum(s.requests for s in standins.by_ip.values())
         time.sleep(args.idle)
         polls = sum(s.requests for s in standins.by_ip.values()) - polls_before
-        print(f"idle {args.idle:.0f}s: API writes by the operator: {audit_writes(cluster, since)}; "
+        print(f"idle {args.idle:.0f}s: API writes by the operator: {len(audit.writes(cluster, IDENTITY, since))}; "
               f"health polls answered: {polls}")
         assert operator.proc is not None
         print(f"operator RSS with {args.gateways} gateways: {rss_mib(operator.proc.pid):.0f} MiB")

@@ -99,12 +99,16 @@ up() {
     --initial-cluster "local=http://127.0.0.1:$etcd_peer" --unsafe-no-fsync --log-level warn
   wait_for etcd 30 curl -sf "http://127.0.0.1:$etcd_port/health"
 
-  # Audit log of every write (metadata only, never bodies): tests count the operator's writes.
+  # Audit log (metadata only, never bodies) of every write, and of every request - reads
+  # too - by the operator's test identities (tests/support/operator.py): tests count the
+  # operator's writes and prove that its RBAC grants exactly what it uses.
   cat > "$dir/audit-policy.yaml" <<POLICY
 apiVersion: audit.k8s.io/v1
 kind: Policy
 omitStages: [RequestReceived]
 rules:
+- level: Metadata
+  users: [system:serviceaccount:gwop-test-system:gwop-test, system:serviceaccount:gwop-test-system:gwop-test-ns]
 - level: Metadata
   verbs: [create, update, patch, delete, deletecollection]
 - level: None

@@ -15,6 +15,7 @@ import time
 import pytest
 import yaml
 
+from support import audit
 from support.cluster import REPO, Cluster
 from support.gateways import (apply_gateway, conditions, create_password_secret, events, wait_condition,
                               wait_event, wait_ready_pods)
@@ -285,17 +286,6 @@ def test_config_change_rolls_the_pods(cluster: Cluster, operator: OperatorProces
           == body["metadata"]["generation"], timeout=30, what="observedGeneration to follow")
 
 
-def _audit_writes(cluster: Cluster, since: str) -> list[dict]:
-    log = cluster.kubeconfig.parent / "logs/audit.log"
-    writes = []
-    for line in log.read_text().splitlines():
-        event = json.loads(line)
-        if event["user"]["username"] == IDENTITY and event["stageTimestamp"] >= since \
-                and event["verb"] in ("create", "update", "patch", "delete") and event.get("stage") == "ResponseComplete":
-            writes.append(event)
-    return writes
-
-
 def test_no_api_writes_while_idle(cluster: Cluster, operator: OperatorProcess, namespace: str,
                                   redis_server: RedisServer, standins: HealthStandIns) -> None:
     if not cluster.owned:
@@ -306,11 +296,11 @@ def test_no_api_writes_while_idle(cluster: Cluster, operator: OperatorProcess, n
     wait_condition(cluster, namespace, "idle", "ExactlyOnceAdmission", "True")
     cluster.kubectl("-n", namespace, "wait", "--for=condition=Ready", "gatewaydeployment/idle", "--timeout=60s")
     time.sleep(3)  # let the last status write land
-    since = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime())
+    since = audit.now()
     requests_before = sum(s.requests for s in standins.by_ip.values())
     time.sleep(12)  # 12 polling intervals (1 s) and two full reconciles (resync 5 s)
-    writes = [w for w in _audit_writes(cluster, since) if w["objectRef"].get("namespace") == namespace]
-    assert writes == [], [(w["verb"], w["objectRef"]) for w in writes]
+    writes = [w for w in audit.writes(cluster, IDENTITY, since) if w.namespace == namespace]
+    assert writes == [], writes
     assert sum(s.requests for s in standins.by_ip.values()) - requests_before >= 2 * 8  # it did keep polling
 
 

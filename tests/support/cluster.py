@@ -32,16 +32,25 @@ class Cluster:
     kubeconfig: Path
     owned: bool  # started by this test session (and so stopped by it)
     env: dict[str, str] = field(default_factory=dict)
+    directory: Path | None = None  # hack/cluster.sh's directory (logs/audit.log) when owned
 
     @classmethod
-    def from_environment(cls, directory: str = ".cluster/test") -> "Cluster":
+    def from_environment(cls, directory: str | None = None) -> "Cluster":
         existing = os.environ.get("GWOP_TEST_KUBECONFIG")
         if existing:
             return cls(Path(existing), owned=False)
-        env = dict(os.environ, GWOP_CLUSTER_DIR=str(REPO / directory))
+        # GWOP_TEST_CLUSTER_DIR (relative to the repo): lets two test sessions run side by side
+        path = REPO / (directory or os.environ.get("GWOP_TEST_CLUSTER_DIR") or ".cluster/test")
+        env = dict(os.environ, GWOP_CLUSTER_DIR=str(path))
         out = subprocess.run([str(REPO / "hack/cluster.sh"), "up"], env=env, check=True,
                              stdout=subprocess.PIPE, text=True).stdout
-        return cls(Path(out.strip().splitlines()[-1]), owned=True, env=env)
+        return cls(Path(out.strip().splitlines()[-1]), owned=True, env=env, directory=path)
+
+    @property
+    def audit_log(self) -> Path | None:
+        """The API server's audit log (hack/cluster.sh's policy), only for a cluster this
+        session started."""
+        return self.directory / "logs/audit.log" if self.directory else None
 
     def stop(self) -> None:
         if self.owned:
