@@ -11,15 +11,23 @@ import tempfile
 import time
 import urllib.request
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
+from .audit import now
 from .cluster import REPO, Cluster, tool
 from .processes import terminate
 from .redis_server import free_port
 
 SYSTEM_NAMESPACE = "gwop-test-system"
 RELEASE = "gwop-test"
-IDENTITY = f"system:serviceaccount:{SYSTEM_NAMESPACE}:{RELEASE}"
+NAMESPACED_RELEASE = "gwop-test-ns"  # the operator watching only some namespaces (chart's Roles)
+
+
+def identity(release: str) -> str:
+    return f"system:serviceaccount:{SYSTEM_NAMESPACE}:{release}"
+
+
+IDENTITY = identity(RELEASE)
 
 
 def install_crd(cluster: Cluster) -> None:
@@ -27,17 +35,22 @@ def install_crd(cluster: Cluster) -> None:
     cluster.kubectl("wait", "--for=condition=Established", "crd/gatewaydeployments.gateway-operator.dev")
 
 
-def install_rbac(cluster: Cluster) -> None:
-    cluster.kubectl("create", "namespace", SYSTEM_NAMESPACE, check=False)
-    rendered = subprocess.run(
-        [tool("helm"), "template", RELEASE, str(REPO / "charts/gateway-operator"), "--namespace", SYSTEM_NAMESPACE,
-         "--show-only", "templates/rbac.yaml", "--show-only", "templates/serviceaccount.yaml"],
+def render_rbac(release: str = RELEASE, namespaces: Sequence[str] = ()) -> str:
+    """The chart's ServiceAccount and RBAC (``watchNamespaces``: ``namespaces``), as helm renders them."""
+    values = ["--set", "watchNamespaces={" + ",".join(namespaces) + "}"] if namespaces else []
+    return subprocess.run(
+        [tool("helm"), "template", release, str(REPO / "charts/gateway-operator"), "--namespace", SYSTEM_NAMESPACE,
+         "--show-only", "templates/rbac.yaml", "--show-only", "templates/serviceaccount.yaml", *values],
         check=True, capture_output=True, text=True).stdout
-    cluster.apply(rendered, "-n", SYSTEM_NAMESPACE)
 
 
-def service_account_kubeconfig(cluster: Cluster, directory: Path) -> Path:
-    token = cluster.kubectl("-n", SYSTEM_NAMESPACE, "create", "token", RELEASE, "--duration=6h").stdout.strip()
+def install_rbac(cluster: Cluster, release: str = RELEASE, namespaces: Sequence[str] = ()) -> None:
+    cluster.kubectl("create", "namespace", SYSTEM_NAMESPACE, check=False)
+    cluster.apply(render_rbac(release, namespaces))  # every namespaced object names its namespace
+
+
+def service_account_kubeconfig(cluster: Cluster, directory: Path, release: str = RELEASE) -> Path:
+    token = cluster.kubectl("-n", SYSTEM_NAMESPACE, "create", "token", release, "--duration=6h").stdout.strip()
     admin = json.loads(cluster.kubectl("config", "view", "--raw", "--minify", "-o", "json").stdout)
     cluster_entry = admin["clusters"][0]["cluster"]
     config = {
@@ -53,8 +66,15 @@ def service_account_kubeconfig(cluster: Cluster, directory: Path) -> Path:
 
 
 class OperatorProcess:
-    def __init__(self, cluster: Cluster, resync_seconds: float = 5.0) -> None:
+    """``namespaces``: watch only those, as the chart's ``watchNamespaces`` does, under the
+    chart's Roles for them and a ServiceAccount of its own (NAMESPACED_RELEASE)."""
+
+    def __init__(self, cluster: Cluster, resync_seconds: float = 5.0, namespaces: Sequence[str] = ()) -> None:
         self.cluster = cluster
+        self.namespaces = list(namespaces)
+        self.release = NAMESPACED_RELEASE if namespaces else RELEASE
+        self.identity = identity(self.release)
+        self.started_at = ""  # audit-log time of the start
         self.dir = Path(tempfile.mkdtemp(prefix="gwop-operator-"))
         self.log_path = self.dir / "operator.log"
         self.metrics_port = free_port()
@@ -64,12 +84,13 @@ class OperatorProcess:
 
     def start(self) -> "OperatorProcess":
         install_crd(self.cluster)
-        install_rbac(self.cluster)
-        kubeconfig = service_account_kubeconfig(self.cluster, self.dir)
+        install_rbac(self.cluster, self.release, self.namespaces)
+        kubeconfig = service_account_kubeconfig(self.cluster, self.dir, self.release)
         cmd = [sys.executable, "-m", "gateway_operator.cli", "run", "--kubeconfig", str(kubeconfig),
                "--metrics-port", str(self.metrics_port), "--liveness-port", str(self.liveness_port),
                "--bind-address", "127.0.0.1", "--resync-seconds", str(self.resync_seconds),
-               "--log-format", "plain"]
+               "--log-format", "plain", *[f"--namespace={n}" for n in self.namespaces]]
+        self.started_at = now()
         env = {k: v for k, v in os.environ.items() if k != "KUBECONFIG"}
         self.log = open(self.log_path, "wb")
         self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT, env=env)

@@ -19,36 +19,46 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- default (include "gateway-operator.fullname" .) .Values.serviceAccount.name -}}
 {{- end -}}
 
-{{/* The permissions the operator uses, and no more. */}}
+{{/* The permissions the operator uses, and no more (tests/test_rbac.py proves each verb is
+used and nothing is refused). Server-side apply (kube.apply) is a PATCH; when the object is
+missing the API server also checks `create`. */}}
 {{- define "gateway-operator.rules" -}}
+# kopf's watch of the resource (handlers.py)
 - apiGroups: [gateway-operator.dev]
   resources: [gatewaydeployments]
-  verbs: [get, list, watch]
+  verbs: [list, watch]
+# conditions and status (kube.patch_status)
 - apiGroups: [gateway-operator.dev]
   resources: [gatewaydeployments/status]
-  verbs: [get, patch]
+  verbs: [patch]
+# owned objects: read before applying (kube.get), server-side apply, watched for drift (handlers.py)
 - apiGroups: [apps]
   resources: [deployments]
-  verbs: [get, list, watch, create, patch, delete]
+  verbs: [get, list, watch, create, patch]
 - apiGroups: [""]
   resources: [configmaps, services]
-  verbs: [get, list, watch, create, patch, delete]
+  verbs: [get, list, watch, create, patch]
+# gateway pods: kopf's index and watch, the managed Redis pod (kube.pods), stale replica restart (kube.delete_pod)
 - apiGroups: [""]
   resources: [pods]
-  verbs: [get, list, watch, delete]
+  verbs: [list, watch, delete]
+# Secrets named in the spec (kube.secret_value) and the generated ones (kube.create_if_absent); never listed
 - apiGroups: [""]
   resources: [secrets]
   verbs: [get, create]
+# applied like the objects above, not watched
 - apiGroups: [""]
   resources: [persistentvolumeclaims]
   verbs: [get, create, patch]
+- apiGroups: [networking.k8s.io]
+  resources: [networkpolicies]
+  verbs: [get, create, patch]
+# ... and removed when replicas drop to one (kube.delete_if_present)
 - apiGroups: [policy]
   resources: [poddisruptionbudgets]
   verbs: [get, create, patch, delete]
-- apiGroups: [networking.k8s.io]
-  resources: [networkpolicies]
-  verbs: [get, create, patch, delete]
-- apiGroups: ["", events.k8s.io]
+# Events on the resource (kopf.event posts core v1 Events)
+- apiGroups: [""]
   resources: [events]
-  verbs: [create, patch]
+  verbs: [create]
 {{- end -}}
