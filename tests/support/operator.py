@@ -17,6 +17,7 @@ from .audit import now
 from .cluster import REPO, Cluster, tool
 from .processes import terminate
 from .redis_server import free_port
+from .wait import until
 
 SYSTEM_NAMESPACE = "gwop-test-system"
 RELEASE = "gwop-test"
@@ -32,7 +33,10 @@ IDENTITY = identity(RELEASE)
 
 def install_crd(cluster: Cluster) -> None:
     cluster.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(REPO / "crds"))
-    cluster.kubectl("wait", "--for=condition=Established", "crd/gatewaydeployments.gateway-operator.dev")
+    # kubectl wait fails (rather than waits) while the new CRD has no conditions yet
+    until(lambda: cluster.kubectl("wait", "--for=condition=Established",
+                                  "crd/gatewaydeployments.gateway-operator.dev", check=False).returncode == 0,
+          timeout=60, what="the CRD to be established")
 
 
 def render_rbac(release: str = RELEASE, namespaces: Sequence[str] = ()) -> str:
@@ -89,7 +93,8 @@ class OperatorProcess:
         cmd = [sys.executable, "-m", "gateway_operator.cli", "run", "--kubeconfig", str(kubeconfig),
                "--metrics-port", str(self.metrics_port), "--liveness-port", str(self.liveness_port),
                "--bind-address", "127.0.0.1", "--resync-seconds", str(self.resync_seconds),
-               "--log-format", "plain", *[f"--namespace={n}" for n in self.namespaces]]
+               "--log-format", "plain", "--operator-namespace", SYSTEM_NAMESPACE,
+               "--operator-instance", self.release, *[f"--namespace={n}" for n in self.namespaces]]
         self.started_at = now()
         env = {k: v for k, v in os.environ.items() if k != "KUBECONFIG"}
         self.log = open(self.log_path, "wb")
