@@ -86,7 +86,7 @@ def test_make_demo_runs_the_sandbox_twice_harmlessly_and_demo_down_leaves_nothin
         assert re.search(r"Ready\s+True\s+Available", ops), out
         canary = block(out, "canary-bot:")
         assert re.search(r"ExactlyOnceAdmission\s+False\s+PerReplicaStores", canary), out
-        assert re.search(r"^\s*ops-bot\s+2\s+2\s+redis\s+True\b", out, re.M), out  # kubectl get printer columns
+        assert re.search(r"^\s*ops-bot\s+True\s+Available\s+2/2\s+redis\s+True\b", out, re.M), out  # kubectl get printer columns
 
         # what the user is told to use
         kubeconfig = DIR / "kubeconfig"

@@ -15,6 +15,7 @@ EXPECTED = {  # file -> what `kubectl apply` does with it
     "gateway-single.yaml": "accepted",
     "gateway-warned.yaml": "accepted",
     "gateway-refused.yaml": "refused",
+    "gateway-hpa.yaml": "accepted",
 }
 
 

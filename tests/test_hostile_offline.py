@@ -86,7 +86,7 @@ def test_repeated_files_are_all_checked(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("content, expected", [
     (None, "No such file"),
-    ("dir", "is a directory"),
+    ("dir", "no GatewayDeployment found"),
     ("key: [unclosed", "not valid YAML"),
     ("[" * 5000 + "]" * 5000, "nests too deeply"),
     ("kind: ConfigMap\n", "no GatewayDeployment found"),
@@ -128,3 +128,28 @@ def test_every_reason_is_documented_and_in_the_crd() -> None:
     for reason in reasons.ALL:
         assert f"`{reason}`" in readme, reason
         assert reason in described, reason
+
+
+def test_check_takes_directories_and_prints_the_warn_warning(tmp_path: Path) -> None:
+    (tmp_path / "warned.yaml").write_text(yaml.safe_dump(gateway_deployment("canary", replicas=2,
+                                                                            replicaPolicy="Warn")))
+    (tmp_path / "notes.txt").write_text("not a manifest")
+    result = cli("check", "-f", str(tmp_path))
+    assert result.returncode == 0 and "'canary': valid" in result.stdout
+    assert f"Warning: {validation.warn_message(2)}" in result.stderr
+
+
+def test_the_chart_warns_in_the_same_words() -> None:
+    template = (Path(__file__).resolve().parents[1] / "charts/gateway-operator/templates/admission-policy.yaml")
+    text = " ".join(template.read_text().split())
+    head, tail = validation.warn_message(7).split(" 7 ", 1)
+    assert f"'{head} ' + string(object.spec.replicas) + ' {tail}'" in text
+
+
+def test_render_writes_gateway_yaml_as_a_block(tmp_path: Path) -> None:
+    path = tmp_path / "gw.yaml"
+    path.write_text(yaml.safe_dump(gateway_deployment("gw")))
+    out = cli("render", "-f", str(path)).stdout
+    assert "gateway.yaml: |" in out and "\n    agents:\n" in out
+    config_map = next(d for d in yaml.safe_load_all(out) if d and d["kind"] == "ConfigMap")
+    assert yaml.safe_load(config_map["data"]["gateway.yaml"])["gateway"]["port"] == 8765

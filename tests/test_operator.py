@@ -85,8 +85,8 @@ def test_single_replica_sqlite_objects_and_conditions(cluster: Cluster, operator
     assert found["Stalled"]["status"] == "False" and found["Reconciling"]["status"] == "False"
     assert found["RedisReachable"]["status"] == "Unknown"
     table = cluster.kubectl("-n", namespace, "get", "gatewaydeployment", "solo").stdout
-    assert table.split("\n")[0].split()[:6] == ["NAME", "REPLICAS", "READY", "STORE", "EXACTLY-ONCE", "DEGRADED"]
-    assert table.split("\n")[1].split()[:6] == ["solo", "1", "1", "sqlite", "True", "False"]
+    assert table.split("\n")[0].split()[:6] == ["NAME", "READY", "REASON", "REPLICAS", "STORE", "EXACTLY-ONCE"]
+    assert table.split("\n")[1].split()[:6] == ["solo", "True", "Available", "1/1", "sqlite", "True"]
 
 
 def test_refuse_policy_rejects_replicas_without_redis_at_admission(cluster: Cluster, operator: OperatorProcess,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from gateway_operator import api, conditions, render, status
+from gateway_operator import api, conditions, reasons, render, status
 from gateway_operator.api import GatewaySpec
 from gateway_operator.conditions import Facts, Problem
 from gateway_operator.health import Idempotency, ReplicaHealth, classify
@@ -184,6 +184,36 @@ def test_problem_stalls() -> None:
     c = by_type(facts(problem=Problem("SecretNotFound", "Secret 'x' ...")))
     assert (c["Stalled"].status, c["Stalled"].reason, c["Ready"].reason, c["Reconciling"].status) == \
         ("True", "SecretNotFound", "SecretNotFound", "False")
+
+
+WAITING_STATES = {
+    "gated on Redis": dict(probe=DOWN, running_replicas=1, ready_replicas=1, updated_replicas=1),
+    "rolling out": dict(updated_replicas=1, ready_replicas=2),
+    "template not yet observed": dict(rollout_observed=False),
+    "replicas not ready": dict(ready_replicas=0),
+    "ready": {},
+}
+BLOCKERS = (reasons.APPLY_FAILED, reasons.OBJECT_NOT_OWNED, reasons.SECRET_NOT_FOUND, reasons.INVALID_SPEC,
+            reasons.CONFIG_OVER_LIMITS, reasons.REDIS_TARGET_NOT_ALLOWED, reasons.RECONCILE_ERROR, reasons.CRASH_LOOP)
+
+
+@pytest.mark.parametrize("state", WAITING_STATES)
+@pytest.mark.parametrize("blocker", BLOCKERS)
+def test_a_blocker_wins_over_any_waiting_state(state: str, blocker: str) -> None:
+    """Whatever else is going on (waiting for Redis, rolling out), a problem that stops the
+    operator is what Ready and Reconciling report, so kstatus and `kubectl get` show it."""
+    c = by_type(facts(**WAITING_STATES[state], problem=Problem(blocker, f"{blocker} detail")))
+    assert (c["Stalled"].status, c["Stalled"].reason) == ("True", blocker)
+    assert (c["Ready"].status, c["Ready"].reason, c["Ready"].message) == ("False", blocker, f"{blocker} detail")
+    assert (c["Reconciling"].status, c["Reconciling"].reason) == ("False", reasons.RECONCILE_STALLED)
+
+
+@pytest.mark.parametrize("state", WAITING_STATES)
+def test_without_a_blocker_waiting_is_reported_as_progress(state: str) -> None:
+    c = by_type(facts(**WAITING_STATES[state]))
+    assert c["Stalled"].status == "False"
+    assert (c["Ready"].status == "True") == (state == "ready")
+    assert (c["Reconciling"].status == "True") == (state != "ready")
 
 
 def test_merge_moves_transition_time_only_on_flips() -> None:

@@ -27,12 +27,10 @@ class InputError(Exception):
 def _documents(paths: Sequence[str]) -> list[tuple[str, dict[str, Any]]]:
     """Every GatewayDeployment in the files named by -f (repeatable; - is stdin)."""
     found = []
-    for path in paths:
+    for path in _expand(paths):
         try:
             text = sys.stdin.read() if path == "-" else Path(path).read_text(encoding="utf-8")
             docs = list(yaml.safe_load_all(text))
-        except IsADirectoryError:
-            raise InputError(f"{path}: is a directory; name the files (e.g. -f {path}/*.yaml)") from None
         except OSError as e:
             raise InputError(f"{path}: {e.strerror or e}") from None
         except UnicodeDecodeError:
@@ -45,6 +43,17 @@ def _documents(paths: Sequence[str]) -> list[tuple[str, dict[str, Any]]]:
     if not found:
         raise InputError(f"{', '.join(paths)}: no {api.KIND} found")
     return found
+
+
+def _expand(paths: Sequence[str]) -> list[str]:
+    """A directory stands for its YAML and JSON files (not recursive), in name order."""
+    expanded = []
+    for path in paths:
+        if path != "-" and Path(path).is_dir():
+            expanded += sorted(str(p) for p in Path(path).iterdir() if p.suffix in (".yaml", ".yml", ".json"))
+        else:
+            expanded.append(path)
+    return expanded
 
 
 def cmd_crd(_: argparse.Namespace) -> int:
@@ -62,14 +71,17 @@ def _print_refusal(doc: dict[str, Any], errors: Sequence[str]) -> None:
 
 def cmd_check(args: argparse.Namespace) -> int:
     from .offline import check
+    from .validation import warnings
     failed = 0
     for _, doc in _documents(args.file):
         errors = check(doc)
         if errors:
             failed += 1
             _print_refusal(doc, errors)
-        else:
-            print(f"{api.KIND} {(doc.get('metadata') or {}).get('name', '?')!r}: valid")
+            continue
+        for warning in warnings(doc.get("spec") or {}):  # what kubectl apply prints under Warn
+            print(f"Warning: {warning}", file=sys.stderr)
+        print(f"{api.KIND} {(doc.get('metadata') or {}).get('name', '?')!r}: valid")
     return 1 if failed else 0
 
 
@@ -88,9 +100,20 @@ def cmd_render(args: argparse.Namespace) -> int:
     if failed:
         return 1
     for objects in rendered:
-        sys.stdout.write(yaml.safe_dump_all(objects, sort_keys=False))
+        sys.stdout.write(yaml.dump_all(objects, Dumper=_BlockDumper, sort_keys=False))
         sys.stdout.write("---\n")
     return 0
+
+
+class _BlockDumper(yaml.SafeDumper):
+    """Multi-line strings (gateway.yaml, the launcher) as YAML block literals: reviewable in a
+    GitOps diff."""
+
+
+_BlockDumper.add_representer(str, lambda dumper, value: dumper.represent_scalar(
+    "tag:yaml.org,2002:str", value, style="|" if "\n" in value else None))
+
+PLAIN_FORMAT = "%(asctime)s %(levelname)s %(message)s"
 
 
 class _QuietHandlerSuccess(logging.Filter):
@@ -118,7 +141,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     sys.setrecursionlimit(max(sys.getrecursionlimit(), 25_000))
     threading.stack_size(64 * 1024 * 1024)  # threads that may meet such an object get a deep stack
 
-    kopf.configure(verbose=args.verbose, log_format=kopf.LogFormat[args.log_format.upper()])
+    # every format carries a timestamp and a level (kopf's plain format has neither)
+    log_format: Any = PLAIN_FORMAT if args.log_format == "plain" else kopf.LogFormat[args.log_format.upper()]
+    kopf.configure(verbose=args.verbose, log_format=log_format)
+    logging.getLogger().setLevel("DEBUG" if args.verbose else args.log_level.upper())
     logging.getLogger("kopf.objects").addFilter(_QuietHandlerSuccess())
     if args.metrics_port:
         prometheus_client.start_http_server(args.metrics_port, addr=args.bind_address)
@@ -147,6 +173,7 @@ def parser() -> argparse.ArgumentParser:
     run.add_argument("--liveness-port", type=int, default=8081, help="liveness /healthz port (0: off)")
     run.add_argument("--bind-address", default="0.0.0.0", help="address of the metrics and liveness servers")
     run.add_argument("--log-format", choices=["plain", "full", "json"], default="full")
+    run.add_argument("--log-level", choices=["debug", "info", "warning", "error"], default="info")
     run.add_argument("--resync-seconds", type=float, default=60.0, help="full reconcile at least this often")
     run.add_argument("--redis-allow", action="append", metavar="CIDR|HOST|.DOMAIN",
                      help="where the Redis probe may connect (repeatable); default: anywhere")

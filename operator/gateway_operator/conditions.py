@@ -116,6 +116,8 @@ def _redis(f: Facts) -> Condition:
     if f.probe is None:
         return Condition(REDIS_REACHABLE, "Unknown", R.PROBE_NOT_RUN,
                          "the Redis probe could not run; see Stalled")
+    if f.probe.reason == R.MANAGED_REDIS_STARTING:
+        return Condition(REDIS_REACHABLE, "Unknown", f.probe.reason, f.probe.message)
     return Condition(REDIS_REACHABLE, "True" if f.probe.ok else "False", f.probe.reason, f.probe.message)
 
 
@@ -160,7 +162,7 @@ def _exactly_once(f: Facts) -> Condition:
     unknown = [h.pod for h in f.health if h.state is Idempotency.UNKNOWN]
     if unknown:
         return Condition(EXACTLY_ONCE, "Unknown", R.REPLICAS_UNVERIFIED,
-                         f"{len(unknown)} replicas did not answer GET /health")
+                         f"{len(unknown)} replicas did not answer GET /health (pods: {', '.join(sorted(unknown))})")
     return Condition(EXACTLY_ONCE, "True", R.SHARED_REDIS_STORE,
                      f"every polled replica ({len(f.health)}) dedups through the shared Redis store")
 

@@ -183,7 +183,8 @@ class GatewayController:
 
     async def _publish(self, body: Mapping[str, Any], facts: Facts, outcome: Outcome) -> None:
         previous = body.get("status") or {}
-        new = status.build(previous, facts, outcome.target, now_iso())
+        selector = ",".join(f"{k}={v}" for k, v in api.selector_for(self.name).items())
+        new = status.build(previous, facts, outcome.target, now_iso(), selector)
         metrics.observe_conditions(self.namespace, self.name, new["conditions"])
         if not status.changed(previous, new):
             return
@@ -199,6 +200,8 @@ class GatewayController:
     def _post_events(self, body: Mapping[str, Any], before: Sequence[Mapping[str, Any]],
                      after: Sequence[Mapping[str, Any]]) -> None:
         for t in conditions.transitions(before, after):
+            self.log.info("%s %s -> %s (%s): %s", t.type, t.old or "-", t.new["status"], t.new["reason"],
+                          t.new["message"])
             event = _event_for(t)
             if event:
                 kopf.event(dict(body), type=event[0], reason=event[1], message=event[2])

@@ -221,6 +221,8 @@ def status_schema() -> Schema:
         "properties": {
             "observedGeneration": _s("integer", "Last generation reconciled.", format="int64"),
             "replicas": _s("integer", "Replicas the operator runs now (may trail spec while gated)."),
+            "readyOfDesired": _s("string", "Ready and desired replicas, as 'ready/desired' (for kubectl get)."),
+            "selector": _s("string", "Label selector of the gateway pods (for the scale subresource)."),
             "readyReplicas": _s("integer", "Ready gateway pods."),
             "degradedReplicas": _s("integer", "Replicas reporting durability:idempotency in degraded_owners."),
             "storeBackend": _s("string", "Effective idempotency store: sqlite or redis."),
@@ -255,14 +257,25 @@ def crd() -> dict[str, Any]:
                 "name": api.VERSION,
                 "served": True,
                 "storage": True,
-                "subresources": {"status": {}},
+                # /scale lets kubectl scale, an HPA or KEDA drive replicas; the replica guard still
+                # holds: CEL runs on the whole object, and the operator never runs more than one
+                # SQLite replica under Refuse
+                "subresources": {"status": {}, "scale": {
+                    "specReplicasPath": ".spec.replicas", "statusReplicasPath": ".status.replicas",
+                    "labelSelectorPath": ".status.selector"}},
                 "additionalPrinterColumns": [
-                    {"name": "Replicas", "type": "integer", "jsonPath": ".spec.replicas"},
-                    {"name": "Ready", "type": "integer", "jsonPath": ".status.readyReplicas"},
+                    _condition_column("Ready", "Ready"),
+                    {"name": "Reason", "type": "string",
+                     "jsonPath": '.status.conditions[?(@.type=="Ready")].reason'},
+                    {"name": "Replicas", "type": "string", "jsonPath": ".status.readyOfDesired",
+                     "description": "ready/desired replicas"},
                     {"name": "Store", "type": "string", "jsonPath": ".status.storeBackend"},
                     _condition_column("ExactlyOnceAdmission", "Exactly-Once"),
-                    _condition_column("IdempotencyDegraded", "Degraded"),
                     {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
+                    {"name": "Degraded", "type": "integer", "jsonPath": ".status.degradedReplicas", "priority": 1},
+                    {"name": "Redis", "type": "string", "jsonPath": ".status.redis.endpoint", "priority": 1},
+                    {"name": "Message", "type": "string", "priority": 1,
+                     "jsonPath": '.status.conditions[?(@.type=="Ready")].message'},
                 ],
                 "schema": {"openAPIV3Schema": {
                     "type": "object",

@@ -22,6 +22,7 @@ _pod_index: Any = None  # kopf's live index of gateway pods, captured on first u
 @kopf.on.startup()
 async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
     settings.posting.level = logging.INFO   # only the Events the operator posts on purpose
+    settings.posting.reporting_component = "gateway-operator"  # "From" in kubectl describe
     settings.watching.server_timeout = 270   # re-list before most load balancers cut the watch
     settings.watching.client_timeout = 300   # a watch request never hangs for ever
     # API calls run in threads: enough of them that a slow API server for one object does

@@ -44,6 +44,7 @@ PROBE_FAILED = "ProbeFailed"               #: something answered, but not like R
 TARGET_NOT_ALLOWED = "TargetNotAllowed"    #: the probe did not connect: outside the allowlist
 REDIS_NOT_CONFIGURED = "RedisNotConfigured"  #: spec.redis names no Redis
 PROBE_NOT_RUN = "ProbeNotRun"              #: the probe could not run (see Stalled)
+MANAGED_REDIS_STARTING = "ManagedRedisStarting"  #: the managed Redis pod is not ready yet (no probe sent)
 
 # -- IdempotencyDegraded (True reasons are health.Idempotency values) ------------------------
 NO_DEGRADED_REPLICAS = "NoDegradedReplicas"  #: no polled replica reports durability:idempotency

@@ -89,8 +89,9 @@ class Prober:
         """``managed_ip``: the ready pod of an operator-managed Redis (its Service name
         resolves only inside the cluster network); "" when none is ready yet."""
         timeout = max(0.1, min(timeout, self.timeout_ceiling))
-        if managed_ip == "":
-            return ProbeResult(False, reasons.CONNECTION_FAILED, "the managed Redis has no ready pod yet")
+        if managed_ip == "":  # an ordinary start, not a failure: no Warning for it
+            return ProbeResult(False, reasons.MANAGED_REDIS_STARTING,
+                               f"waiting for the managed Redis {target.endpoint} to have a ready pod")
         async with self._per_namespace[namespace], self._total:
             try:
                 return await asyncio.wait_for(self._probe(target, password, timeout, managed_ip), 3 * timeout + 1)
@@ -123,7 +124,7 @@ class Prober:
 
 
 async def _round_trip(target: RedisTarget, host: str, password: str | None, timeout: float) -> ProbeResult:
-    where = f"{host}:{target.port}/{target.db}"
+    where = target.endpoint  # as status names it, whatever address was connected to
     # no retries: one probe is one attempt, bounded by the timeout (redis-py retries by default)
     client = aioredis.Redis(host=host, port=target.port, db=target.db, password=password or None,
                             ssl=target.tls, socket_timeout=timeout, socket_connect_timeout=timeout,

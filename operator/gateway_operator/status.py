@@ -8,7 +8,9 @@ from .conditions import Facts
 from .redis_target import RedisTarget
 
 
-def build(previous: Mapping[str, Any] | None, facts: Facts, target: RedisTarget | None, now: str) -> dict[str, Any]:
+def build(previous: Mapping[str, Any] | None, facts: Facts, target: RedisTarget | None, now: str,
+          selector: str = "") -> dict[str, Any]:
+    """``selector``: the gateway pods' label selector (the scale subresource reads it)."""
     previous = previous or {}
     merged = conditions.merge(previous.get("conditions") or [], conditions.compute(facts), facts.generation, now)
     exactly_once = next(c["status"] for c in merged if c["type"] == conditions.EXACTLY_ONCE)
@@ -16,11 +18,14 @@ def build(previous: Mapping[str, Any] | None, facts: Facts, target: RedisTarget 
         "observedGeneration": facts.generation,
         "replicas": facts.running_replicas,
         "readyReplicas": facts.ready_replicas,
+        "readyOfDesired": f"{facts.ready_replicas}/{facts.desired_replicas}",
         "degradedReplicas": len(facts.degraded),
         "storeBackend": facts.store_backend,
         "exactlyOnce": exactly_once,
         "conditions": merged,
     }
+    if selector:
+        status["selector"] = selector
     if target is not None:
         status["redis"] = {"endpoint": target.endpoint, "prefix": target.prefix}
     return status

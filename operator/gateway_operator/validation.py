@@ -224,6 +224,20 @@ RULES: tuple[Rule, ...] = (
 )
 
 
+def warn_message(replicas: int) -> str:
+    """What the API server prints at ``kubectl apply`` under replicaPolicy Warn (the chart's
+    ValidatingAdmissionPolicy says the same; a test keeps them equal)."""
+    return (f"replicaPolicy Warn: {replicas} replicas without hooks.idempotency.store_backend: redis each "
+            "dedup webhooks in their own SQLite store, so the same webhook can run the agent twice "
+            "(exactly-once admission is NOT held). Set store_backend: redis and spec.redis to fix it.")
+
+
+def warnings(spec: Spec) -> list[str]:
+    if _replicas(spec) > 1 and store_backend_of(_config(spec)) != "redis":
+        return [warn_message(_replicas(spec))]
+    return []
+
+
 def violations(name: str, spec: Spec) -> list[str]:
     """Messages of every rule the object breaks, in rule order; empty when it is admissible."""
     subject = Subject(name, spec)
