@@ -17,8 +17,15 @@ cd "$repo"
 
 case ${1:-up} in
   up)
-    [[ -x $python ]] || "$repo/hack/venv.sh"
-    command -v redis-server >/dev/null || { echo "demo: redis-server is not installed (apt-get install redis-server)" >&2; exit 1; }
+    # what a fresh machine lacks comes first, with a line before each slow step, and its time
+    # counts in the demo's total
+    export GWOP_DEMO_STARTED=$(date +%s.%N)
+    echo "[demo] system packages (redis-server, openssl, curl)"
+    "$repo/hack/system-deps.sh"
+    echo "[demo] python venv (the first run installs the pinned packages: about a minute)"
+    "$repo/hack/venv.sh"
+    echo "[demo] control-plane binaries (the first run builds them from Go modules: a few minutes)"
+    "$repo/hack/build-binaries.sh" >/dev/null
     exec "$python" -u "$repo/hack/demo.py" up ;;
   down)
     if [[ -x $python ]]; then exec "$python" -u "$repo/hack/demo.py" down; fi

@@ -16,6 +16,7 @@ EXPECTED = {  # file -> what `kubectl apply` does with it
     "gateway-warned.yaml": "accepted",
     "gateway-refused.yaml": "refused",
     "gateway-hpa.yaml": "accepted",
+    "bot-tokens.yaml": "accepted",
 }
 
 

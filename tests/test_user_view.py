@@ -5,6 +5,7 @@ the operator under the chart's RBAC; the kubelet is the stand-in."""
 from __future__ import annotations
 
 import json
+import re
 import time
 from typing import Iterator
 
@@ -68,6 +69,11 @@ def test_a_refused_apply_stays_visible_while_waiting_for_redis(cluster: Cluster,
     assert warnings[0]["source"]["component"] == "gateway-operator"
     row = cluster.kubectl("-n", namespace, "get", "gwd", "frozen", "--no-headers").stdout.split()
     assert row[:4] == ["frozen", "False", reasons.APPLY_FAILED, "0/2"], row
+    # the operator's log: a timestamp, a level, the object, one line for the transition
+    transition = re.compile(rf"^\d{{4}}-\d\d-\d\d \d\d:\d\d:\d\d,\d{{3}} INFO \[{namespace}/frozen\] "
+                            rf"Stalled \S+ -> True \({reasons.APPLY_FAILED}\): .*deployments are frozen here")
+    lines = [line for line in operator.log_text().splitlines() if transition.match(line)]
+    assert len(lines) == 1, operator.log_tail()
 
 
 def test_scale_subresource_and_the_replica_guard(cluster: Cluster, operator: OperatorProcess, namespace: str,
