@@ -123,7 +123,9 @@ async def _reconcile(kube: Kube, prober: Prober, settings: ReconcileSettings, ow
     problem = _policy_problem(spec) or _probe_problem(probe)
     replicas = replicas_to_run(spec, bool(probe and probe.ok), observed.running)
     writes = prepared.writes
-    apply = full or replicas > observed.running  # the scale-out gate just opened: do not wait
+    # the scale-out gate just opened: grow now rather than at the next full pass (only a
+    # Deployment that exists grows this way; creating one waits for a full pass and its backoff)
+    apply = full or (observed.running > 0 and replicas > observed.running)
     if apply and (problem is None or problem.reason == reasons.REPLICA_POLICY_VIOLATION):
         try:
             writes += await asyncio.to_thread(_apply, kube, owner, spec, target, replicas, prepared.revision,
