@@ -13,6 +13,7 @@ import pytest
 import yaml
 
 from gateway_operator import reasons, validation
+from support import audit
 from support.cluster import REPO, Cluster
 from support.gateways import apply_gateway, conditions, events, wait_condition
 from support.operator import OperatorProcess, gateway_deployment, redis_store
@@ -60,10 +61,16 @@ def test_a_refused_apply_stays_visible_while_waiting_for_redis(cluster: Cluster,
                                                          redis={"url": "redis://127.0.0.1:1/0"}))
     stalled = wait_condition(cluster, namespace, "frozen", "Stalled", "True", reasons.APPLY_FAILED)
     assert "deployments are frozen here" in stalled["message"]
-    for _ in range(10):  # observation passes between full ones must not clear it
+    since = audit.now()
+    for _ in range(15):  # observation passes (every second here) must not clear it
         found = conditions(cluster, namespace, "frozen")
         assert (found["Stalled"]["status"], found["Ready"]["reason"]) == ("True", reasons.APPLY_FAILED), found
         time.sleep(1)
+    # retried with backoff (2, 4, 8 s ...), not once per observation pass
+    tries = [r for r in audit.requests(cluster, operator.identity, since)
+             if r.resource == "deployments" and r.name == "frozen" and r.verb == "patch"
+             and r.stage == "ResponseComplete"]
+    assert 1 <= len(tries) <= 4, tries
     warnings = [e for e in events(cluster, namespace, "frozen") if e["reason"] == reasons.APPLY_FAILED]
     assert len(warnings) == 1 and warnings[0].get("count", 1) == 1, warnings
     assert warnings[0]["source"]["component"] == "gateway-operator"
