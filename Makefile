@@ -38,3 +38,9 @@ crds: venv
 	$(VENV)/bin/gateway-operator crd > crds/gatewaydeployments.yaml
 	cp crds/gatewaydeployments.yaml charts/gateway-operator/crds/gatewaydeployments.yaml
 .PHONY: crds
+
+# The values table of charts/gateway-operator/README.md, generated from the chart's
+# values.schema.json and values.yaml; tests/test_chart.py fails when the committed one is stale.
+chart-readme: venv
+	$(PY) hack/chart-readme.py
+.PHONY: chart-readme

@@ -8,9 +8,15 @@ from __future__ import annotations
 
 import base64
 import json
+import os
+import re
 import subprocess
+import sys
+import tarfile
 import uuid
-from typing import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Iterator
 
 import pytest
 import yaml
@@ -23,6 +29,26 @@ from support.wait import until
 
 pytestmark = pytest.mark.cluster
 CHART = str(REPO / "charts/gateway-operator")
+CHART_README = REPO / "charts/gateway-operator/README.md"
+REPOSITORY = "ghcr.io/gateway-operator/gateway-operator"
+DIGEST = "sha256:" + "0123456789abcdef" * 4
+# every knob of issue 11 at once (values of the kind a user sets)
+KNOBS: dict[str, Any] = {
+    "image": {"digest": DIGEST, "tag": "9.9.9"},
+    "priorityClassName": "gwop-chart-test",
+    "topologySpreadConstraints": [
+        {"maxSkew": 1, "topologyKey": "topology.kubernetes.io/zone", "whenUnsatisfiable": "ScheduleAnyway"},
+        {"maxSkew": 1, "topologyKey": "kubernetes.io/hostname", "whenUnsatisfiable": "DoNotSchedule",
+         "labelSelector": {"matchLabels": {"team": "a"}}, "matchLabelKeys": ["pod-template-hash"]}],
+    "podLabels": {"azure.workload.identity/use": "true", "team": "a"},
+    "serviceAccount": {"annotations": {"eks.amazonaws.com/role-arn": "arn:aws:iam::123456789012:role/gwop",
+                                       "azure.workload.identity/client-id": "00000000-0000-0000-0000-000000000000"}},
+    "extraEnv": [{"name": "HTTPS_PROXY", "value": "http://proxy.internal:3128"},
+                 {"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}},
+                 {"name": "TOKEN", "valueFrom": {"secretKeyRef": {"name": "s", "key": "k", "optional": True}}}],
+    "extraArgs": ["--redis-allow=10.0.0.0/8"],
+    "logLevel": "debug",
+}
 ALL_FEATURES = ["--set", "metrics.serviceMonitor.enabled=true", "--set", "metrics.prometheusRule.enabled=true",
                 "--set", "metrics.kubeStateMetrics.enabled=true", "--set", "metrics.grafanaDashboard.enabled=true"]
 
@@ -36,6 +62,49 @@ def helm(cluster: Cluster, *args: str, check: bool = True) -> subprocess.Complet
     if check and proc.returncode != 0:
         raise AssertionError(f"helm {' '.join(args)} failed:\n{proc.stdout}\n{proc.stderr}")
     return proc
+
+
+def values_file(tmp_path: Path, values: dict[str, Any]) -> str:
+    path = tmp_path / f"values-{uuid.uuid4().hex[:6]}.yaml"
+    path.write_text(json.dumps(values))  # JSON is YAML
+    return str(path)
+
+
+def template(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    proc = subprocess.run([tool("helm"), "template", *args], capture_output=True, text=True, timeout=120)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"helm template {' '.join(args)} failed:\n{proc.stderr}")
+    return proc
+
+
+@dataclass
+class Rendered:
+    docs: list[dict[str, Any]]
+
+    def one(self, kind: str) -> dict[str, Any]:
+        [doc] = [d for d in self.docs if d["kind"] == kind]
+        return doc
+
+    @property
+    def deployment(self) -> dict[str, Any]:
+        return self.one("Deployment")
+
+    @property
+    def pod(self) -> dict[str, Any]:
+        return self.deployment["spec"]["template"]["spec"]
+
+    @property
+    def container(self) -> dict[str, Any]:
+        return self.pod["containers"][0]
+
+
+def render(*args: str, chart: str = CHART) -> Rendered:
+    return Rendered([d for d in yaml.safe_load_all(template("r", chart, "-n", "ops", *args).stdout) if d])
+
+
+def readme_example_values() -> str:
+    """The production values file shown in the chart README (the first ```yaml block)."""
+    return re.search(r"```yaml\n(.*?)```", CHART_README.read_text(), re.S).group(1)
 
 
 def install_monitoring_standin_crds(cluster: Cluster) -> None:
@@ -64,15 +133,217 @@ def test_helm_lint_strict() -> None:
     assert result.returncode == 0, result.stdout + result.stderr
 
 
+def test_chart_readme_values_table_is_generated_and_fresh() -> None:
+    """charts/gateway-operator/README.md's values table is hack/chart-readme.py's output
+    (values.schema.json + values.yaml): a value added without `make chart-readme` fails here,
+    and so does a value without a description or a default."""
+    result = subprocess.run([sys.executable, str(REPO / "hack/chart-readme.py"), "--check"],
+                            capture_output=True, text=True, cwd=REPO)
+    assert result.returncode == 0, result.stdout + result.stderr
+    readme = CHART_README.read_text()
+    schema = json.loads((REPO / CHART / "values.schema.json").read_text())
+    for key in ("image.digest", "priorityClassName", "topologySpreadConstraints", "podLabels",
+                "serviceAccount.annotations", "extraEnv", "extraArgs", "logLevel", "metrics.port"):
+        assert f"| `{key}` |" in readme, key
+    assert set(schema["properties"]) == set(yaml.safe_load((REPO / CHART / "values.yaml").read_text()))
+    version = yaml.safe_load((REPO / CHART / "Chart.yaml").read_text())["version"]
+    assert f"--version {version}" in readme and f"gateway-operator-{version}.tgz" in readme  # the install lines
+
+
+def test_helm_package_archive_is_the_chart_a_user_pulls(tmp_path: Path) -> None:
+    """`helm package` output, as pushed to an OCI registry (`helm push <tgz> oci://...`): it
+    carries the CRD, the schema, the dashboard and the README, and renders exactly like the
+    source directory."""
+    out = subprocess.run([tool("helm"), "package", CHART, "-d", str(tmp_path)], capture_output=True, text=True,
+                         check=True).stdout
+    meta = yaml.safe_load((REPO / CHART / "Chart.yaml").read_text())
+    archive = tmp_path / f"{meta['name']}-{meta['version']}.tgz"
+    assert str(archive) in out and archive.exists()
+    with tarfile.open(archive) as tar:
+        members = {m.name for m in tar.getmembers() if m.isfile()}
+    for name in ("Chart.yaml", "values.yaml", "values.schema.json", "README.md", "crds/gatewaydeployments.yaml",
+                 "dashboards/gateway-operator.json", "templates/NOTES.txt", "templates/deployment.yaml"):
+        assert f"gateway-operator/{name}" in members, name
+    assert not [m for m in members if re.search(r"(~|\.orig|\.rej|\.swp)$|/\.git/", m)]
+
+    def show(what: str) -> str:
+        return subprocess.run([tool("helm"), "show", what, str(archive)], capture_output=True, text=True,
+                              check=True).stdout
+    assert yaml.safe_load(show("values")) == yaml.safe_load((REPO / CHART / "values.yaml").read_text())
+    assert show("readme").strip() == CHART_README.read_text().strip()
+    assert (yaml.safe_load(show("chart"))["name"], yaml.safe_load(show("chart"))["version"]) == (meta["name"], meta["version"])
+    assert yaml.safe_load(show("crds"))["metadata"]["name"] == "gatewaydeployments.gateway-operator.dev"
+
+    lint = subprocess.run([tool("helm"), "lint", "--strict", str(archive)], capture_output=True, text=True)
+    assert lint.returncode == 0, lint.stdout + lint.stderr
+    knobs = values_file(tmp_path, KNOBS)
+    for args in ([], ["-f", knobs], ["--set", "watchNamespaces={a,b}", *ALL_FEATURES]):
+        assert template("r", str(archive), *args).stdout == template("r", CHART, *args).stdout
+    refused = template("r", str(archive), "--set", "priorityClassName=3", check=False)  # the schema travels too
+    assert refused.returncode != 0 and "/priorityClassName" in refused.stderr
+
+
 @pytest.mark.parametrize("values, message", [
     (["--set", "logFormat=xml"], "logFormat"),
     (["--set", "watchNamespaces[0]=Not_A_Namespace"], "does not match pattern"),
     (["--set", "metrics.port=70000"], "metrics/port"),
     (["--set", "replicaCount=2"], "additional properties 'replicaCount' not allowed"),
+    # the knobs of issue 11: typed, and a typo'd key is still refused
+    (["--set", "priorityClassName=3"], "at '/priorityClassName': got number, want string"),
+    (["--set", "priorityClassName=Not_A_Name"], "at '/priorityClassName': 'Not_A_Name' does not match pattern"),
+    (["--set", "priorityClasName=high"], "additional properties 'priorityClasName' not allowed"),
+    (["--set", "image.digest=latest"], "at '/image/digest': 'latest' does not match pattern"),
+    (["--set", "image.digets=" + DIGEST], "additional properties 'digets' not allowed"),
+    (["--set", "topologySpreadConstraints[0].maxSkew=1,topologySpreadConstraints[0].topologyKey=zone,"
+               "topologySpreadConstraints[0].whenUnsatisfiable=Never"],
+     "at '/topologySpreadConstraints/0/whenUnsatisfiable': value must be one of 'DoNotSchedule', 'ScheduleAnyway'"),
+    (["--set", "topologySpreadConstraints[0].maxSkew=1,topologySpreadConstraints[0].topologykey=zone,"
+               "topologySpreadConstraints[0].whenUnsatisfiable=DoNotSchedule"],
+     "additional properties 'topologykey' not allowed"),
+    (["--set", "topologySpreadConstraints[0].maxSkew=0,topologySpreadConstraints[0].topologyKey=zone,"
+               "topologySpreadConstraints[0].whenUnsatisfiable=DoNotSchedule"],
+     "at '/topologySpreadConstraints/0/maxSkew': minimum"),
+    (["--set", "podLabels.team=3"], "at '/podLabels/team': got number, want string"),
+    (["--set", "podLabels.app\\.kubernetes\\.io/instance=other"], "invalid propertyName 'app.kubernetes.io/instance'"),
+    (["--set", "serviceAccount.annotations.role=3"], "at '/serviceAccount/annotations/role': got number, want string"),
+    (["--set", "serviceAccount.anotations.role=x"], "additional properties 'anotations' not allowed"),
+    (["--set", "extraEnv[0].nmae=HTTPS_PROXY"], "additional properties 'nmae' not allowed"),
+    (["--set", "extraEnv[0].name=A,extraEnv[0].value=3"], "at '/extraEnv/0/value': got number, want string"),
+    (["--set", "extraEnv[0].name=POD_NAMESPACE,extraEnv[0].value=x"], "at '/extraEnv/0/name'"),
+    (["--set", "extraEnv[0].name=A,extraEnv[0].valueFrom.secretKeyRef.name=s"], "missing property 'key'"),
+    (["--set", "extraArgs[0]=3"], "at '/extraArgs/0': got number, want string"),
+    (["--set", "extraArgs=--verbose"], "at '/extraArgs': got string, want array"),
+    (["--set", "logLevel=verbose"], "at '/logLevel': value must be one of 'debug', 'info', 'warning', 'error'"),
 ])
 def test_values_schema_rejects_bad_values(values: list[str], message: str) -> None:
     result = subprocess.run([tool("helm"), "template", "x", CHART, *values], capture_output=True, text=True)
     assert result.returncode != 0 and message in result.stderr, result.stderr
+
+
+def test_the_commands_of_the_issue_now_pass_the_schema() -> None:
+    """`--set priorityClassName=...` and `--set image.digest=...` failed with `additional
+    properties not allowed` (issue 11)."""
+    rendered = render("--set", "priorityClassName=high", "--set", f"image.digest={DIGEST}")
+    assert rendered.pod["priorityClassName"] == "high"
+    assert rendered.container["image"] == f"{REPOSITORY}@{DIGEST}"
+
+
+def test_defaults_render_no_new_field_and_keep_the_restricted_profile() -> None:
+    r = render()
+    assert r.container["image"] == f"{REPOSITORY}:0.1.0"  # the chart's appVersion
+    for absent in ("priorityClassName", "topologySpreadConstraints"):
+        assert absent not in r.pod
+    assert r.deployment["spec"]["template"]["metadata"]["labels"] == r.deployment["spec"]["selector"]["matchLabels"]
+    assert "annotations" not in r.one("ServiceAccount")["metadata"]
+    assert [e["name"] for e in r.container["env"]] == ["POD_NAMESPACE"]
+    assert r.container["args"][-1] == "--operator-instance=r" and "--log-level=info" in r.container["args"]
+    assert r.pod["securityContext"] == {"runAsNonRoot": True, "runAsUser": 10001, "runAsGroup": 10001,
+                                        "seccompProfile": {"type": "RuntimeDefault"}}
+    assert r.container["securityContext"] == {"allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True,
+                                              "capabilities": {"drop": ["ALL"]}}
+
+
+SELECTOR = {"app.kubernetes.io/name": "gateway-operator", "app.kubernetes.io/instance": "r"}
+Check = Callable[[Rendered, dict[str, Any]], None]
+KNOB_CHECKS: dict[str, tuple[dict[str, Any], Check]] = {}
+
+
+def knob(name: str, values: dict[str, Any]) -> Callable[[Check], Check]:
+    """A knob's check of the rendered chart, given the values it was rendered with."""
+    def register(check: Check) -> Check:
+        KNOB_CHECKS[name] = (values, check)
+        return check
+    return register
+
+
+@knob("image.digest", {"image": {"digest": DIGEST, "tag": "9.9.9"}})
+def _digest(r: Rendered, v: dict[str, Any]) -> None:
+    image = v["image"]
+    assert r.container["image"] == f"{image.get('repository', REPOSITORY)}@{image['digest']}"  # the tag is ignored
+
+
+@knob("priorityClassName", {"priorityClassName": "platform-critical"})
+def _priority(r: Rendered, v: dict[str, Any]) -> None:
+    assert r.pod["priorityClassName"] == v["priorityClassName"]
+
+
+@knob("topologySpreadConstraints", {"topologySpreadConstraints": KNOBS["topologySpreadConstraints"]})
+def _spread(r: Rendered, v: dict[str, Any]) -> None:
+    zone, host = r.pod["topologySpreadConstraints"]
+    assert zone == {**v["topologySpreadConstraints"][0], "labelSelector": {"matchLabels": SELECTOR}}
+    assert host == v["topologySpreadConstraints"][1]  # an explicit labelSelector is kept
+
+
+@knob("podLabels", {"podLabels": KNOBS["podLabels"]})
+def _pod_labels(r: Rendered, v: dict[str, Any]) -> None:
+    assert r.deployment["spec"]["template"]["metadata"]["labels"] == {**SELECTOR, **v["podLabels"]}
+    assert r.deployment["spec"]["selector"]["matchLabels"] == SELECTOR  # the selector never changes
+    assert not set(v["podLabels"]) & set(r.deployment["metadata"]["labels"])
+
+
+@knob("serviceAccount.annotations", {"serviceAccount": KNOBS["serviceAccount"]})
+def _sa_annotations(r: Rendered, v: dict[str, Any]) -> None:
+    assert r.one("ServiceAccount")["metadata"]["annotations"] == v["serviceAccount"]["annotations"]
+
+
+@knob("extraEnv", {"extraEnv": KNOBS["extraEnv"]})
+def _extra_env(r: Rendered, v: dict[str, Any]) -> None:
+    assert r.container["env"][0]["name"] == "POD_NAMESPACE"
+    assert r.container["env"][1:] == v["extraEnv"]
+
+
+@knob("extraArgs", {"extraArgs": ["--redis-allow=10.0.0.0/8", "--namespace", "team-a"]})
+def _extra_args(r: Rendered, v: dict[str, Any]) -> None:
+    args = r.container["args"]
+    assert args[0] == "run" and args[-len(v["extraArgs"]):] == v["extraArgs"]  # appended, in order
+
+
+@knob("logLevel", {"logLevel": "warning"})
+def _log_level(r: Rendered, v: dict[str, Any]) -> None:
+    assert [a for a in r.container["args"] if a.startswith("--log-level")] == [f"--log-level={v['logLevel']}"]
+
+
+@knob("readinessProbe", {"livenessPort": 9441})
+def _readiness(r: Rendered, v: dict[str, Any]) -> None:
+    port = v.get("livenessPort", 8081)
+    # kopf serves only /healthz, on the liveness port
+    assert r.container["readinessProbe"]["httpGet"] == {"path": "/healthz", "port": "liveness"}
+    assert r.container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "liveness"}
+    assert {"name": "liveness", "containerPort": port, "protocol": "TCP"} in r.container["ports"]
+    assert f"--liveness-port={port}" in r.container["args"]
+
+
+@pytest.mark.parametrize("name", list(KNOB_CHECKS))
+def test_each_new_knob_renders_its_field(name: str, tmp_path: Path) -> None:
+    values, check = KNOB_CHECKS[name]
+    check(render("-f", values_file(tmp_path, values)), values)
+
+
+def test_every_knob_at_once_and_the_readme_example_render(tmp_path: Path) -> None:
+    r = render("-f", values_file(tmp_path, KNOBS))
+    for _, check in KNOB_CHECKS.values():
+        check(r, KNOBS)
+    example = yaml.safe_load(readme_example_values())
+    r = render("-f", values_file(tmp_path, example))
+    for name in ("image.digest", "priorityClassName", "podLabels", "serviceAccount.annotations", "extraEnv"):
+        KNOB_CHECKS[name][1](r, example)
+
+
+def test_rendered_operator_args_are_what_the_operator_cli_accepts(tmp_path: Path) -> None:
+    """The chart's command line (every knob, namespaced, Redis allow-list) parses with the
+    operator's own argument parser, and every log level the schema allows is one the CLI takes."""
+    from gateway_operator.cli import parser
+    values = {**KNOBS, "watchNamespaces": ["team-a", "team-b"], "redisProbe": {"allow": [".svc.cluster.local"]}}
+    args = render("-f", values_file(tmp_path, values)).container["args"]
+    try:
+        parsed = parser().parse_args(args)
+    except SystemExit:
+        pytest.fail(f"gateway-operator refuses the chart's arguments: {args}")
+    assert (parsed.log_level, parsed.log_format, parsed.namespace) == ("debug", "json", ["team-a", "team-b"])
+    assert parsed.redis_allow == [".svc.cluster.local", "10.0.0.0/8"]  # extraArgs come last
+    schema = json.loads((REPO / CHART / "values.schema.json").read_text())
+    for level in schema["properties"]["logLevel"]["enum"]:
+        assert parser().parse_args(["run", f"--log-level={level}"]).log_level == level
 
 
 @pytest.mark.parametrize("mode", [[], ["--set", "watchNamespaces={team-a,team-b}"]], ids=["cluster-wide", "namespaced"])
@@ -95,10 +366,112 @@ def test_every_template_passes_a_server_side_dry_run(cluster: Cluster, mode: lis
         assert sorted(r["metadata"]["namespace"] for r in roles) == ["team-a", "team-b"]
 
 
+def test_new_knobs_pass_a_server_side_dry_run(cluster: Cluster, tmp_path: Path) -> None:
+    """The Deployment and ServiceAccount rendered with every knob of issue 11 (and the README's
+    example values) are accepted by the real API server's validation."""
+    ns = cluster.new_namespace()
+    try:
+        for values in (KNOBS, yaml.safe_load(readme_example_values())):
+            rendered = helm(cluster, "template", "knobs", CHART, "-n", ns, "-f", values_file(tmp_path, values),
+                            "--show-only", "templates/deployment.yaml", "--show-only", "templates/serviceaccount.yaml").stdout
+            result = cluster.apply(rendered, "--server-side", "--dry-run=server", "-o", "json", check=False)
+            assert result.returncode == 0, result.stderr
+            items = {i["kind"]: i for i in json.loads(result.stdout)["items"]}
+            pod = items["Deployment"]["spec"]["template"]["spec"]
+            assert pod["priorityClassName"] == values["priorityClassName"]  # as the server stored it
+            assert pod["containers"][0]["readinessProbe"]["httpGet"]["path"] == "/healthz"
+            assert items["ServiceAccount"]["metadata"]["annotations"] == values["serviceAccount"]["annotations"]
+            if "topologySpreadConstraints" in values:
+                assert len(pod["topologySpreadConstraints"]) == len(values["topologySpreadConstraints"])
+    finally:
+        cluster.kubectl("delete", "namespace", ns, "--wait=false", check=False)
+
+
+def test_install_with_every_knob_in_a_restricted_namespace(cluster: Cluster, release: tuple[str, str],
+                                                         tmp_path: Path) -> None:
+    """A real install: the operator pod the controller creates carries the knobs, is admitted
+    under `pod-security.kubernetes.io/enforce: restricted` and gets its PriorityClass's value."""
+    name, ns = release
+    cluster.kubectl("label", "namespace", ns, "pod-security.kubernetes.io/enforce=restricted")
+    priority_class = f"gwop-chart-{uuid.uuid4().hex[:6]}"
+    cluster.apply(json.dumps({"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass",
+                              "metadata": {"name": priority_class}, "value": 100000}))
+    try:
+        values = {**KNOBS, "priorityClassName": priority_class}
+        helm(cluster, "install", name, CHART, "-n", ns, "-f", values_file(tmp_path, values), "--wait", "--timeout", "120s")
+        [pod] = cluster.get_json("-n", ns, "pods", "-l", f"app.kubernetes.io/instance={name}")["items"]
+        assert pod["spec"]["priorityClassName"] == priority_class and pod["spec"]["priority"] == 100000
+        assert {k: pod["metadata"]["labels"][k] for k in KNOBS["podLabels"]} == KNOBS["podLabels"]
+        c = pod["spec"]["containers"][0]
+        assert c["image"] == f"{REPOSITORY}@{DIGEST}"
+        assert [e["name"] for e in c["env"]] == ["POD_NAMESPACE", "HTTPS_PROXY", "NODE_NAME", "TOKEN"]
+        assert c["args"][-1] == "--redis-allow=10.0.0.0/8" and "--log-level=debug" in c["args"]
+        assert (c["readinessProbe"]["httpGet"]["path"], c["readinessProbe"]["httpGet"]["port"]) == ("/healthz", "liveness")
+        assert len(pod["spec"]["topologySpreadConstraints"]) == 2
+        sa = cluster.get_json("-n", ns, f"serviceaccount/{name}")
+        assert KNOBS["serviceAccount"]["annotations"].items() <= sa["metadata"]["annotations"].items()  # + Helm's own
+    finally:
+        helm(cluster, "uninstall", name, "-n", ns, "--wait", check=False)
+        cluster.kubectl("delete", "priorityclass", priority_class, "--wait=false", check=False)
+
+
+def notes_commands(notes: str) -> list[str]:
+    """The shell commands NOTES.txt shows (lines starting with kubectl/helm; a heredoc runs to EOF)."""
+    commands: list[str] = []
+    lines = iter(notes.splitlines())
+    for line in lines:
+        if line.startswith(("kubectl ", "helm ")):
+            if "<<'EOF'" in line:
+                body = []
+                for more in lines:
+                    body.append(more)
+                    if more == "EOF":
+                        break
+                line = "\n".join([line, *body])
+            commands.append(line)
+    return commands
+
+
+def test_notes_commands_work(cluster: Cluster, release: tuple[str, str], operator: OperatorProcess) -> None:
+    """Every command NOTES.txt prints runs as printed (with CHART replaced by the chart path):
+    the chart README it points to, the operator's pod, kubectl explain, the first
+    GatewayDeployment (made Ready by the session's operator), its conditions."""
+    name, ns = release
+    helm(cluster, "install", name, CHART, "-n", ns)
+    notes = helm(cluster, "get", "notes", name, "-n", ns).stdout
+    commands = notes_commands(notes)
+    assert [c.split()[:2] for c in commands] == [
+        ["helm", "show"], ["kubectl", "get"], ["kubectl", "logs"], ["kubectl", "explain"], ["kubectl", "create"],
+        ["kubectl", "apply"],
+        ["kubectl", "wait"], ["kubectl", "get"], ["kubectl", "describe"], ["kubectl", "get"]], notes
+    env = dict(os.environ, KUBECONFIG=str(cluster.kubeconfig),
+               PATH=f"{Path(tool('kubectl')).parent}:{os.environ['PATH']}")
+    try:
+        for command in commands:
+            command = command.replace(" CHART ", f" {CHART} ")
+            result = subprocess.run(["bash", "-c", command], capture_output=True, text=True, env=env, timeout=330)
+            if command.startswith("kubectl logs"):
+                # no container runs behind the kubelet STAND-IN: the API server resolves the
+                # Deployment to its pod's `operator` container and asks the (absent) kubelet
+                assert result.returncode == 0 or re.search(rf"containerLogs/{ns}/{name}-[a-z0-9]+-[a-z0-9]+/operator\b",
+                                                           result.stderr), result.stderr
+                continue
+            assert result.returncode == 0, f"{command}\n{result.stdout}\n{result.stderr}"
+            if command.startswith("helm show readme"):
+                assert result.stdout.strip() == CHART_README.read_text().strip()
+            if command.startswith("kubectl get pods"):
+                assert name in result.stdout
+        describe = next(c for c in commands if c.startswith("kubectl describe"))
+        described = subprocess.run(["bash", "-c", describe], capture_output=True, text=True, env=env).stdout
+        assert "Ready" in described and "ExactlyOnceAdmission" in described
+    finally:
+        cluster.kubectl("-n", ns, "delete", "gatewaydeployment", "my-gateway", "--wait=false", check=False)
+
+
 def test_install_upgrade_uninstall(cluster: Cluster, release: tuple[str, str]) -> None:
     name, ns = release
     out = helm(cluster, "install", name, CHART, "-n", ns, "--wait", "--timeout", "120s").stdout
-    assert "kubectl wait --for=condition=Ready gatewaydeployment/<name>" in out  # NOTES.txt
+    assert f"kubectl wait -n {ns} --for=condition=Ready gatewaydeployment/my-gateway" in out  # NOTES.txt
     cluster.kubectl("get", "crd", "gatewaydeployments.gateway-operator.dev")
     deployment = cluster.get_json("-n", ns, f"deployment/{name}")
     pod = deployment["spec"]["template"]["spec"]
@@ -107,6 +480,7 @@ def test_install_upgrade_uninstall(cluster: Cluster, release: tuple[str, str]) -
     c = pod["containers"][0]
     assert c["securityContext"]["readOnlyRootFilesystem"] is True and c["securityContext"]["capabilities"] == {"drop": ["ALL"]}
     assert c["livenessProbe"]["httpGet"]["path"] == "/healthz"
+    assert (c["readinessProbe"]["httpGet"]["path"], c["readinessProbe"]["httpGet"]["port"]) == ("/healthz", "liveness")
     cluster.kubectl("get", "clusterrole", name)
     cluster.kubectl("get", "validatingadmissionpolicy", f"{name}-replica-warning")
 

@@ -15,6 +15,28 @@ app.kubernetes.io/name: gateway-operator
 app.kubernetes.io/instance: {{ .Release.Name }}
 {{- end -}}
 
+{{/* repository@digest when a digest is set (the tag is then ignored), else repository:tag */}}
+{{- define "gateway-operator.image" -}}
+{{- if .Values.image.digest -}}
+{{ .Values.image.repository }}@{{ .Values.image.digest }}
+{{- else -}}
+{{ .Values.image.repository }}:{{ .Values.image.tag | default .Chart.AppVersion }}
+{{- end -}}
+{{- end -}}
+
+{{/* topologySpreadConstraints as YAML list; one without labelSelector selects the operator's pods */}}
+{{- define "gateway-operator.topologySpreadConstraints" -}}
+{{- $constraints := list -}}
+{{- range .Values.topologySpreadConstraints -}}
+{{- $c := deepCopy . -}}
+{{- if not (hasKey $c "labelSelector") -}}
+{{- $_ := set $c "labelSelector" (dict "matchLabels" (include "gateway-operator.selectorLabels" $ | fromYaml)) -}}
+{{- end -}}
+{{- $constraints = append $constraints $c -}}
+{{- end -}}
+{{- toYaml $constraints -}}
+{{- end -}}
+
 {{- define "gateway-operator.serviceAccountName" -}}
 {{- default (include "gateway-operator.fullname" .) .Values.serviceAccount.name -}}
 {{- end -}}
