@@ -3,18 +3,48 @@ same verdict, same message, for good and bad GatewayDeployments."""
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 
 import pytest
 import yaml
 
-from gateway_operator import offline, validation
+from gateway_operator import offline, pod_schemas, validation
 from gateway_operator.crd import crd
 from support.cluster import REPO, Cluster
 from support.operator import gateway_deployment, install_crd, redis_store
 
 REDIS = {"url": "redis://redis.example:6379/0", "passwordSecretRef": {"name": "redis-auth"}}
+
+
+def with_config(**extra) -> dict:
+    """The default config plus ``extra`` sections."""
+    return {**gateway_deployment("x")["spec"]["config"], **extra}
+
+
+def with_hook(**fields) -> dict:
+    return with_config(hooks={"hooks": [{"path": "deploy", "message": "Event: {text}", **fields}]})
+
+
+AFFINITY = {  # what a real Deployment carries
+    "nodeAffinity": {
+        "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [{"matchExpressions": [
+            {"key": "kubernetes.io/arch", "operator": "In", "values": ["amd64", "arm64"]}]}]},
+        "preferredDuringSchedulingIgnoredDuringExecution": [{"weight": 50, "preference": {"matchExpressions": [
+            {"key": "node-role/bots", "operator": "Exists"}]}}],
+    },
+    "podAntiAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [{"weight": 100, "podAffinityTerm": {
+        "labelSelector": {"matchLabels": {"app.kubernetes.io/instance": "a"}},
+        "topologyKey": "kubernetes.io/hostname"}}]},
+}
+TOLERATIONS = [{"key": "dedicated", "operator": "Equal", "value": "bots", "effect": "NoSchedule"},
+               {"operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 30}]
+SPREAD = {"maxSkew": 1, "topologyKey": "topology.kubernetes.io/zone", "whenUnsatisfiable": "ScheduleAnyway",
+          "labelSelector": {"matchLabels": {"app.kubernetes.io/instance": "a"}}}
+QUANTITY_PATTERN = "should match '^(\\+|-)?(([0-9]+(\\.[0-9]*)?)|(\\.[0-9]+))"
+NOT_CHECKED = "some validation rules were not checked because the object was invalid"
+
 
 def without_channels() -> dict:
     doc = gateway_deployment("a")
@@ -72,6 +102,125 @@ CASES = {
                                                      redis=REDIS), "must be of type object"),
     "config.gateway as text": (gateway_deployment("a", config={**redis_store(), "gateway": "x"}, redis=REDIS),
                                "must be of type object"),
+    # typed pod fields (issue 11): the real core/v1 schemas, generated from the API server's OpenAPI
+    "real affinity, tolerations, spread": (gateway_deployment(
+        "a", affinity=AFFINITY, tolerations=TOLERATIONS, topologySpreadConstraints=[SPREAD],
+        nodeSelector={"kubernetes.io/os": "linux"}, priorityClassName="bots", imagePullSecrets=[{"name": "reg"}]),
+        None),
+    "resources with quantities": (gateway_deployment("a", resources={
+        "requests": {"cpu": "500m", "memory": "256Mi"}, "limits": {"cpu": 1, "memory": "1Gi",
+                                                                   "ephemeral-storage": "2e9"}}), None),
+    "env from secret, configmap and field": (gateway_deployment("a", env=[
+        {"name": "OPENAI_API_KEY", "valueFrom": {"secretKeyRef": {"name": "llm", "key": "key", "optional": True}}},
+        {"name": "MODEL", "valueFrom": {"configMapKeyRef": {"name": "models", "key": "default"}}},
+        {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+        {"name": "MEMORY", "valueFrom": {"resourceFieldRef": {"resource": "limits.memory", "divisor": "1Mi"}}}]),
+        None),
+    "managed redis resources": (gateway_deployment("a", config=redis_store(), redis={"managed": {
+        "enabled": True, "resources": {"limits": {"memory": "128Mi"}}}}), None),
+    "affinity typo": (gateway_deployment("a", affinity={"nodeAfinity": AFFINITY["nodeAffinity"]}),
+                      'unknown field "spec.affinity.nodeAfinity"'),
+    "toleration typo": (gateway_deployment("a", tolerations=[{"key": "k", "opertor": "Exists"}]),
+                        'unknown field "spec.tolerations[0].opertor"'),
+    "cpu: lots": (gateway_deployment("a", resources={"requests": {"cpu": "lots"}}),
+                  'spec.resources.requests.cpu: Invalid value: "lots": spec.resources.requests.cpu in body '
+                  + QUANTITY_PATTERN),
+    "cpu as a fraction number": (gateway_deployment("a", resources={"limits": {"cpu": 0.5}}),
+                                 "spec.resources.limits.cpu in body must be of type integer,string"),
+    "resources typo": (gateway_deployment("a", resources={"request": {"cpu": "1"}}),
+                       'unknown field "spec.resources.request"'),
+    "resources claims": (gateway_deployment("a", resources={"claims": [{"name": "gpu"}]}),
+                         'unknown field "spec.resources.claims"'),
+    "managed redis memory: lots": (gateway_deployment("a", config=redis_store(), redis={"managed": {
+        "enabled": True, "resources": {"limits": {"memory": "lots"}}}}),
+        'spec.redis.managed.resources.limits.memory: Invalid value: "lots"'),
+    "toleration operator": (gateway_deployment("a", tolerations=[{"key": "k", "operator": "Equals"}]),
+                            'spec.tolerations[0].operator: Unsupported value: "Equals": supported values: '
+                            '"Equal", "Exists"'),
+    "toleration effect": (gateway_deployment("a", tolerations=[{"operator": "Exists", "effect": "NoRun"}]),
+                          'spec.tolerations[0].effect: Unsupported value: "NoRun"'),
+    "env without name": (gateway_deployment("a", env=[{"value": "x"}]), "spec.env[0].name: Required value"),
+    "env name repeated": (gateway_deployment("a", env=[{"name": "A", "value": "1"}, {"name": "A", "value": "2"}]),
+                          'spec.env[1]: Duplicate value: {"name":"A"}'),
+    "env of 201": (gateway_deployment("a", env=[{"name": f"E{i}", "value": "x"} for i in range(201)]),
+                   "spec.env: Too many: 201: must have at most 200 items"),
+    "env as text": (gateway_deployment("a", env=["A=B"]), "must be an object for an array of list-type map"),
+    "secretKeyRef without key": (gateway_deployment("a", env=[{"name": "A", "valueFrom": {
+        "secretKeyRef": {"name": "s"}}}]), "spec.env[0].valueFrom.secretKeyRef.key: Required value"),
+    "spread whenUnsatisfiable": (gateway_deployment("a", topologySpreadConstraints=[
+        {**SPREAD, "whenUnsatisfiable": "Never"}]),
+        'spec.topologySpreadConstraints[0].whenUnsatisfiable: Unsupported value: "Never": supported values: '
+        '"DoNotSchedule", "ScheduleAnyway"'),
+    "spread without topologyKey": (gateway_deployment("a", topologySpreadConstraints=[
+        {"maxSkew": 1, "whenUnsatisfiable": "DoNotSchedule"}]),
+        "spec.topologySpreadConstraints[0].topologyKey: Required value"),
+    "spread repeated": (gateway_deployment("a", topologySpreadConstraints=[SPREAD, {**SPREAD, "maxSkew": 2}]),
+                        'spec.topologySpreadConstraints[1]: Duplicate value: {"topologyKey":'
+                        '"topology.kubernetes.io/zone","whenUnsatisfiable":"ScheduleAnyway"}'),
+    "image pull secret repeated": (gateway_deployment("a", imagePullSecrets=[{"name": "r"}, {"name": "r"}]),
+                                   'spec.imagePullSecrets[1]: Duplicate value: {"name":"r"}'),
+    "node affinity operator": (gateway_deployment("a", affinity={"nodeAffinity": {
+        "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [{"matchExpressions": [
+            {"key": "k", "operator": "Within"}]}]}}}),
+        "spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms[0]"
+        '.matchExpressions[0].operator: Unsupported value: "Within"'),
+    "priorityClassName as number": (gateway_deployment("a", priorityClassName=1000),
+                                    "spec.priorityClassName in body must be of type string"),
+    "nodeSelector value as number": (gateway_deployment("a", nodeSelector={"zone": 1}),
+                                     "spec.nodeSelector.zone in body must be of type string"),
+    # typed config (issue 11): what the launcher and the gateway read
+    "typed hooks and turn lock": (gateway_deployment("a", replicas=2, redis=REDIS, config={
+        **redis_store(), "turn_lock": {"backend": "redis", "ttl": 30, "url": "${TURN_LOCK_URL}"},
+        "hooks": {"idempotency": {"store_backend": "redis"}, "hooks": [{
+            "path": "/github/", "agent": "assistant", "action": "agent", "message": "Event: {text}",
+            "idempotency_key": "{id}", "secret": "${GITHUB_SECRET}", "signature_header": "X-Hub-Signature-256",
+            "signature_scheme": "hmac_hex", "signature_prefix": "sha256=", "signature_tolerance_seconds": 0,
+            "events": ["issues.opened"], "event_header": "X-GitHub-Event", "enabled": True, "deliver_only": False,
+            "deliver_to": "telegram:1", "metadata": {"team": "ops"}, "owner": "kept in metadata",
+            "coalesce": {"group_key": "{repository.full_name}", "window_seconds": 0.5, "max_wait_seconds": 60}},
+            {"path": "wake", "action": "wake"}]}}), None),
+    "turn_lock backend: redsi": (gateway_deployment("a", config=with_config(turn_lock={"backend": "redsi"})),
+                                 'spec.config.turn_lock.backend: Unsupported value: "redsi": supported values: '
+                                 '"local", "redis"'),
+    "turn_lock backend: memory": (gateway_deployment("a", config=with_config(turn_lock={"backend": "memory"})),
+                                  'spec.config.turn_lock.backend: Unsupported value: "memory"'),
+    "gateway.turn_lock backend": (gateway_deployment("a", config=with_config(gateway={"turn_lock": {
+        "backend": "etcd"}})), 'spec.config.gateway.turn_lock.backend: Unsupported value: "etcd"'),
+    "turn_lock ttl 0": (gateway_deployment("a", config=with_config(turn_lock={"ttl": 0})),
+                        "spec.config.turn_lock.ttl: Invalid value: 0: spec.config.turn_lock.ttl in body should be "
+                        "greater than 0"),
+    "turn_lock typo": (gateway_deployment("a", config=with_config(turn_lock={"bakend": "redis"})),
+                       'unknown field "spec.config.turn_lock.bakend"'),
+    "hook pth": (gateway_deployment("a", config=with_config(hooks={"hooks": [{"pth": "deploy"}]})),
+                 "spec.config.hooks.hooks[0].path: Required value"),
+    "hook path of slashes": (gateway_deployment("a", config=with_hook(path="//")),
+                             'spec.config.hooks.hooks[0].path: Invalid value: "//": spec.config.hooks.hooks[0].path '
+                             "in body should match"),
+    "hook action": (gateway_deployment("a", config=with_hook(action="run")),
+                    'spec.config.hooks.hooks[0].action: Unsupported value: "run": supported values: "agent", '
+                    '"wake"'),
+    "hook signature scheme": (gateway_deployment("a", config=with_hook(signature_scheme="hmac")),
+                              'spec.config.hooks.hooks[0].signature_scheme: Unsupported value: "hmac"'),
+    "hook negative tolerance": (gateway_deployment("a", config=with_hook(signature_tolerance_seconds=-1)),
+                                "spec.config.hooks.hooks[0].signature_tolerance_seconds in body should be greater "
+                                "than or equal to 0"),
+    "hook enabled as text": (gateway_deployment("a", config=with_hook(enabled="yes")),
+                             "spec.config.hooks.hooks[0].enabled in body must be of type boolean"),
+    "hook coalesce typo": (gateway_deployment("a", config=with_hook(coalesce={"group_key": "k", "window": 5})),
+                           'unknown field "spec.config.hooks.hooks[0].coalesce.window"'),
+    "hook coalesce window 0": (gateway_deployment("a", config=with_hook(coalesce={"group_key": "k",
+                                                                                 "window_seconds": 0})),
+                               "spec.config.hooks.hooks[0].coalesce.window_seconds in body should be greater than 0"),
+    "hooks typo": (gateway_deployment("a", config=with_config(hooks={"idempotncy": {"store_backend": "redis"}})),
+                   'unknown field "spec.config.hooks.idempotncy"'),
+    "idempotency typo": (gateway_deployment("a", config=with_config(hooks={"idempotency": {"backend": "redis"}})),
+                         'unknown field "spec.config.hooks.idempotency.backend"'),
+    "hooks as a list": (gateway_deployment("a", config=with_config(hooks=[{"path": "deploy"}])),
+                        'unknown field "spec.config.hooks[0].path"'),
+    # the API server still runs CEL after a non-blocking error (pattern, duplicate), and skips it after a blocking one
+    "pattern and a rule": (gateway_deployment("a", replicas=3, resources={"limits": {"cpu": "x"}}),
+                           validation.MSG_REPLICAS_NEED_REDIS),
+    "enum and a rule": (gateway_deployment("a", replicas=3, tolerations=[{"operator": "Equals"}]), NOT_CHECKED),
 }
 
 
@@ -95,9 +244,19 @@ def test_api_server_agrees_with_offline_check(cluster: Cluster, namespace: str, 
         assert result.returncode == 0, result.stderr
         return
     assert result.returncode != 0
-    assert expected in result.stderr
-    for error in offline.check(doc):  # every offline message is one the server gave
-        assert error.split(": ", 1)[-1].strip('"') in result.stderr.replace("\\", ""), (error, result.stderr)
+    stderr = result.stderr.replace("\\", "")
+    assert expected.replace("\\", "") in stderr
+    errors = [e.replace("\\", "") for e in offline.check(doc)]
+    for error in errors:  # every offline message is one the server gave
+        assert error.split(": ", 1)[-1].strip('"') in stderr, (error, result.stderr)
+    # ... and every error the server gave, offline gives: kubectl prints one per line, or one alone,
+    # or (strict field validation) the unknown fields alone
+    if " is invalid: " in stderr:
+        server = [line[2:] for line in stderr.splitlines() if line.startswith("* ")] or \
+            [stderr.strip().split(" is invalid: ", 1)[1]]
+    else:
+        server = [f'{p}: unknown field "{p}"' for p in re.findall(r'unknown field "([^"]*)"', stderr)]
+    assert sorted(server) == sorted(errors), (server, errors)
 
 
 def test_committed_crd_is_generated_from_code() -> None:
@@ -105,6 +264,42 @@ def test_committed_crd_is_generated_from_code() -> None:
     assert committed == crd(), "regenerate: gateway-operator crd > crds/gatewaydeployments.yaml"
     chart_copy = REPO / "charts/gateway-operator/crds/gatewaydeployments.yaml"
     assert yaml.safe_load(chart_copy.read_text()) == committed, "regenerate: make crds"
+
+
+@pytest.mark.cluster
+def test_pod_schemas_are_generated_from_the_api_server(cluster: Cluster) -> None:
+    """pod_schemas.py is what hack/gen-pod-schemas.py makes of the running API server's OpenAPI."""
+    result = subprocess.run([sys.executable, str(REPO / "hack/gen-pod-schemas.py"), "--check",
+                             "--kubeconfig", str(cluster.kubeconfig)], capture_output=True, text=True)
+    if "hack/versions.env pins" in result.stderr:
+        pytest.skip(result.stderr.strip())  # GWOP_TEST_KUBECONFIG at a cluster of another version
+    assert result.returncode == 0, result.stderr
+
+
+def test_typed_schema_is_structural_and_self_describing() -> None:
+    """No $ref/allOf/oneOf/anyOf in the CRD; every field the CRD declares says what it is, and
+    every field of our own says its default (or that it is required) - kubectl explain answers."""
+    schema = crd()["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+    text = json.dumps(schema)
+    for keyword in ('"$ref"', '"allOf"', '"oneOf"', '"anyOf"'):
+        assert keyword not in text
+    pod_fields = set(pod_schemas.FIELDS)
+
+    def walk(node: dict, path: str, ours: bool) -> None:
+        for key, sub in (node.get("properties") or {}).items():
+            where = f"{path}.{key}"
+            assert sub.get("description"), where
+            own = ours and not (path == "spec" and key in pod_fields) and where != "spec.redis.managed.resources"
+            if own or (path == "spec" and key in pod_fields) or where == "spec.redis.managed.resources":
+                assert any(w in sub["description"] for w in ("Default", "default", "Required", "Not allowed",
+                                                             "must not be set")), where
+            walk(sub, where, own)
+        if isinstance(node.get("items"), dict):
+            walk(node["items"], path + "[]", ours)
+        if isinstance(node.get("additionalProperties"), dict):
+            walk(node["additionalProperties"], path + ".*", ours)
+
+    walk(schema["properties"]["spec"], "spec", True)
 
 
 def test_check_command_exit_codes(tmp_path) -> None:
