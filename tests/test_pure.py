@@ -60,8 +60,8 @@ def test_rendered_config_carries_redis_without_secrets() -> None:
 
 
 def test_user_turn_lock_choice_is_kept() -> None:
-    s = spec(config=redis_store({"turn_lock": {"backend": "memory"}}), redis={"url": "redis://r:6379/0"})
-    assert render.gateway_config(OWNER, s, resolve(s.redis, "prod", "gw"))["turn_lock"] == {"backend": "memory"}
+    s = spec(config=redis_store({"turn_lock": {"backend": "local"}}), redis={"url": "redis://r:6379/0"})
+    assert render.gateway_config(OWNER, s, resolve(s.redis, "prod", "gw"))["turn_lock"] == {"backend": "local"}
 
 
 def test_config_change_changes_the_pod_template_hash() -> None:
@@ -292,3 +292,11 @@ def test_probe_outcomes(redis_server) -> None:
     started = clock.monotonic()
     down = probe(target(redis_server.port), redis_server.password, timeout=1)
     assert down.reason == "ConnectionFailed" and clock.monotonic() - started < 1.5  # one attempt, no retries
+
+
+def test_pod_placement_knobs_reach_the_pod() -> None:
+    s = spec(priorityClassName="gateways", topologySpreadConstraints=[
+        {"maxSkew": 1, "topologyKey": "kubernetes.io/hostname", "whenUnsatisfiable": "ScheduleAnyway"}])
+    pod = render.deployment(OWNER, s, None, 1, "h")["spec"]["template"]["spec"]
+    assert pod["priorityClassName"] == "gateways"
+    assert pod["topologySpreadConstraints"][0]["labelSelector"] == {"matchLabels": api.selector_for("gw")}

@@ -171,6 +171,7 @@ class GatewaySpec:
             service_type=str(service.get("type", "ClusterIP")),
             service_port=int(service.get("port", GATEWAY_PORT)),
             pod={k: spec[k] for k in ("resources", "env", "nodeSelector", "tolerations", "affinity",
+                                       "topologySpreadConstraints", "priorityClassName",
                                        "podAnnotations", "podLabels") if spec.get(k)},
         )
 

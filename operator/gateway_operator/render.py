@@ -121,9 +121,14 @@ def deployment(owner: Owner, spec: GatewaySpec, redis: RedisTarget | None, repli
     }
     if spec.image_pull_secrets:
         pod_spec["imagePullSecrets"] = [{"name": n} for n in spec.image_pull_secrets]
-    for key in ("nodeSelector", "tolerations", "affinity"):
+    for key in ("nodeSelector", "tolerations", "affinity", "priorityClassName"):
         if spec.pod.get(key):
             pod_spec[key] = spec.pod[key]
+    if spec.pod.get("topologySpreadConstraints"):
+        # a constraint without a selector counts no pods: default it to this gateway's pods
+        pod_spec["topologySpreadConstraints"] = [
+            {"labelSelector": {"matchLabels": api.selector_for(owner.name)}, **dict(c)}
+            for c in spec.pod["topologySpreadConstraints"]]
     return _object("apps/v1", "Deployment", owner.name, owner, spec={
         "replicas": replicas,
         "selector": {"matchLabels": api.selector_for(owner.name)},
