@@ -300,3 +300,8 @@ def test_pod_placement_knobs_reach_the_pod() -> None:
     pod = render.deployment(OWNER, s, None, 1, "h")["spec"]["template"]["spec"]
     assert pod["priorityClassName"] == "gateways"
     assert pod["topologySpreadConstraints"][0]["labelSelector"] == {"matchLabels": api.selector_for("gw")}
+
+
+def test_no_polled_replica_proves_nothing() -> None:
+    c = by_type(facts(health=()))
+    assert (c["ExactlyOnceAdmission"].status, c["ExactlyOnceAdmission"].reason) == ("Unknown", "ReplicasUnverified")

@@ -159,6 +159,8 @@ def _exactly_once(f: Facts) -> Condition:
         return no(R.REDIS_UNREACHABLE, "the shared Redis idempotency store is not reachable")
     if f.degraded:
         return no(R.IDEMPOTENCY_DEGRADED, f"{len(f.degraded)} replicas are not deduplicating through Redis")
+    if not f.health:  # nothing polled yet: a clean answer from nobody proves nothing
+        return Condition(EXACTLY_ONCE, "Unknown", R.REPLICAS_UNVERIFIED, "no ready replica has answered GET /health yet")
     unknown = [h.pod for h in f.health if h.state is Idempotency.UNKNOWN]
     if unknown:
         return Condition(EXACTLY_ONCE, "Unknown", R.REPLICAS_UNVERIFIED,
