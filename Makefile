@@ -3,7 +3,7 @@ SHELL := /bin/bash
 VENV := .venv
 PY := $(VENV)/bin/python
 
-.PHONY: system-deps venv binaries cluster-up cluster-down test demo demo-down
+.PHONY: system-deps venv binaries cluster-up cluster-down test fuzz demo demo-down
 
 system-deps:
 	@hack/system-deps.sh
@@ -25,6 +25,12 @@ cluster-down:
 # the integration suite against an existing cluster instead.
 test: system-deps venv binaries
 	$(PY) -m pytest $(PYTEST_ARGS)
+
+# The full fuzz run (issue 7): 500+ seeded adversarial GatewayDeployments through the real API
+# server and the operator, on its own control plane (.cluster/fuzz). FUZZ_SEED, FUZZ_CASES,
+# FUZZ_BATCH; FUZZ_JSON=<file> writes the summary there. `make test` runs a small slice.
+fuzz: system-deps venv binaries
+	$(PY) hack/fuzz.py
 
 demo: system-deps venv binaries
 	@hack/demo.sh
