@@ -195,3 +195,16 @@ def test_a_black_holed_redis_does_not_delay_other_namespaces(cluster: Cluster, o
         assert conditions(cluster, namespace, "stuck-0")["Ready"]["reason"] == reasons.WAITING_FOR_REDIS
     finally:
         hole.close()
+
+
+def test_characters_outside_the_bmp_reach_the_objects(cluster: Cluster, operator: OperatorProcess,
+                                                      namespace: str) -> None:
+    """An emoji in an annotation or an env value is valid Kubernetes input: the server-side
+    apply body carries it as UTF-8 (the API server's YAML decoder refuses surrogate escapes)."""
+    apply_gateway(cluster, namespace, gateway_deployment(
+        "emoji", podAnnotations={"example.dev/mood": "\U0001F680 launch"},
+        env=[{"name": "GREETING", "value": "hi \U0001F44B"}]))
+    wait_condition(cluster, namespace, "emoji", "Ready", "True")
+    template = cluster.get_json("-n", namespace, "deployment/emoji")["spec"]["template"]
+    assert template["metadata"]["annotations"]["example.dev/mood"] == "\U0001F680 launch"
+    assert {"name": "GREETING", "value": "hi \U0001F44B"} in template["spec"]["containers"][0]["env"]

@@ -27,11 +27,19 @@ def _s(type_: str, description: str, **extra: Any) -> Schema:
     return {"type": type_, "description": description, **extra}
 
 
+# what the API server accepts as a Secret's name and key (a name with '/' would address
+# another resource path)
+SECRET_NAME_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
+SECRET_KEY_PATTERN = r"^[-._a-zA-Z0-9]+$"
+
+
 def _secret_ref(what: str, default_key: str, default: str = "none") -> Schema:
     return _s("object", f"Secret (in the same namespace) holding {what}. Default: {default}.", required=["name"],
               properties={
-                  "name": _s("string", "Required. Name of the Secret, 1-253 characters.", minLength=1, maxLength=253),
-                  "key": _s("string", f"Key inside the Secret. Default {default_key!r}.", default=default_key),
+                  "name": _s("string", "Required. Name of the Secret: a DNS subdomain, 1-253 characters.",
+                             minLength=1, maxLength=253, pattern=SECRET_NAME_PATTERN),
+                  "key": _s("string", f"Key inside the Secret ([-._a-zA-Z0-9]+). Default {default_key!r}.",
+                            default=default_key, minLength=1, maxLength=253, pattern=SECRET_KEY_PATTERN),
               })
 
 

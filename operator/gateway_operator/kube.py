@@ -4,6 +4,7 @@ handlers call it through ``asyncio.to_thread``.
 """
 from __future__ import annotations
 
+import json
 import logging
 from dataclasses import dataclass
 from typing import Any, Mapping
@@ -110,9 +111,14 @@ class Kube:
             raise NotOwned(manifest["kind"], meta["namespace"], meta["name"])
         if live is not None and is_subset(desired, live):
             return ApplyResult(manifest["kind"], meta["name"], written=False)
-        self._resource(manifest).server_side_apply(
-            body=desired, namespace=meta["namespace"], field_manager=api.FIELD_MANAGER,
-            force_conflicts=live is not None, _request_timeout=REQUEST_TIMEOUT)
+        resource = self._resource(manifest)
+        # the apply body is YAML to the API server, whose decoder refuses the JSON surrogate
+        # escapes json.dumps writes for characters outside the BMP (an emoji in an annotation):
+        # send UTF-8 as it is
+        self.dynamic.request("patch", resource.path(name=meta["name"], namespace=meta["namespace"]),
+                             body=json.dumps(desired, ensure_ascii=False).encode(),
+                             content_type="application/apply-patch+yaml", field_manager=api.FIELD_MANAGER,
+                             force_conflicts=live is not None, _request_timeout=REQUEST_TIMEOUT)
         log.info("applied %s %s/%s", manifest["kind"], meta["namespace"], meta["name"])
         return ApplyResult(manifest["kind"], meta["name"], written=True)
 

@@ -14,7 +14,11 @@ from .api import RedisSpec, SecretKeyRef, default_prefix
 
 _LABEL = r"[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
 DNS_NAME = rf"{_LABEL}(\.{_LABEL})*\.?"
-IPV6 = r"[0-9A-Fa-f]{0,4}(:[0-9A-Fa-f]{0,4}){2,7}"
+_H = "[0-9A-Fa-f]{1,4}"
+# an IPv6 address in any of its compressed forms (no zone, no embedded IPv4)
+IPV6 = (rf"(({_H}:){{7}}{_H}|({_H}:){{1,7}}:|({_H}:){{1,6}}:{_H}|({_H}:){{1,5}}(:{_H}){{1,2}}|"
+        rf"({_H}:){{1,4}}(:{_H}){{1,3}}|({_H}:){{1,3}}(:{_H}){{1,4}}|({_H}:){{1,2}}(:{_H}){{1,5}}|"
+        rf"{_H}:(:{_H}){{1,6}}|:((:{_H}){{1,7}}|:))")
 PORT = r"([1-9][0-9]{0,3}|[1-5][0-9]{4}|6[0-4][0-9]{3}|65[0-4][0-9]{2}|655[0-2][0-9]|6553[0-5])"
 DB = r"([0-9]|1[0-5])"
 # spec.redis.host: a DNS name or IPv4 address, or an IPv6 address without brackets
