@@ -32,7 +32,7 @@ test: system-deps venv binaries
 fuzz: system-deps venv binaries
 	$(PY) hack/fuzz.py
 
-demo: system-deps venv binaries
+demo:  # hack/demo.sh installs what is missing itself, saying so, and times it
 	@hack/demo.sh
 
 demo-down:
