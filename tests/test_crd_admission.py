@@ -274,7 +274,7 @@ def test_committed_crd_is_generated_from_code() -> None:
 
 @pytest.mark.cluster
 def test_pod_schemas_are_generated_from_the_api_server(cluster: Cluster) -> None:
-    """pod_schemas.py is what hack/gen-pod-schemas.py makes of the running API server's OpenAPI."""
+    """pod_schemas.json is what hack/gen-pod-schemas.py makes of the running API server's OpenAPI."""
     result = subprocess.run([sys.executable, str(REPO / "hack/gen-pod-schemas.py"), "--check",
                              "--kubeconfig", str(cluster.kubeconfig)], capture_output=True, text=True)
     if "hack/versions.env pins" in result.stderr:
