@@ -360,6 +360,30 @@ def test_redis_down_before_first_webhook_reports_fallback(launch, real_redis: Re
     assert {"state", "retry_hint"} <= set(owners[0])
 
 
+def test_a_hung_redis_fails_open_within_a_second(launch, real_redis: RedisServer) -> None:
+    """The URL the operator renders bounds redis-py's socket timeouts: with Redis paused
+    (SIGSTOP: connections open, nothing answers) a webhook is admitted best-effort in about
+    a second, where redis-py's defaults held it for more than 15 s."""
+    from gateway_operator.render import REDIS_CLIENT_OPTIONS
+    documented = documented_config(real_redis)
+    documented["push"]["redis"]["url"] += f"?{REDIS_CLIENT_OPTIONS}"
+    gw = launch("replica", documented)
+    assert gw.webhook({"id": "before-the-hang", "text": "hello"})[0] == 200  # the store is built
+    real_redis.pause()
+    try:
+        for attempt in range(2):
+            started = time.monotonic()
+            status, body = gw.webhook({"id": f"during-the-hang-{attempt}", "text": "hello"})
+            took = time.monotonic() - started
+            print(f"webhook with Redis paused: {took:.2f} s")
+            assert status == 200 and body.get("ok") is True, body
+            assert took < 2.0, took
+        owners = gw.idempotency_owners()
+        assert owners and "unreachable at runtime" in owners[0]["reason"], owners
+    finally:
+        real_redis.resume()
+
+
 @pytest.mark.parametrize(
     "name, documented, expected",
     [

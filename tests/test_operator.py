@@ -16,6 +16,7 @@ import pytest
 import yaml
 
 from support import audit
+from gateway_operator.render import REDIS_CLIENT_OPTIONS
 from support.cluster import REPO, Cluster
 from support.gateways import (apply_gateway, conditions, create_password_secret, events, wait_condition,
                               wait_event, wait_ready_pods)
@@ -150,7 +151,7 @@ def test_redis_backed_gateway_is_wired_and_scaled(cluster: Cluster, operator: Op
     config_map = cluster.get_json("-n", namespace, "configmap/shared-gateway-config")
     assert redis_server.password not in json.dumps(config_map)
     config = yaml.safe_load(config_map["data"]["gateway.yaml"])
-    assert config["push"]["redis"] == {"url": redis_server.url, "password": "${GATEWAY_REDIS_PASSWORD}",
+    assert config["push"]["redis"] == {"url": f"{redis_server.url}?{REDIS_CLIENT_OPTIONS}", "password": "${GATEWAY_REDIS_PASSWORD}",
                                        "prefix": f"gwop:{namespace}:shared:"}
     assert config["turn_lock"]["backend"] == "redis"
     assert config["hooks"]["idempotency"]["store_backend"] == "redis"

@@ -53,7 +53,8 @@ def test_rendered_config_carries_redis_without_secrets() -> None:
     s = spec(replicas=3, config=redis_store(), redis={"url": "redis://r:6379/0", "passwordSecretRef": {"name": "pw"}})
     target = resolve(s.redis, OWNER.namespace, OWNER.name)
     config = render.gateway_config(OWNER, s, target)
-    assert config["push"]["redis"] == {"url": "redis://r:6379/0", "prefix": "gwop:prod:gw:",
+    assert config["push"]["redis"] == {"url": "redis://r:6379/0?socket_timeout=0.3&socket_connect_timeout=1",
+                                       "prefix": "gwop:prod:gw:",
                                        "password": "${GATEWAY_REDIS_PASSWORD}"}
     assert config["turn_lock"] == {"backend": "redis"}
     assert config["gateway"]["allowed_origins"] == ["http://gw.prod.svc", "http://gw.prod.svc.cluster.local"]

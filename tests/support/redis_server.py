@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import shutil
+import signal
 import socket
 import subprocess
 import tempfile
@@ -57,8 +58,19 @@ class RedisServer:
             time.sleep(0.05)
 
     def stop(self) -> None:
+        if self.proc is not None:
+            self.proc.send_signal(signal.SIGCONT)  # a paused server cannot act on SIGTERM
         terminate(self.proc, grace=5)
         self.proc = None
+
+    def pause(self) -> None:
+        """A hung Redis (SIGSTOP): connections are accepted by the kernel, nothing answers."""
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGSTOP)
+
+    def resume(self) -> None:
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGCONT)
 
     def restart(self) -> None:
         self.stop()
