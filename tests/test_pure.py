@@ -306,3 +306,52 @@ def test_pod_placement_knobs_reach_the_pod() -> None:
 def test_no_polled_replica_proves_nothing() -> None:
     c = by_type(facts(health=()))
     assert (c["ExactlyOnceAdmission"].status, c["ExactlyOnceAdmission"].reason) == ("Unknown", "ReplicasUnverified")
+
+
+@pytest.mark.parametrize("persistent", [True, False])
+def test_managed_redis_command_keeps_dedup_records_across_a_kill_only_with_persistence(tmp_path, persistent) -> None:
+    """The managed Redis's own command line, run by a real redis-server with /data in a temp
+    directory: with persistence a SIGKILLed Redis comes back with its 24-hour records."""
+    import os
+    import shutil
+    import signal
+    import subprocess
+    import time as clock
+
+    import redis as redis_py
+
+    from support.redis_server import free_port
+    from support.wait import until
+
+    managed = {"enabled": True, **({"persistence": {"enabled": True}} if persistent else {})}
+    s = spec(config=redis_store(), redis={"managed": managed})
+    deployment = next(o for o in render.managed_redis(OWNER, s, render.OperatorIdentity()) if o["kind"] == "Deployment")
+    command = deployment["spec"]["template"]["spec"]["containers"][0]["command"]
+    assert (deployment["spec"]["template"]["spec"]["volumes"][0].get("persistentVolumeClaim") is not None) == persistent
+    port = free_port()
+    script = command[2].replace("--port 6379", f"--port {port} --bind 127.0.0.1").replace("/data", str(tmp_path))
+    env = {**os.environ, "REDIS_PASSWORD": "pw"}
+
+    def start() -> subprocess.Popen:
+        proc = subprocess.Popen([command[0], command[1], script], env=env, cwd=tmp_path,
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        client = redis_py.Redis(port=port, password="pw", socket_timeout=1)
+        until(lambda: client.ping(), timeout=10, tolerate=(redis_py.RedisError,), what="redis-server")
+        return proc
+
+    assert shutil.which("redis-server")
+    proc = start()
+    client = redis_py.Redis(port=port, password="pw", socket_timeout=1)
+    client.set("gwop:prod:gw:hookidem:abc", "recorded", px=86_400_000)
+    clock.sleep(1.5)  # appendfsync everysec
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    proc = start()
+    try:
+        kept = client.get("gwop:prod:gw:hookidem:abc")
+        assert (kept == b"recorded") == persistent, kept
+        if persistent:
+            assert client.pttl("gwop:prod:gw:hookidem:abc") > 86_000_000
+    finally:
+        proc.terminate()
+        proc.wait()

@@ -63,6 +63,7 @@ class RedisSpec:
     managed: bool = False
     managed_image: str = "redis:7.2-alpine"
     managed_resources: Mapping[str, Any] = field(default_factory=dict)
+    managed_persistence: "PersistenceSpec | None" = None   # AOF on a PVC when set
 
     @property
     def configured(self) -> bool:
@@ -83,6 +84,8 @@ class RedisSpec:
             managed=bool(managed.get("enabled", False)),
             managed_image=str(managed.get("image") or cls.managed_image),
             managed_resources=dict(managed.get("resources") or {}),
+            managed_persistence=PersistenceSpec.parse(managed.get("persistence"))
+            if (managed.get("persistence") or {}).get("enabled") else None,
         )
 
 

@@ -270,6 +270,19 @@ def spec_schema() -> Schema:
                                                 "redis:7.2-alpine.", default="redis:7.2-alpine", maxLength=1024),
                                     "resources": _resources(f"Resources of the Redis container: requests and limits, "
                                                             f"{_QUANTITIES}. Default none."),
+                                    "persistence": {
+                                        "type": "object",
+                                        "description": ("Keep the managed Redis's data (the 24-hour dedup records) "
+                                                        "across a Redis pod restart: append-only file on a "
+                                                        "PersistentVolumeClaim. Default off: a restarted managed "
+                                                        "Redis forgets admitted webhooks."),
+                                        "properties": {
+                                            "enabled": _s("boolean", "AOF on a PVC. Default false.", default=False),
+                                            "size": _s("string", "Requested size, a quantity such as 1Gi. "
+                                                       "Default 1Gi.", default="1Gi"),
+                                            "storageClassName": _s("string", "Storage class. Default: the "
+                                                                   "cluster's default.", maxLength=253),
+                                        }},
                                 }},
                 },
             },

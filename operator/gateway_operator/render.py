@@ -30,6 +30,9 @@ OPERATOR_APP_NAME = "gateway-operator"  # app.kubernetes.io/name of the chart's 
 # black-holed route) costs a webhook about three round trips of this before the gateway
 # fails open (0.9 s measured), instead of redis-py's unbounded default (over 15 s)
 REDIS_CLIENT_OPTIONS = "socket_timeout=0.3&socket_connect_timeout=1"
+# a managed Redis asked to persist: every write appended and fsynced each second to /data
+# (a restart loses at most the last second of dedup records)
+REDIS_AOF_ARGS = '--dir /data --appendonly yes --appendfsync everysec --save ""'
 
 
 @dataclass(frozen=True)
@@ -233,10 +236,12 @@ def managed_redis(owner: Owner, spec: GatewaySpec, operator: OperatorIdentity) -
         return []
     name = managed_redis_name(owner.name)
     selector = api.selector_for(owner.name, component="redis")
+    persistence = spec.redis.managed_persistence
+    persistent = persistence is not None
     container = {
         "name": "redis", "image": spec.redis.managed_image,
         "command": ["sh", "-c", 'exec redis-server --port 6379 --requirepass "$REDIS_PASSWORD" '
-                                '--save "" --appendonly no'],
+                                + (REDIS_AOF_ARGS if persistent else '--save "" --appendonly no')],
         "env": [{"name": "REDIS_PASSWORD",
                  "valueFrom": {"secretKeyRef": {"name": name, "key": "password"}}}],
         "ports": [{"name": "redis", "containerPort": 6379, "protocol": "TCP"}],
@@ -258,7 +263,8 @@ def managed_redis(owner: Owner, spec: GatewaySpec, operator: OperatorIdentity) -
                                 "seccompProfile": {"type": "RuntimeDefault"}},
             "automountServiceAccountToken": False,
             "containers": [container],
-            "volumes": [{"name": "data", "emptyDir": {}}],
+            "volumes": [{"name": "data", **({"persistentVolumeClaim": {"claimName": redis_data_claim_name(owner.name)}}
+                                            if persistent else {"emptyDir": {}})}],
         }},
     })
     service_ = _object("v1", "Service", name, owner, component="redis", spec={
@@ -275,7 +281,19 @@ def managed_redis(owner: Owner, spec: GatewaySpec, operator: OperatorIdentity) -
                                              api.LABEL_INSTANCE: operator.instance}}},
         ], "ports": [{"port": 6379, "protocol": "TCP"}]}],
     })
-    return [deployment_, service_, policy]
+    objects = [deployment_, service_, policy]
+    if persistence is not None:
+        claim_spec: dict[str, Any] = {"accessModes": ["ReadWriteOnce"],
+                                      "resources": {"requests": {"storage": persistence.size}}}
+        if persistence.storage_class:
+            claim_spec["storageClassName"] = persistence.storage_class
+        objects.insert(0, _object("v1", "PersistentVolumeClaim", redis_data_claim_name(owner.name), owner,
+                                  component="redis", spec=claim_spec))
+    return objects
+
+
+def redis_data_claim_name(name: str) -> str:
+    return f"{managed_redis_name(name)}-data"
 
 
 def generated_secret(owner: Owner, name: str, key: str, value: str, component: str) -> Manifest:
