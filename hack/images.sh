@@ -1,0 +1,266 @@
+#!/usr/bin/env bash
+# The node's container images (issue 8), built without Docker and without a container registry,
+# by mmdebstrap (Debian rootfs) and buildah (Dockerfiles, chroot isolation, host network):
+#   base      Debian bookworm rootfs: python3, python3-venv, ca-certificates, tini, passwd
+#   operator  ./Dockerfile FROM the base              -> localhost/gateway-operator/operator:<version>
+#   gateway   images/gateway/Dockerfile (pinned lock)  -> localhost/gateway-operator/gateway:0.1.16
+#   redis     images/redis/Dockerfile (redis-server)   -> localhost/gateway-operator/redis:7
+#   pause     images/pause/pause.go, static, FROM scratch -> localhost/gateway-operator/pause:3
+# Each image is an OCI archive in $GWOP_CACHE/images (default ~/.cache/gateway-operator/images)
+# named by a hash of its inputs; an archive that exists is reused, so a second run takes seconds.
+# $GWOP_CACHE/images/images.txt lists "NAME ARCHIVE", one image a line, for the node's import.
+# The Debian mirror is read from this machine's apt sources, pip's index/CA from its pip config
+# and environment, at build time: nothing host-specific is written into the repository.
+# Needs root (buildah, mmdebstrap); installs buildah and mmdebstrap with apt-get when missing.
+#   hack/images.sh [build]        build what is missing, print each image's time and size
+#   hack/images.sh list           print images.txt
+#   hack/images.sh lock-gateway   regenerate images/gateway/requirements.lock (clean venv)
+set -euo pipefail
+repo=$(cd "$(dirname "$0")/.." && pwd)
+cache=${GWOP_CACHE:-$HOME/.cache/gateway-operator}
+out=$cache/images
+store=$out/storage          # buildah's own image store: nothing under /var/lib/containers
+list=$out/images.txt
+
+PREFIX=localhost/gateway-operator
+SUITE=bookworm
+BASE_PACKAGES=python3,python3-venv,ca-certificates,tini,passwd
+# no docs, man pages or translations in the rootfs (copyright files stay)
+DPKG_OPTS=(path-exclude=/usr/share/doc/* path-include=/usr/share/doc/*/copyright
+           path-exclude=/usr/share/man/* path-exclude=/usr/share/info/*
+           path-exclude=/usr/share/locale/* path-include=/usr/share/locale/locale.alias)
+GATEWAY_VERSION=0.1.16
+REDIS_TAG=7
+PAUSE_TAG=3
+# bump one to rebuild that image when its recipe below changes
+BASE_RECIPE=1 BUD_RECIPE=1 PAUSE_RECIPE=1
+BUILD_CA=/run/gwop-build/ca.crt   # where the machine's CA bundle is bind-mounted during RUN steps
+
+log() { echo "[images] $*" >&2; }
+bah() { buildah --root "$store/root" --runroot "$store/run" "$@"; }
+
+ensure_tools() {
+  local missing=()
+  command -v buildah >/dev/null || missing+=(buildah)
+  command -v mmdebstrap >/dev/null || missing+=(mmdebstrap)
+  if ((${#missing[@]})); then
+    local sudo=(); [[ $(id -u) == 0 ]] || sudo=(sudo)
+    log "installing ${missing[*]} with apt-get"
+    "${sudo[@]}" apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive "${sudo[@]}" apt-get install -y -qq "${missing[@]}" >/dev/null
+  fi
+  [[ $(id -u) == 0 ]] || { log "buildah and mmdebstrap run as root here: run with sudo"; exit 1; }
+  command -v go >/dev/null || { log "go is needed for the pause image (the control plane needs it too)"; exit 1; }
+}
+
+# This machine's Debian entries for the suite (and -updates, -security), as one-line sources.
+debian_sources() {
+  python3 - "$SUITE" <<'EOF'
+import glob, re, sys
+ok = re.compile(r"^%s(-updates|-security)?$" % re.escape(sys.argv[1]))
+files = ["/etc/apt/sources.list"] + sorted(glob.glob("/etc/apt/sources.list.d/*.list")) \
+        + sorted(glob.glob("/etc/apt/sources.list.d/*.sources"))
+seen = []
+def add(types, uris, suites, comps, signed):
+    if "deb" not in types or (signed and "debian-archive-keyring" not in signed):
+        return  # deb-src, or another vendor's repository
+    for uri in uris:
+        for suite in suites:
+            line = "deb %s %s %s" % (uri, suite, " ".join(comps or ["main"]))
+            if ok.match(suite) and line not in seen:
+                seen.append(line)
+for name in files:
+    try:
+        text = open(name).read()
+    except OSError:
+        continue
+    if name.endswith(".sources"):
+        for para in re.split(r"\n\s*\n", text):
+            fields, key = {}, None
+            for line in para.splitlines():
+                if not line.strip() or line.lstrip().startswith("#"):
+                    continue
+                if line[0] in " \t" and key:
+                    fields[key] += " " + line.strip()
+                    continue
+                key, _, value = line.partition(":")
+                key = key.strip().lower()
+                fields[key] = value.strip()
+            if fields.get("enabled", "yes").lower() != "no":
+                add(fields.get("types", "").split(), fields.get("uris", "").split(),
+                    fields.get("suites", "").split(), fields.get("components", "").split(),
+                    fields.get("signed-by", ""))
+    else:
+        for line in text.splitlines():
+            m = re.match(r"^(deb)\s+(?:\[([^\]]*)\]\s+)?(\S+)\s+(\S+)\s*(.*)$", line.split("#", 1)[0].strip())
+            if m:
+                add(["deb"], [m[3]], [m[4]], m[5].split(), m[2] or "")
+print("\n".join(seen))
+EOF
+}
+
+# pip's index settings of this machine (config files, then the environment), NAME=VALUE lines.
+pip_settings() {
+  python3 - <<'EOF'
+import os, subprocess, sys
+names = {"index-url": "PIP_INDEX_URL", "extra-index-url": "PIP_EXTRA_INDEX_URL",
+         "trusted-host": "PIP_TRUSTED_HOST", "cert": "PIP_CERT"}
+found = {}
+try:
+    listed = subprocess.run([sys.executable, "-m", "pip", "config", "list"], capture_output=True,
+                            text=True, timeout=60).stdout
+except Exception:
+    listed = ""
+for line in listed.splitlines():
+    key, _, value = line.partition("=")
+    if key.rsplit(".", 1)[-1] in names:
+        found[names[key.rsplit(".", 1)[-1]]] = value.strip().strip("'\"")
+for env in names.values():
+    if os.environ.get(env):
+        found[env] = os.environ[env]
+for key, value in found.items():
+    print("%s=%s" % (key, value))
+EOF
+}
+
+# hash_inputs WORD|FILE...: 16 hex digits over the words and the files' paths and contents
+hash_inputs() {
+  local a
+  for a in "$@"; do
+    if [[ -f $a ]]; then printf 'file %s %s\n' "${a#"$repo"/}" "$(sha256sum <"$a" | cut -c1-64)"
+    else printf 'word %s\n' "$a"; fi
+  done | sha256sum | cut -c1-16
+}
+
+size_of() { du -h "$1" | cut -f1; }
+report() { printf '[images] %-44s %-8s %6s  %s\n' "$1" "$2" "$(size_of "$3")" "$3" >&2; }
+
+# push IMAGE ARCHIVE: the image from the store to an OCI archive (written whole, then renamed)
+push() {
+  rm -f "$2.part"
+  bah push --quiet "$1" "oci-archive:$2.part:$1" >/dev/null
+  mv "$2.part" "$2"
+}
+
+# ensure_stored IMAGE ARCHIVE: the image in buildah's store (re-imported from its archive)
+ensure_stored() {
+  bah inspect --type image "$1" >/dev/null 2>&1 && return
+  local id; id=$(bah pull --quiet "oci-archive:$2" | tail -n1)
+  bah tag "$id" "$1"
+}
+
+build_base() {
+  local sources; sources=$(debian_sources)
+  [[ -n $sources ]] || { log "no $SUITE entry of Debian's archive in /etc/apt/sources.list*"; exit 1; }
+  local hash; hash=$(hash_inputs base "$BASE_RECIPE" "$SUITE" "$BASE_PACKAGES" "${DPKG_OPTS[@]}" "$sources")
+  BASE_IMAGE=$PREFIX/base:$SUITE-$hash
+  BASE_ARCHIVE=$out/base-$SUITE-$hash.oci.tar
+  APT_SOURCES=$sources
+  if [[ -f $BASE_ARCHIVE ]]; then report "$BASE_IMAGE" reused "$BASE_ARCHIVE"; return; fi
+  local t0=$SECONDS mirrors=() opts=() o line
+  while IFS= read -r line; do mirrors+=("$line"); done <<<"$sources"
+  for o in "${DPKG_OPTS[@]}"; do opts+=(--dpkgopt="$o"); done
+  log "base: mmdebstrap $SUITE (--variant=apt --include=$BASE_PACKAGES)"
+  mmdebstrap --quiet --variant=apt --include="$BASE_PACKAGES" "${opts[@]}" \
+    --customize-hook='rm -f "$1/etc/apt/sources.list"; rm -rf "$1"/var/lib/apt/lists/* "$1"/var/cache/apt/*.bin "$1"/var/log/apt "$1"/var/log/dpkg.log' \
+    --customize-hook='dpkg-query --admindir="$1/var/lib/dpkg" -W -f "\${Package} \${Version}\n" >'"$work/packages.txt" \
+    "$SUITE" "$work/rootfs.tar" "${mirrors[@]}"
+  local c; c=$(bah from scratch)
+  bah add --quiet "$c" "$work/rootfs.tar" / >/dev/null
+  bah config --env PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
+    --env LANG=C.UTF-8 --entrypoint '["tini", "--"]' --cmd '["/bin/sh"]' \
+    --label org.opencontainers.image.title=gateway-operator-base \
+    --label org.opencontainers.image.description="Debian $SUITE: ${BASE_PACKAGES//,/, }" "$c"
+  bah commit --quiet --rm "$c" "$BASE_IMAGE" >/dev/null
+  push "$BASE_IMAGE" "$BASE_ARCHIVE"
+  cp "$work/packages.txt" "${BASE_ARCHIVE%.oci.tar}.packages.txt"
+  report "$BASE_IMAGE" "$((SECONDS - t0))s" "$BASE_ARCHIVE"
+}
+
+# build_bud NAME TAG CONTEXT DOCKERFILE [EXTRA-INPUT...]: a Dockerfile FROM the base
+build_bud() {
+  local name=$1 tag=$2 context=$3 dockerfile=$4; shift 4
+  local hash; hash=$(hash_inputs "$name" "$BUD_RECIPE" "$tag" "$BASE_IMAGE" "$dockerfile" "$@")
+  local image=$PREFIX/$name:$tag archive=$out/$name-$tag-$hash.oci.tar
+  built+=("$image $archive")
+  if [[ -f $archive ]]; then report "$image" reused "$archive"; return; fi
+  local t0=$SECONDS args=(--build-arg "BASE_IMAGE=$BASE_IMAGE") kv cert=""
+  ensure_stored "$BASE_IMAGE" "$BASE_ARCHIVE"
+  while IFS= read -r kv; do
+    [[ -n $kv ]] || continue
+    case $kv in
+      PIP_CERT=*) cert=${kv#PIP_CERT=} ;;
+      *) args+=(--build-arg "$kv") ;;
+    esac
+  done < <(pip_settings)
+  # the machine's CA bundle (it may hold a CA that Debian's ca-certificates lacks): bind-mounted
+  # into the RUN steps, never copied into a layer
+  [[ -n $cert ]] || cert=${REQUESTS_CA_BUNDLE:-${SSL_CERT_FILE:-/etc/ssl/certs/ca-certificates.crt}}
+  if [[ -f $cert ]]; then args+=(-v "$cert:$BUILD_CA:ro" --build-arg "PIP_CERT=$BUILD_CA"); fi
+  [[ $name != redis ]] || args+=(--build-arg "APT_SOURCES=$APT_SOURCES")
+  local blog=$out/logs/$name.log
+  mkdir -p "$out/logs"
+  log "$name: buildah bud ${dockerfile#"$repo"/} (log: $blog)"
+  bah bud --isolation chroot --network host --pull=never --format oci --layers=false \
+    -f "$dockerfile" -t "$image" "${args[@]}" "$context" >"$blog" 2>&1 \
+    || { tail -n 40 "$blog" >&2; log "$name: build failed (log: $blog)"; exit 1; }
+  push "$image" "$archive"
+  report "$image" "$((SECONDS - t0))s" "$archive"
+}
+
+build_pause() {
+  local src=$repo/images/pause/pause.go
+  local hash; hash=$(hash_inputs pause "$PAUSE_RECIPE" "$(go version)" "$src")
+  local image=$PREFIX/pause:$PAUSE_TAG archive=$out/pause-$PAUSE_TAG-$hash.oci.tar
+  built+=("$image $archive")
+  if [[ -f $archive ]]; then report "$image" reused "$archive"; return; fi
+  local t0=$SECONDS
+  (cd "$work" && CGO_ENABLED=0 GOTOOLCHAIN=local GOFLAGS= go build -trimpath -ldflags='-s -w -buildid=' -o pause "$src")
+  local c; c=$(bah from scratch)
+  bah copy --quiet --chmod 0755 "$c" "$work/pause" /pause
+  bah config --entrypoint '["/pause"]' --user 65535:65535 \
+    --label org.opencontainers.image.title=pause \
+    --label org.opencontainers.image.description="sleeps until SIGTERM, reaps children" "$c"
+  bah commit --quiet --rm "$c" "$image" >/dev/null
+  push "$image" "$archive"
+  report "$image" "$((SECONDS - t0))s" "$archive"
+}
+
+lock_gateway() {
+  local tmp; tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
+  python3 -m venv "$tmp/venv"
+  "$tmp/venv/bin/pip" install -q --only-binary=:all: "praisonai-bot[gateway]==$GATEWAY_VERSION"
+  { echo "# praisonai-bot[gateway]==$GATEWAY_VERSION and every package it pulls, pinned (generated: hack/images.sh lock-gateway)."
+    "$tmp/venv/bin/pip" freeze | sed "s/^praisonai-bot==/praisonai-bot[gateway]==/"
+  } >"$repo/images/gateway/requirements.lock"
+}
+
+build_all() {
+  ensure_tools
+  mkdir -p "$out" "$store"
+  exec 9>"$out/.lock"
+  flock 9  # one build at a time: they share the store
+  work=$(mktemp -d "$out/work.XXXXXX")
+  trap 'rm -rf "$work"' EXIT
+  local t0=$SECONDS version
+  version=$(python3 -c 'import sys, tomllib; print(tomllib.load(open(sys.argv[1], "rb"))["project"]["version"])' "$repo/pyproject.toml")
+  built=()
+  build_base
+  local operator_files=()
+  mapfile -t operator_files < <(cd "$repo" && find operator -type f ! -path '*/__pycache__/*' ! -path '*.egg-info/*' | LC_ALL=C sort)
+  build_bud operator "$version" "$repo" "$repo/Dockerfile" \
+    "$repo/requirements.lock" "$repo/pyproject.toml" "$repo/hack/image-install.sh" "${operator_files[@]/#/$repo/}"
+  build_bud gateway "$GATEWAY_VERSION" "$repo/images/gateway" "$repo/images/gateway/Dockerfile" \
+    "$repo/images/gateway/requirements.lock"
+  build_bud redis "$REDIS_TAG" "$repo/images/redis" "$repo/images/redis/Dockerfile"
+  build_pause
+  printf '%s\n' "${built[@]}" >"$list.part" && mv "$list.part" "$list"
+  log "all images in $((SECONDS - t0))s; list: $list"
+}
+
+case ${1:-build} in
+  build) build_all ;;
+  list) cat "$list" ;;
+  lock-gateway) lock_gateway ;;
+  *) echo "usage: $0 [build|list|lock-gateway]" >&2; exit 2 ;;
+esac
