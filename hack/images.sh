@@ -33,8 +33,10 @@ GATEWAY_VERSION=0.1.16
 REDIS_TAG=7
 PAUSE_TAG=3
 # bump one to rebuild that image when its recipe below changes
-BASE_RECIPE=1 BUD_RECIPE=1 PAUSE_RECIPE=1
-BUILD_CA=/run/gwop-build/ca.crt   # where the machine's CA bundle is bind-mounted during RUN steps
+BASE_RECIPE=1 BUD_RECIPE=2 PAUSE_RECIPE=1
+# where the machine's CA bundle is bind-mounted during RUN steps: over the base's own bundle
+# (ca-certificates), a file that exists, so the mount leaves no trace in a layer
+BUILD_CA=/etc/ssl/certs/ca-certificates.crt
 
 log() { echo "[images] $*" >&2; }
 bah() { buildah --root "$store/root" --runroot "$store/run" "$@"; }
@@ -226,6 +228,19 @@ build_pause() {
   report "$image" "$((SECONDS - t0))s" "$archive"
 }
 
+# archives (and store images) of earlier inputs: only the current ones stay
+prune() {
+  local keep=" $BASE_ARCHIVE ${built[*]} " f
+  for f in "$out"/*.oci.tar; do
+    [[ $keep == *" $f "* ]] && continue
+    log "removing stale $(basename "$f")"
+    rm -f "$f" "${f%.oci.tar}.packages.txt"
+  done
+  bah images --format '{{.Name}}:{{.Tag}}' 2>/dev/null | grep "^$PREFIX/base:" | grep -vxF "$BASE_IMAGE" \
+    | xargs -r buildah --root "$store/root" --runroot "$store/run" rmi >/dev/null 2>&1 || true
+  bah rmi --prune >/dev/null 2>&1 || true
+}
+
 lock_gateway() {
   local tmp; tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
   python3 -m venv "$tmp/venv"
@@ -255,6 +270,7 @@ build_all() {
   build_bud redis "$REDIS_TAG" "$repo/images/redis" "$repo/images/redis/Dockerfile"
   build_pause
   printf '%s\n' "${built[@]}" >"$list.part" && mv "$list.part" "$list"
+  prune
   log "all images in $((SECONDS - t0))s; list: $list"
 }
 
