@@ -50,3 +50,11 @@ crds: venv
 chart-readme: venv
 	$(PY) hack/chart-readme.py
 .PHONY: chart-readme
+
+# The node's container images (issue 8): base, operator, gateway, redis, pause as OCI archives in
+# $(GWOP_CACHE)/images (default ~/.cache/gateway-operator/images), built with mmdebstrap + buildah
+# and reused while their inputs are unchanged; images.txt there lists them. Needs root.
+# `pytest -m images tests/test_images.py` checks them (not part of `make test`).
+images:
+	@hack/images.sh
+.PHONY: images
