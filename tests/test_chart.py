@@ -187,7 +187,7 @@ def test_helm_package_archive_is_the_chart_a_user_pulls(tmp_path: Path) -> None:
     (["--set", "logFormat=xml"], "logFormat"),
     (["--set", "watchNamespaces[0]=Not_A_Namespace"], "does not match pattern"),
     (["--set", "metrics.port=70000"], "metrics/port"),
-    (["--set", "replicaCount=2"], "additional properties 'replicaCount' not allowed"),
+    (["--set", "replicaCount=9"], "at '/replicaCount': maximum: got 9, want 5"),
     # the knobs of issue 11: typed, and a typo'd key is still refused
     (["--set", "priorityClassName=3"], "at '/priorityClassName': got number, want string"),
     (["--set", "priorityClassName=Not_A_Name"], "at '/priorityClassName': 'Not_A_Name' does not match pattern"),
@@ -235,8 +235,11 @@ def test_defaults_render_no_new_field_and_keep_the_restricted_profile() -> None:
         assert absent not in r.pod
     assert r.deployment["spec"]["template"]["metadata"]["labels"] == r.deployment["spec"]["selector"]["matchLabels"]
     assert "annotations" not in r.one("ServiceAccount")["metadata"]
-    assert [e["name"] for e in r.container["env"]] == ["POD_NAMESPACE"]
-    assert r.container["args"][-1] == "--operator-instance=r" and "--log-level=info" in r.container["args"]
+    assert [e["name"] for e in r.container["env"]] == ["POD_NAMESPACE", "POD_NAME"]
+    assert "--operator-instance=r" in r.container["args"] and "--log-level=info" in r.container["args"]
+    assert r.container["args"][-4:] == ["--leader-election", "--lease-duration=15", "--renew-deadline=10",
+                                        "--retry-period=2"]
+    assert r.deployment["spec"]["replicas"] == 2  # a leader and a standby
     assert r.pod["securityContext"] == {"runAsNonRoot": True, "runAsUser": 10001, "runAsGroup": 10001,
                                         "seccompProfile": {"type": "RuntimeDefault"}}
     assert r.container["securityContext"] == {"allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True,
@@ -289,7 +292,7 @@ def _sa_annotations(r: Rendered, v: dict[str, Any]) -> None:
 @knob("extraEnv", {"extraEnv": KNOBS["extraEnv"]})
 def _extra_env(r: Rendered, v: dict[str, Any]) -> None:
     assert r.container["env"][0]["name"] == "POD_NAMESPACE"
-    assert r.container["env"][1:] == v["extraEnv"]
+    assert r.container["env"][2:] == v["extraEnv"]
 
 
 @knob("extraArgs", {"extraArgs": ["--redis-allow=10.0.0.0/8", "--namespace", "team-a"]})
@@ -362,7 +365,8 @@ def test_every_template_passes_a_server_side_dry_run(cluster: Cluster, mode: lis
     assert result.returncode == 0, result.stderr
     if mode:
         assert {"Role", "RoleBinding"} <= kinds and "ClusterRoleBinding" in kinds  # discovery only
-        roles = [d for d in yaml.safe_load_all(rendered) if d and d["kind"] == "Role"]
+        roles = [d for d in yaml.safe_load_all(rendered) if d and d["kind"] == "Role"
+                 and not d["metadata"]["name"].endswith("-leader")]  # the Lease's Role lives in the release's
         assert sorted(r["metadata"]["namespace"] for r in roles) == ["team-a", "team-b"]
 
 
@@ -399,12 +403,14 @@ def test_install_with_every_knob_in_a_restricted_namespace(cluster: Cluster, rel
     try:
         values = {**KNOBS, "priorityClassName": priority_class}
         helm(cluster, "install", name, CHART, "-n", ns, "-f", values_file(tmp_path, values), "--wait", "--timeout", "120s")
-        [pod] = cluster.get_json("-n", ns, "pods", "-l", f"app.kubernetes.io/instance={name}")["items"]
+        pods = cluster.get_json("-n", ns, "pods", "-l", f"app.kubernetes.io/instance={name}")["items"]
+        assert len(pods) == 2  # a leader and a standby
+        pod = pods[0]
         assert pod["spec"]["priorityClassName"] == priority_class and pod["spec"]["priority"] == 100000
         assert {k: pod["metadata"]["labels"][k] for k in KNOBS["podLabels"]} == KNOBS["podLabels"]
         c = pod["spec"]["containers"][0]
         assert c["image"] == f"{REPOSITORY}@{DIGEST}"
-        assert [e["name"] for e in c["env"]] == ["POD_NAMESPACE", "HTTPS_PROXY", "NODE_NAME", "TOKEN"]
+        assert [e["name"] for e in c["env"]] == ["POD_NAMESPACE", "POD_NAME", "HTTPS_PROXY", "NODE_NAME", "TOKEN"]
         assert c["args"][-1] == "--redis-allow=10.0.0.0/8" and "--log-level=debug" in c["args"]
         assert (c["readinessProbe"]["httpGet"]["path"], c["readinessProbe"]["httpGet"]["port"]) == ("/healthz", "liveness")
         assert len(pod["spec"]["topologySpreadConstraints"]) == 2

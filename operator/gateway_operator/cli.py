@@ -155,6 +155,14 @@ def cmd_run(args: argparse.Namespace) -> int:
     if not args.redis_allow:
         logging.getLogger(__name__).warning(
             "the Redis probe may connect to any host:port a GatewayDeployment names (no --redis-allow)")
+    if args.leader_election:
+        from .kube import load_config
+        from .leader import ElectionSettings, default_identity, wait_for_leadership
+        load_config(args.kubeconfig)  # the elector's client
+        wait_for_leadership(ElectionSettings(
+            f"{args.operator_instance}-leader", args.operator_namespace, args.leader_identity or default_identity(),
+            args.lease_duration, args.renew_deadline, args.retry_period),
+            (args.bind_address, args.liveness_port) if args.liveness_port else None)
     liveness = f"http://{args.bind_address}:{args.liveness_port}/healthz" if args.liveness_port else None
     kopf.run(standalone=True, namespaces=args.namespace or [], clusterwide=not args.namespace,
              liveness_endpoint=liveness, memo=memo)
@@ -178,6 +186,12 @@ def parser() -> argparse.ArgumentParser:
     run.add_argument("--redis-allow", action="append", metavar="CIDR|HOST|.DOMAIN",
                      help="where the Redis probe may connect (repeatable); default: anywhere")
     _operator_identity_args(run)
+    run.add_argument("--leader-election", action="store_true",
+                     help="run only while holding the Lease <operator-instance>-leader in --operator-namespace")
+    run.add_argument("--leader-identity", help="this candidate's name in the Lease (default: $POD_NAME)")
+    run.add_argument("--lease-duration", type=int, default=15, help="seconds a standby waits for a silent leader")
+    run.add_argument("--renew-deadline", type=int, default=10, help="seconds the leader may fail to renew")
+    run.add_argument("--retry-period", type=int, default=2, help="seconds between Lease attempts")
     run.add_argument("--verbose", action="store_true")
     run.set_defaults(func=cmd_run)
 

@@ -10,6 +10,7 @@ import sys
 import tempfile
 import time
 import urllib.request
+import uuid
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -84,6 +85,7 @@ class OperatorProcess:
         self.metrics_port = free_port()
         self.liveness_port = free_port()
         self.resync_seconds = resync_seconds
+        self.leader_identity = f"{self.release}-{uuid.uuid4().hex[:6]}"  # its name in the Lease
         self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self) -> "OperatorProcess":
@@ -94,7 +96,11 @@ class OperatorProcess:
                "--metrics-port", str(self.metrics_port), "--liveness-port", str(self.liveness_port),
                "--bind-address", "127.0.0.1", "--resync-seconds", str(self.resync_seconds),
                "--log-format", "plain", "--operator-namespace", SYSTEM_NAMESPACE,
-               "--operator-instance", self.release, *[f"--namespace={n}" for n in self.namespaces]]
+               "--operator-instance", self.release, *[f"--namespace={n}" for n in self.namespaces],
+               # as the chart runs it: leader election on the Lease <release>-leader (short
+               # periods, so that a restarted operator leads again within seconds)
+               "--leader-election", "--leader-identity", self.leader_identity,
+               "--lease-duration", "4", "--renew-deadline", "3", "--retry-period", "1"]
         self.started_at = now()
         env = {k: v for k, v in os.environ.items() if k != "KUBECONFIG"}
         self.log = open(self.log_path, "wb")

@@ -1,0 +1,86 @@
+"""Leader election on a ``coordination.k8s.io`` Lease, so that two operator replicas can run
+and only one of them ever writes.
+
+kopf's peering only pauses operators that see each other; it is not leader election. Here
+the candidate blocks before kopf starts: the elector (the ``kubernetes`` client's
+LeaderElection with a LeaseLock, as client-go's) runs in a thread; when it acquires the
+Lease the process starts kopf; when it cannot renew it before the renew deadline, the
+process exits at once (as controller-runtime's managers do) and Kubernetes restarts it as a
+standby. A standby answers its liveness probe but watches and writes nothing.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any, NamedTuple
+
+from kubernetes.leaderelection import electionconfig, leaderelection
+from kubernetes.leaderelection.resourcelock.leaselock import LeaseLock
+
+log = logging.getLogger(__name__)
+
+
+class ElectionSettings(NamedTuple):
+    lease_name: str
+    namespace: str
+    identity: str
+    lease_duration: int = 15   # a standby takes over this long after the leader's last renewal
+    renew_deadline: int = 10   # the leader gives up (and exits) after failing to renew this long
+    retry_period: int = 2
+
+
+def default_identity() -> str:
+    """The pod's name (unique per replica), else host and pid."""
+    return os.environ.get("POD_NAME") or f"{os.uname().nodename}-{os.getpid()}"
+
+
+class _StandbyLiveness:
+    """/healthz while waiting for the Lease: a standby is alive, just not leading."""
+
+    def __init__(self, host: str, port: int) -> None:
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:  # noqa: N802
+                body = b'{"standby": true}'
+                self.send_response(200 if self.path == "/healthz" else 404)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer((host, port), Handler)
+        threading.Thread(target=self.server.serve_forever, daemon=True, name="standby-liveness").start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def wait_for_leadership(settings: ElectionSettings, liveness: tuple[str, int] | None) -> None:
+    """Block until this process holds the Lease; keep renewing it in a thread; exit the
+    process the moment it is lost."""
+    logging.getLogger("leaderelection").setLevel(logging.WARNING)  # it logs every retry at INFO
+    leading = threading.Event()
+    standby = _StandbyLiveness(*liveness) if liveness else None
+    log.info("waiting to lead (Lease %s/%s, identity %s)", settings.namespace, settings.lease_name,
+             settings.identity)
+
+    def lost() -> None:
+        log.error("lost the Lease %s/%s; exiting so that only the new leader writes", settings.namespace,
+                  settings.lease_name)
+        logging.shutdown()
+        os._exit(1)  # no cleanup that could still write: the successor owns the objects now
+
+    config = electionconfig.Config(
+        LeaseLock(settings.lease_name, settings.namespace, settings.identity),
+        lease_duration=settings.lease_duration, renew_deadline=settings.renew_deadline,
+        retry_period=settings.retry_period, onstarted_leading=leading.set, onstopped_leading=lost)
+    threading.Thread(target=leaderelection.LeaderElection(config).run, daemon=True, name="leader-election").start()
+    leading.wait()
+    if standby is not None:
+        standby.close()  # kopf serves /healthz from here on
+    log.info("leading (Lease %s/%s)", settings.namespace, settings.lease_name)
