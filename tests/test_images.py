@@ -108,18 +108,23 @@ def rootfs():
         r.remove()
 
 
-def pid1_of(unshare: subprocess.Popen) -> int:
-    """Host pid of the namespace's PID 1 (the child unshare forked)."""
-    for _ in range(100):
+def pid1_of(unshare: subprocess.Popen, program: str) -> int:
+    """Host pid of the namespace's PID 1 (the child unshare forked), once it has become `program`
+    (before that it is the set-up shell, which as PID 1 ignores SIGTERM)."""
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        assert unshare.poll() is None, unshare.stdout.read()
         children = Path(f"/proc/{unshare.pid}/task/{unshare.pid}/children").read_text().split()
         if children:
-            return int(children[0])
+            argv0 = Path(f"/proc/{children[0]}/cmdline").read_bytes().split(b"\0")[0].decode()
+            if Path(argv0.split(" ")[0]).name == program:  # redis-server retitles itself
+                return int(children[0])
         time.sleep(0.05)
-    raise AssertionError("no PID 1 started")
+    raise AssertionError(f"PID 1 never became {program}")
 
 
-def stop_within(proc: subprocess.Popen, seconds: float) -> tuple[int, float]:
-    os.kill(pid1_of(proc), signal.SIGTERM)
+def stop_within(proc: subprocess.Popen, program: str, seconds: float) -> tuple[int, float]:
+    os.kill(pid1_of(proc, program), signal.SIGTERM)
     started = time.monotonic()
     code = proc.wait(timeout=seconds)
     return code, time.monotonic() - started
@@ -173,7 +178,8 @@ def test_gateway_image_runs_praisonai_as_10001_under_tini(images, rootfs, tmp_pa
     assert Path(gw.mnt + "/var/lib/gateway/home/.praisonai/state").stat().st_uid == 10001
     # SIGTERM to PID 1 (what the kubelet sends) stops the pod at once, not after the grace period
     sleeper = gw.start(["tini", "--", "python3", "-c", "import time; time.sleep(600)"], read_only=True)
-    code, took = stop_within(sleeper, 10)
+    time.sleep(1)  # python started under tini
+    code, took = stop_within(sleeper, "tini", 10)
     assert code == 128 + signal.SIGTERM and took < 5, (code, took, sleeper.stdout.read())
 
 
@@ -217,10 +223,10 @@ def test_redis_image_serves_as_999_with_a_read_only_root(images, rootfs, tmp_pat
                 time.sleep(0.2)
         assert reply.startswith(b"+OK\r\n+PONG\r\n") and b"/data" in reply, reply
         assert resp(port, b"PING\r\n").startswith(b"-NOAUTH"), "the password is required"
-        owner = Path(f"/proc/{pid1_of(server)}/status").read_text()
+        owner = Path(f"/proc/{pid1_of(server, 'redis-server')}/status").read_text()
         assert "\nUid:\t999\t" in owner
     finally:
-        code, took = stop_within(server, 10)
+        code, took = stop_within(server, "redis-server", 10)
     assert code in (0, 128 + signal.SIGTERM) and took < 5, (code, took)
 
 
@@ -241,5 +247,5 @@ def test_pause_image_sleeps_until_sigterm(images, rootfs) -> None:
     proc = pause.start(pause.config["Entrypoint"], read_only=True)
     time.sleep(1)
     assert proc.poll() is None, "it sleeps"
-    code, took = stop_within(proc, 5)
+    code, took = stop_within(proc, "pause", 5)
     assert code == 0 and took < 2
