@@ -6,6 +6,8 @@
 #   hack/cluster.sh up      start (harmless when already up); prints the kubeconfig path
 #   hack/cluster.sh down    stop everything it started, by pid, and wipe cluster state
 #   hack/cluster.sh status  exit 0 when every component is running and /readyz says ok
+#   hack/cluster.sh restart NAME   stop one component (etcd, kube-apiserver, ...) and start it
+#                           again with the same command line and ports (fault tests)
 #
 # GWOP_CLUSTER_DIR (default: <repo>/.cluster/sandbox) holds pki, etcd data, logs, pids and
 # the admin kubeconfig; tests use their own directory so they never touch the demo's.
@@ -71,8 +73,20 @@ write_kubeconfig() {
 
 start() {  # start NAME CMD...: runs CMD in its own session, logs to logs/NAME.log
   local name=$1; shift
-  setsid "$@" >"$logs/$name.log" 2>&1 < /dev/null &
+  printf '%s\0' "$@" > "$run/$name.cmd"  # for restart
+  setsid "$@" >>"$logs/$name.log" 2>&1 < /dev/null &
   echo $! > "$run/$name.pid"
+}
+
+restart() {  # restart NAME: the same command line again, after the old process is gone
+  local name=$1 cmd=()
+  [[ -f $run/$name.cmd ]] || { log "no $name started here"; exit 1; }
+  mapfile -d '' cmd < "$run/$name.cmd"
+  stop_pid "$name"
+  start "$name" "${cmd[@]}"
+  bin=$("$repo/hack/build-binaries.sh")
+  wait_for "$name" 90 bash -c "[[ \$('$bin/kubectl' --kubeconfig '$kubeconfig' get --raw /readyz 2>/dev/null) == ok ]]"
+  log "restarted $name"
 }
 
 wait_for() {  # wait_for WHAT SECONDS CMD...
@@ -89,6 +103,7 @@ up() {
   if status; then log "already up"; usage; return; fi
   down_quiet
   mkdir -p "$run" "$logs"
+  for c in "${components[@]}"; do rm -f "$logs/$c.log"; done  # start appends (for restart)
   make_pki
   local etcd_port etcd_peer api_port kcm_port
   etcd_port=$(free_port); etcd_peer=$(free_port); api_port=$(free_port); kcm_port=$(free_port)
@@ -175,5 +190,6 @@ case ${1:-} in
   down) down_quiet; log "down ($dir)" ;;
   status) bin=$("$repo/hack/build-binaries.sh" 2>/dev/null); status && log "up" || { log "not up"; exit 1; } ;;
   kubeconfig) echo "$kubeconfig" ;;
-  *) echo "usage: $0 up|down|status|kubeconfig" >&2; exit 2 ;;
+  restart) restart "${2:?usage: $0 restart NAME}" ;;
+  *) echo "usage: $0 up|down|status|kubeconfig|restart NAME" >&2; exit 2 ;;
 esac

@@ -51,6 +51,9 @@ def load_config(kubeconfig: str | None = None) -> client.ApiClient:
             config.load_incluster_config()
     except config.ConfigException:
         config.load_kube_config()
+    settings = client.Configuration.get_default_copy()
+    settings.connection_pool_maxsize = 32  # one connection per API thread (16) and the elector
+    client.Configuration.set_default(settings)
     return client.ApiClient()
 
 

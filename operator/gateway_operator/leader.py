@@ -16,6 +16,8 @@ import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, NamedTuple
 
+from kubernetes import client
+from kubernetes.client.rest import ApiException
 from kubernetes.leaderelection import electionconfig, leaderelection
 from kubernetes.leaderelection.resourcelock.leaselock import LeaseLock
 
@@ -34,6 +36,33 @@ class ElectionSettings(NamedTuple):
 def default_identity() -> str:
     """The pod's name (unique per replica), else host and pid."""
     return os.environ.get("POD_NAME") or f"{os.uname().nodename}-{os.getpid()}"
+
+
+class _BoundedLeases:
+    """The Lease calls with a timeout, and a connection failure (an API server restarting)
+    raised as an API error: the client's LeaseLock catches only those, and its elector thread
+    would otherwise die and leave a leader that no longer renews."""
+
+    def __init__(self, timeout: tuple[float, float]) -> None:
+        self._api, self._timeout = client.CoordinationV1Api(), timeout
+
+    def __getattr__(self, name: str) -> Any:
+        method = getattr(self._api, name)
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            try:
+                return method(*args, _request_timeout=self._timeout, **kwargs)
+            except ApiException:
+                raise
+            except Exception as e:  # noqa: BLE001 - urllib3/OS errors: retried by the elector
+                raise ApiException(status=0, reason=f"{type(e).__name__}: the API server did not answer") from None
+        return call
+
+
+def _lease_lock(settings: ElectionSettings) -> LeaseLock:
+    lock = LeaseLock(settings.lease_name, settings.namespace, settings.identity)
+    lock.api_instance = _BoundedLeases((2.0, max(1.0, settings.renew_deadline / 2)))
+    return lock
 
 
 class _StandbyLiveness:
@@ -76,7 +105,7 @@ def wait_for_leadership(settings: ElectionSettings, liveness: tuple[str, int] | 
         os._exit(1)  # no cleanup that could still write: the successor owns the objects now
 
     config = electionconfig.Config(
-        LeaseLock(settings.lease_name, settings.namespace, settings.identity),
+        _lease_lock(settings),
         lease_duration=settings.lease_duration, renew_deadline=settings.renew_deadline,
         retry_period=settings.retry_period, onstarted_leading=leading.set, onstopped_leading=lost)
     threading.Thread(target=leaderelection.LeaderElection(config).run, daemon=True, name="leader-election").start()

@@ -74,7 +74,10 @@ class OperatorProcess:
     """``namespaces``: watch only those, as the chart's ``watchNamespaces`` does, under the
     chart's Roles for them and a ServiceAccount of its own (NAMESPACED_RELEASE)."""
 
-    def __init__(self, cluster: Cluster, resync_seconds: float = 5.0, namespaces: Sequence[str] = ()) -> None:
+    def __init__(self, cluster: Cluster, resync_seconds: float = 5.0, namespaces: Sequence[str] = (),
+                 lease: tuple[int, int, int] = (4, 3, 1)) -> None:
+        """``lease``: duration, renew deadline and retry period of its leader election (short,
+        so that a restarted operator leads again within seconds)."""
         self.cluster = cluster
         self.namespaces = list(namespaces)
         self.release = NAMESPACED_RELEASE if namespaces else RELEASE
@@ -86,6 +89,7 @@ class OperatorProcess:
         self.liveness_port = free_port()
         self.resync_seconds = resync_seconds
         self.leader_identity = f"{self.release}-{uuid.uuid4().hex[:6]}"  # its name in the Lease
+        self.lease = lease
         self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self) -> "OperatorProcess":
@@ -97,10 +101,10 @@ class OperatorProcess:
                "--bind-address", "127.0.0.1", "--resync-seconds", str(self.resync_seconds),
                "--log-format", "plain", "--operator-namespace", SYSTEM_NAMESPACE,
                "--operator-instance", self.release, *[f"--namespace={n}" for n in self.namespaces],
-               # as the chart runs it: leader election on the Lease <release>-leader (short
-               # periods, so that a restarted operator leads again within seconds)
+               # as the chart runs it: leader election on the Lease <release>-leader
                "--leader-election", "--leader-identity", self.leader_identity,
-               "--lease-duration", "4", "--renew-deadline", "3", "--retry-period", "1"]
+               "--lease-duration", str(self.lease[0]), "--renew-deadline", str(self.lease[1]),
+               "--retry-period", str(self.lease[2])]
         self.started_at = now()
         env = {k: v for k, v in os.environ.items() if k != "KUBECONFIG"}
         self.log = open(self.log_path, "wb")
