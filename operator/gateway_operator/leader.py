@@ -65,6 +65,11 @@ def _lease_lock(settings: ElectionSettings) -> LeaseLock:
     return lock
 
 
+def _exit_when_done(elector: threading.Thread, lost: Any) -> None:
+    elector.join()
+    lost()
+
+
 class _StandbyLiveness:
     """/healthz while waiting for the Lease: a standby is alive, just not leading."""
 
@@ -108,8 +113,12 @@ def wait_for_leadership(settings: ElectionSettings, liveness: tuple[str, int] | 
         _lease_lock(settings),
         lease_duration=settings.lease_duration, renew_deadline=settings.renew_deadline,
         retry_period=settings.retry_period, onstarted_leading=leading.set, onstopped_leading=lost)
-    threading.Thread(target=leaderelection.LeaderElection(config).run, daemon=True, name="leader-election").start()
+    elector = threading.Thread(target=leaderelection.LeaderElection(config).run, daemon=True,
+                               name="leader-election")
+    elector.start()
     leading.wait()
+    # whatever ends the elector's thread ends the renewals: then this process must not lead on
+    threading.Thread(target=_exit_when_done, args=(elector, lost), daemon=True, name="leader-watchdog").start()
     if standby is not None:
         standby.close()  # kopf serves /healthz from here on
     log.info("leading (Lease %s/%s)", settings.namespace, settings.lease_name)
