@@ -13,13 +13,20 @@
 # the admin kubeconfig; tests use their own directory so they never touch the demo's.
 # GWOP_POD_NETWORK (default 127.1.0.0/16): the loopback range the kubelet stand-in takes pod
 # IPs from; give clusters that run at the same time different ranges (the demo uses 127.2/16).
+# GWOP_SERVICE_CIDR (default 10.0.0.0/24): kube-apiserver's --service-cluster-ip-range; the
+# serving certificate names its first address. A real node (hack/node.sh) needs 198.19.0.0/16.
+# GWOP_STANDIN=0: do not start the kubelet stand-in (it binds every pending pod to its own
+# node), for a control plane that a real node joins (hack/node.sh). Default 1.
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
 dir=${GWOP_CLUSTER_DIR:-$repo/.cluster/sandbox}
 pki=$dir/pki; run=$dir/run; logs=$dir/logs
 kubeconfig=$dir/kubeconfig
 python=${GWOP_PYTHON:-$repo/.venv/bin/python}
-components=(etcd kube-apiserver kube-controller-manager kubelet-standin)
+service_cidr=${GWOP_SERVICE_CIDR:-10.0.0.0/24}
+standin=${GWOP_STANDIN:-1}
+components=(etcd kube-apiserver kube-controller-manager)
+[[ $standin == 0 ]] || components+=(kubelet-standin)
 
 log() { echo "[cluster] $*" >&2; }
 
@@ -35,21 +42,37 @@ status() {
   [[ $(readyz) == ok ]]
 }
 
+first_service_ip() { python3 -c 'import ipaddress, sys; print(ipaddress.ip_network(sys.argv[1])[1])' "$service_cidr"; }
+
+serving_cert() {  # the API server's serving certificate, for loopback and the first service IP
+  (
+    cd "$pki"
+    cat > serving.ext <<EXT
+subjectAltName=IP:127.0.0.1,IP:$(first_service_ip),DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local
+extendedKeyUsage=serverAuth
+EXT
+    openssl req -newkey rsa:2048 -nodes -subj "/CN=kube-apiserver" -keyout serving.key -out serving.csr 2>/dev/null
+    openssl x509 -req -in serving.csr -CA ca.crt -CAkey ca.key -CAcreateserial -days 3650 \
+      -extfile serving.ext -out serving.crt 2>/dev/null
+  )
+}
+
 make_pki() {
-  [[ -f $pki/admin.crt ]] && return
+  if [[ -f $pki/admin.crt ]]; then
+    # an earlier run with another GWOP_SERVICE_CIDR: only the serving certificate changes
+    grep -q "IP:$(first_service_ip)," "$pki/serving.ext" 2>/dev/null || serving_cert
+    return
+  fi
   log "generating a CA, serving, admin and service-account keys in $pki"
   mkdir -p "$pki"
   (
     cd "$pki"
     openssl req -x509 -newkey rsa:2048 -nodes -days 3650 -subj "/CN=gateway-operator-local-ca" \
       -keyout ca.key -out ca.crt 2>/dev/null
-    cat > serving.ext <<EXT
-subjectAltName=IP:127.0.0.1,IP:10.0.0.1,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local
-extendedKeyUsage=serverAuth
-EXT
-    openssl req -newkey rsa:2048 -nodes -subj "/CN=kube-apiserver" -keyout serving.key -out serving.csr 2>/dev/null
-    openssl x509 -req -in serving.csr -CA ca.crt -CAkey ca.key -CAcreateserial -days 3650 \
-      -extfile serving.ext -out serving.crt 2>/dev/null
+  )
+  serving_cert
+  (
+    cd "$pki"
     printf 'extendedKeyUsage=clientAuth\n' > client.ext
     openssl req -newkey rsa:2048 -nodes -subj "/O=system:masters/CN=local-admin" -keyout admin.key -out admin.csr 2>/dev/null
     openssl x509 -req -in admin.csr -CA ca.crt -CAkey ca.key -CAcreateserial -days 3650 \
@@ -137,7 +160,7 @@ POLICY
     --client-ca-file "$pki/ca.crt" \
     --authorization-mode RBAC \
     --enable-admission-plugins NamespaceLifecycle,LimitRanger,ServiceAccount,PodSecurity,DefaultStorageClass,ResourceQuota,MutatingAdmissionWebhook,ValidatingAdmissionWebhook,ValidatingAdmissionPolicy \
-    --service-cluster-ip-range 10.0.0.0/24 --allow-privileged=true \
+    --service-cluster-ip-range "$service_cidr" --allow-privileged=true \
     --service-account-issuer https://kubernetes.default.svc.cluster.local \
     --service-account-key-file "$pki/sa.pub" --service-account-signing-key-file "$pki/sa.key" \
     --v 1
@@ -152,9 +175,11 @@ POLICY
     --cluster-signing-cert-file "$pki/ca.crt" --cluster-signing-key-file "$pki/ca.key" \
     --concurrent-deployment-syncs 10 --concurrent-replicaset-syncs 10 --v 1
 
-  start kubelet-standin "$python" "$repo/hack/kubelet_standin.py" --kubeconfig "$kubeconfig" \
-    --ip-pool-file "$dir/pod-ips.json" --pod-network "${GWOP_POD_NETWORK:-127.1.0.0/16}"
-  wait_for "kubelet stand-in node" 60 bash -c "'$bin/kubectl' --kubeconfig '$kubeconfig' get node local-node-0 -o jsonpath='{.status.conditions[?(@.type==\"Ready\")].status}' | grep -qx True"
+  if [[ $standin != 0 ]]; then
+    start kubelet-standin "$python" "$repo/hack/kubelet_standin.py" --kubeconfig "$kubeconfig" \
+      --ip-pool-file "$dir/pod-ips.json" --pod-network "${GWOP_POD_NETWORK:-127.1.0.0/16}"
+    wait_for "kubelet stand-in node" 60 bash -c "'$bin/kubectl' --kubeconfig '$kubeconfig' get node local-node-0 -o jsonpath='{.status.conditions[?(@.type==\"Ready\")].status}' | grep -qx True"
+  fi
   wait_for "default service account" 60 "$bin/kubectl" --kubeconfig "$kubeconfig" -n default get serviceaccount default
   usage
 }
@@ -181,7 +206,8 @@ stop_pid() {  # stop_pid NAME: TERM, wait up to 10s, then KILL; the process grou
 
 down_quiet() {
   local i
-  for (( i=${#components[@]}-1; i>=0; i-- )); do stop_pid "${components[$i]}"; done
+  local all=(etcd kube-apiserver kube-controller-manager kubelet-standin)  # whatever an earlier up started
+  for (( i=${#all[@]}-1; i>=0; i-- )); do stop_pid "${all[$i]}"; done
   rm -rf "$dir/etcd-data" "$dir/pod-ips.json" "$dir/apiserver-certs"
 }
 
