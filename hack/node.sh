@@ -1,0 +1,507 @@
+#!/usr/bin/env bash
+# A REAL node joined to the local control plane (opt-in; issue 8 step 2): containerd + runc, a
+# CNI bridge, kube-scheduler, a real kubelet and kube-proxy (iptables), pods from the locally
+# built images (make images). Needs root.
+#
+#   hack/node.sh up      start the node on the control plane in GWOP_CLUSTER_DIR (default
+#                        .cluster/sandbox), starting that control plane as below if none runs
+#   hack/node.sh down    stop it and remove exactly what up created
+#   hack/node.sh status  exit 0 when every node process runs and the node is Ready
+#
+# The control plane must be started for a real node (the defaults of hack/cluster.sh are for
+# the kubelet stand-in, which binds every pending pod to its own node, and a 10.0.0.0/24
+# Service range that containment forbids):
+#
+#   GWOP_STANDIN=0 GWOP_SERVICE_CIDR=198.19.0.0/16 hack/cluster.sh up && hack/node.sh up
+#
+# Network (containment: only loopback and the 198.18.0.0/15 addresses this bridge creates):
+# pods on bridge gwop0 in 198.18.0.0/16 (node 198.18.0.1), ipMasq off, Services 198.19.0.0/16
+# routed onto the bridge, forwarding between the bridge and any other interface dropped, no
+# NodePort outside the node IP, pods get a private resolv.conf that names no host resolver.
+# One node per host (the bridge, /run/netns and the iptables chains are host-global).
+#
+# Everything else lives in $GWOP_CLUSTER_DIR/node: containerd's root, state and socket, CNI
+# config and IPAM data, the kubelet's root and pod logs, certificates, logs, pids, and what
+# up recorded about the host (iptables chains, sysctls) so down can put it back. A crashed
+# run's leftovers are cleaned by the next up (or by down).
+set -euo pipefail
+repo=$(cd "$(dirname "$0")/.." && pwd)
+dir=${GWOP_CLUSTER_DIR:-$repo/.cluster/sandbox}
+node_dir=$dir/node
+run=$node_dir/run; logs=$node_dir/logs; npki=$node_dir/pki; rec=$node_dir/recorded
+kubeconfig=$dir/kubeconfig
+images_list=${GWOP_IMAGES_LIST:-${GWOP_CACHE:-$HOME/.cache/gateway-operator}/images/images.txt}
+NODE_NAME=${GWOP_NODE_NAME:-gwop-node-0}
+BRIDGE=gwop0
+NODE_IP=198.18.0.1
+POD_CIDR=198.18.0.0/16
+SERVICE_CIDR=198.19.0.0/16
+FWD_CHAIN=GWOP-NODE-FORWARD
+PAUSE_IMAGE=localhost/gateway-operator/pause:3
+OWNER=/run/gwop-node.owner  # the one cluster dir whose node holds the host-global names
+sock=$node_dir/containerd/containerd.sock
+cgroup_name=gwop-node
+sysctls=(net.ipv4.ip_forward vm.overcommit_memory vm.panic_on_oom kernel.panic kernel.panic_on_oops kernel.keys.root_maxkeys kernel.keys.root_maxbytes)
+components=(containerd kube-scheduler kubelet kube-proxy)
+
+log() { echo "[node] $*" >&2; }
+die() { log "$*"; exit 1; }
+
+alive() { [[ -f $run/$1.pid ]] && kill -0 "$(cat "$run/$1.pid")" 2>/dev/null; }
+kc() { "$bin/kubectl" --kubeconfig "$kubeconfig" "$@"; }
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+
+start() {  # start NAME CMD...: own session, log in logs/NAME.log, pid in run/NAME.pid
+  local name=$1; shift
+  setsid "$@" >>"$logs/$name.log" 2>&1 </dev/null &
+  echo $! >"$run/$name.pid"
+}
+
+stop_pid() {  # TERM, up to 10 s, then KILL (the process group too)
+  local name=$1 pidfile=$run/$1.pid pid
+  [[ -f $pidfile ]] || return 0
+  pid=$(cat "$pidfile")
+  if kill -0 "$pid" 2>/dev/null; then
+    kill -TERM -- "-$pid" 2>/dev/null || kill -TERM "$pid" 2>/dev/null || true
+    for _ in $(seq 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+    kill -KILL -- "-$pid" 2>/dev/null || kill -KILL "$pid" 2>/dev/null || true
+    log "stopped $name (pid $pid)"
+  fi
+  rm -f "$pidfile"
+}
+
+wait_for() {  # wait_for WHAT SECONDS CMD...
+  local what=$1 secs=$2; shift 2
+  local deadline=$((SECONDS + secs))
+  until "$@" >/dev/null 2>&1; do
+    if ((SECONDS > deadline)); then
+      log "$what not ready after ${secs}s; logs in $logs"; tail -n 15 "$logs"/*.log >&2; exit 1
+    fi
+    sleep 0.3
+  done
+}
+
+node_ready() {
+  [[ $(kc get node "$NODE_NAME" -o jsonpath='{.status.conditions[?(@.type=="Ready")].status}' 2>/dev/null) == True ]]
+}
+
+status() {
+  local c
+  for c in "${components[@]}"; do alive "$c" || return 1; done
+  node_ready
+}
+
+ensure_packages() {
+  local missing=() p
+  command -v containerd >/dev/null || missing+=(containerd)
+  command -v runc >/dev/null || missing+=(runc)
+  [[ -x /usr/lib/cni/bridge && -x /usr/lib/cni/host-local ]] || missing+=(containernetworking-plugins)
+  command -v iptables >/dev/null || missing+=(iptables)
+  ((${#missing[@]})) || return 0
+  log "installing ${missing[*]} with apt-get"
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  for p in containerd; do  # the package's own service is not this node's containerd
+    command -v systemctl >/dev/null && [[ -d /run/systemd/system ]] && systemctl disable --now "$p" >/dev/null 2>&1 || true
+  done
+}
+
+# -- certificates -------------------------------------------------------------------------
+client_cert() {  # client_cert NAME SUBJECT: NAME.crt/.key in $npki, signed by the cluster CA
+  local name=$1 subj=$2
+  [[ -f $npki/$name.crt ]] && return
+  openssl req -newkey rsa:2048 -nodes -subj "$subj" -keyout "$npki/$name.key" -out "$npki/$name.csr" 2>/dev/null
+  printf 'extendedKeyUsage=clientAuth\n' >"$npki/client.ext"
+  openssl x509 -req -in "$npki/$name.csr" -CA "$dir/pki/ca.crt" -CAkey "$dir/pki/ca.key" \
+    -CAcreateserial -CAserial "$npki/ca.srl" -days 365 -extfile "$npki/client.ext" -out "$npki/$name.crt" 2>/dev/null
+}
+
+node_kubeconfig() {  # node_kubeconfig NAME: a kubeconfig for the client certificate NAME
+  local name=$1 server out=$node_dir/$1.kubeconfig
+  server=$(kc config view -o jsonpath='{.clusters[0].cluster.server}')
+  local k=("$bin/kubectl" --kubeconfig "$out")
+  rm -f "$out"
+  "${k[@]}" config set-cluster local --server "$server" --certificate-authority "$dir/pki/ca.crt" --embed-certs >/dev/null
+  "${k[@]}" config set-credentials "$name" --client-certificate "$npki/$name.crt" --client-key "$npki/$name.key" --embed-certs >/dev/null
+  "${k[@]}" config set-context local --cluster local --user "$name" >/dev/null
+  "${k[@]}" config use-context local >/dev/null
+  chmod 600 "$out"
+}
+
+# -- host state: recorded at up, put back at down -----------------------------------------
+iptables_chains() { iptables-save 2>/dev/null | awk '/^\*/{t=substr($0,2)} /^:/{print t, substr($1,2)}' | sort -u; }
+
+record_host() {
+  mkdir -p "$rec"
+  iptables_chains >"$rec/iptables-chains"
+  local s; for s in "${sysctls[@]}"; do echo "$s=$(sysctl -n "$s" 2>/dev/null || echo)"; done >"$rec/sysctls"
+  [[ -e /var/lib/kubelet ]] || touch "$rec/created-var-lib-kubelet"
+  [[ -e /run/netns ]] || touch "$rec/created-run-netns"
+  [[ -e /run/containerd ]] || touch "$rec/created-run-containerd"  # containerd 1.6's shim sockets: /run/containerd/s
+}
+
+# Removes the iptables chains that appeared since up (kube-proxy's, the kubelet's, ours) and
+# the rules in other chains that jump to them; chains that existed before are left alone.
+restore_iptables() {
+  [[ -f $rec/iptables-chains ]] || return 0
+  iptables-save 2>/dev/null | python3 -c '
+import shlex, sys
+before = set(tuple(l.split()) for l in open(sys.argv[1]) if l.strip())
+builtin = {"INPUT", "OUTPUT", "FORWARD", "PREROUTING", "POSTROUTING"}
+table, rules, new = None, [], []
+for line in sys.stdin:
+    line = line.rstrip("\n")
+    if line.startswith("*"):
+        table = line[1:]
+    elif line.startswith(":"):
+        chain = line[1:].split()[0]
+        if (table, chain) not in before and chain not in builtin:
+            new.append((table, chain))
+    elif line.startswith("-A "):
+        rules.append((table, shlex.split(line)))
+newset = set(new)
+for table, words in rules:
+    chain = words[1]
+    target = words[words.index("-j") + 1] if "-j" in words else (words[words.index("-g") + 1] if "-g" in words else None)
+    if (table, chain) not in newset and (table, target) in newset:
+        print(shlex.join(["iptables", "-t", table, "-D", chain] + words[2:]))
+for table, chain in new:
+    print(shlex.join(["iptables", "-t", table, "-F", chain]))
+for table, chain in new:
+    print(shlex.join(["iptables", "-t", table, "-X", chain]))
+' "$rec/iptables-chains" | while IFS= read -r cmd; do eval "$cmd" 2>/dev/null || log "failed: $cmd"; done
+}
+
+restore_sysctls() {
+  [[ -f $rec/sysctls ]] || return 0
+  local line
+  while IFS= read -r line; do
+    [[ -n ${line#*=} ]] || continue
+    [[ $(sysctl -n "${line%%=*}" 2>/dev/null) == "${line#*=}" ]] || sysctl -qw "$line" >/dev/null 2>&1 || true
+  done <"$rec/sysctls"
+}
+
+cgroup_dirs() { local h; for h in /sys/fs/cgroup/*/; do [[ -d $h$cgroup_name ]] && echo "$h$cgroup_name"; done; }
+
+make_cgroups() {  # the kubelet's cgroupRoot, in every v1 hierarchy (and v2 if mounted there)
+  local h
+  for h in /sys/fs/cgroup/*/; do
+    [[ -f ${h}cgroup.procs ]] || continue
+    mkdir -p "$h$cgroup_name"
+    if [[ -f ${h}cpuset.cpus ]]; then
+      cat "${h}cpuset.cpus" >"$h$cgroup_name/cpuset.cpus"
+      cat "${h}cpuset.mems" >"$h$cgroup_name/cpuset.mems"
+    fi
+  done
+}
+
+remove_cgroups() {
+  local d p
+  for d in $(cgroup_dirs); do
+    for p in $(cat "$d"/cgroup.procs "$d"/*/cgroup.procs "$d"/*/*/cgroup.procs "$d"/*/*/*/cgroup.procs 2>/dev/null); do
+      kill -KILL "$p" 2>/dev/null || true
+    done
+  done
+  sleep 0.2
+  for d in $(cgroup_dirs); do
+    find "$d" -depth -type d -exec rmdir {} + 2>/dev/null || true
+    [[ ! -d $d ]] || log "cgroup $d not removed"
+  done
+}
+
+# -- teardown (down, and up after a crash) -------------------------------------------------
+containerd_config_exists() { [[ -f $node_dir/containerd/config.toml ]]; }
+
+ctr_() { ctr -a "$sock" -n k8s.io "$@"; }
+
+# Every container of this node's containerd (its own socket: nothing else runs there) killed
+# and deleted; prints the network namespaces their sandboxes used.
+drain_containerd() {
+  if ! alive containerd; then
+    containerd_config_exists || return 0
+    mkdir -p "$logs" "$run"
+    start containerd containerd --config "$node_dir/containerd/config.toml"
+    local i; for i in $(seq 50); do ctr -a "$sock" version >/dev/null 2>&1 && break; sleep 0.2; done
+  fi
+  ctr -a "$sock" version >/dev/null 2>&1 || { log "containerd does not answer; skipping container cleanup"; return 0; }
+  local ids id
+  ids=$(ctr_ containers ls -q 2>/dev/null || true)
+  for id in $ids; do
+    ctr_ containers info "$id" 2>/dev/null | python3 -c '
+import json, sys
+spec = json.load(sys.stdin).get("Spec") or {}
+for ns in (spec.get("linux") or {}).get("namespaces") or []:
+    if ns.get("type") == "network" and ns.get("path"):
+        print(ns["path"])' >>"$rec/netns" || true
+  done
+  for id in $ids; do ctr_ tasks kill -s SIGKILL "$id" >/dev/null 2>&1 || true; done
+  for id in $ids; do
+    for _ in $(seq 20); do ctr_ tasks delete "$id" >/dev/null 2>&1 && break; ctr_ tasks ls -q 2>/dev/null | grep -qx "$id" || break; sleep 0.1; done
+    ctr_ containers delete "$id" >/dev/null 2>&1 || true
+  done
+}
+
+kill_own_shims() {  # shims started for this node's socket (they outlive containerd)
+  local p
+  for p in /proc/[0-9]*; do
+    tr '\0' ' ' <"$p/cmdline" 2>/dev/null | grep -q -- "containerd-shim.*-address $sock " || continue
+    kill -KILL "${p#/proc/}" 2>/dev/null || true
+  done
+}
+
+remove_netns() {
+  local ns
+  [[ -f $rec/netns ]] || return 0
+  sort -u "$rec/netns" | while IFS= read -r ns; do
+    [[ $ns == /var/run/netns/* || $ns == /run/netns/* ]] || continue
+    [[ -e $ns ]] || continue
+    umount "$ns" 2>/dev/null || umount -l "$ns" 2>/dev/null || true
+    rm -f "$ns"
+  done
+  if [[ -f $rec/created-run-netns ]]; then
+    rmdir /run/netns 2>/dev/null || true
+  fi
+}
+
+unmount_under() {  # every mount under $1, deepest first
+  local m
+  awk -v d="$1" '$2 == d || index($2, d "/") == 1 {print $2}' /proc/mounts | sort -r | while IFS= read -r m; do
+    umount "$m" 2>/dev/null || umount -l "$m" 2>/dev/null || log "could not unmount $m"
+  done
+}
+
+teardown() {
+  [[ -d $node_dir ]] || { [[ $(cat "$OWNER" 2>/dev/null) == "$dir" ]] && rm -f "$OWNER"; return 0; }
+  mkdir -p "$rec"
+  local c t0=$SECONDS
+  for c in kube-proxy kubelet kube-scheduler; do stop_pid "$c"; done
+  drain_containerd
+  stop_pid containerd
+  log "processes and containers gone in $((SECONDS - t0))s"
+  kill_own_shims
+  remove_cgroups
+  remove_netns
+  unmount_under "$node_dir"
+  if ip link show "$BRIDGE" >/dev/null 2>&1 && [[ -f $rec/created-bridge ]]; then
+    ip link delete "$BRIDGE" && log "deleted bridge $BRIDGE"
+  fi
+  if [[ -f $rec/created-run-containerd ]]; then
+    rmdir /run/containerd/s /run/containerd/runc/k8s.io /run/containerd/runc /run/containerd 2>/dev/null || true
+  fi
+  restore_iptables
+  restore_sysctls
+  if [[ -f $rec/created-var-lib-kubelet ]]; then rm -rf /var/lib/kubelet; fi
+  if [[ -n ${bin:-} && -f $kubeconfig ]] && [[ $(kc get --raw /readyz 2>/dev/null) == ok ]]; then
+    kc delete node "$NODE_NAME" --ignore-not-found --wait=false >/dev/null 2>&1 || true
+    kc delete clusterrolebinding gwop-node-kubelets --ignore-not-found >/dev/null 2>&1 || true
+  fi
+  rm -rf "$node_dir"
+  [[ $(cat "$OWNER" 2>/dev/null) == "$dir" ]] && rm -f "$OWNER"
+  log "node removed ($node_dir)"
+}
+
+# -- up ------------------------------------------------------------------------------------
+write_configs() {
+  local cd=$node_dir/containerd
+  mkdir -p "$cd/root" "$cd/state" "$cd/opt" "$node_dir/cni/net.d" "$node_dir/cni/ipam" \
+    "$node_dir/kubelet/root" "$node_dir/kubelet/pod-logs" "$node_dir/kubelet/volume-plugins"
+  cat >"$cd/config.toml" <<EOF
+version = 2
+root = "$cd/root"
+state = "$cd/state"
+disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshotter.v1.btrfs", "io.containerd.snapshotter.v1.zfs", "io.containerd.snapshotter.v1.devmapper", "io.containerd.tracing.processor.v1.otlp"]
+[grpc]
+  address = "$sock"
+[ttrpc]
+  address = "$sock.ttrpc"
+[debug]
+  address = ""
+[metrics]
+  address = ""
+[plugins."io.containerd.internal.v1.opt"]
+  path = "$cd/opt"
+[plugins."io.containerd.grpc.v1.cri"]
+  sandbox_image = "$PAUSE_IMAGE"
+  restrict_oom_score_adj = true
+  disable_apparmor = true
+  enable_selinux = false
+  stream_server_address = "127.0.0.1"
+  stream_server_port = "0"
+  [plugins."io.containerd.grpc.v1.cri".containerd]
+    snapshotter = "overlayfs"
+    default_runtime_name = "runc"
+    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
+      runtime_type = "io.containerd.runc.v2"
+      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
+        SystemdCgroup = false
+        Root = "$cd/runc"
+  [plugins."io.containerd.grpc.v1.cri".cni]
+    bin_dir = "/usr/lib/cni"
+    conf_dir = "$node_dir/cni/net.d"
+    max_conf_num = 1
+EOF
+  cat >"$node_dir/cni/net.d/10-gwop.conflist" <<EOF
+{
+  "cniVersion": "1.0.0",
+  "name": "gwop-node",
+  "plugins": [
+    {
+      "type": "bridge",
+      "bridge": "$BRIDGE",
+      "isGateway": true,
+      "ipMasq": false,
+      "hairpinMode": true,
+      "ipam": {
+        "type": "host-local",
+        "dataDir": "$node_dir/cni/ipam",
+        "ranges": [[{"subnet": "$POD_CIDR", "gateway": "$NODE_IP"}]],
+        "routes": [{"dst": "0.0.0.0/0"}]
+      }
+    }
+  ]
+}
+EOF
+  # pods with dnsPolicy Default/ClusterFirst get this, never the host's resolver
+  printf '# gateway-operator real node: no resolver (containment)\nnameserver 127.0.0.1\noptions ndots:1\n' >"$node_dir/resolv.conf"
+  local kubelet_port healthz_port
+  kubelet_port=$(free_port); healthz_port=$(free_port)
+  cat >"$node_dir/kubelet.yaml" <<EOF
+apiVersion: kubelet.config.k8s.io/v1beta1
+kind: KubeletConfiguration
+address: $NODE_IP
+port: $kubelet_port
+readOnlyPort: 0
+healthzBindAddress: 127.0.0.1
+healthzPort: $healthz_port
+authentication:
+  anonymous: {enabled: false}
+  webhook: {enabled: false}
+  x509: {clientCAFile: $dir/pki/ca.crt}
+authorization: {mode: AlwaysAllow}
+containerRuntimeEndpoint: unix://$sock
+cgroupDriver: cgroupfs
+cgroupRoot: /$cgroup_name
+failSwapOn: false
+failCgroupV1: false
+protectKernelDefaults: false
+makeIPTablesUtilChains: false
+resolvConf: $node_dir/resolv.conf
+podLogsDir: $node_dir/kubelet/pod-logs
+volumePluginDir: $node_dir/kubelet/volume-plugins
+clusterDomain: cluster.local
+evictionHard: {memory.available: "1Mi", nodefs.available: "1%", nodefs.inodesFree: "1%", imagefs.available: "1%", imagefs.inodesFree: "1%"}
+imageGCHighThresholdPercent: 100
+imageGCLowThresholdPercent: 99
+serializeImagePulls: false
+maxPods: 50
+EOF
+  local proxy_healthz proxy_metrics
+  proxy_healthz=$(free_port); proxy_metrics=$(free_port)
+  cat >"$node_dir/kube-proxy.yaml" <<EOF
+apiVersion: kubeproxy.config.k8s.io/v1alpha1
+kind: KubeProxyConfiguration
+clientConnection: {kubeconfig: $node_dir/kube-proxy.kubeconfig}
+mode: iptables
+hostnameOverride: $NODE_NAME
+bindAddress: $NODE_IP
+clusterCIDR: $POD_CIDR
+healthzBindAddress: 127.0.0.1:$proxy_healthz
+metricsBindAddress: 127.0.0.1:$proxy_metrics
+nodePortAddresses: ["$NODE_IP/32"]
+iptables: {masqueradeAll: false, localhostNodePorts: false}
+conntrack: {maxPerCore: 0, min: 0, tcpEstablishedTimeout: 0s, tcpCloseWaitTimeout: 0s}
+EOF
+}
+
+network() {
+  # the bridge first, with the node's address, so the kubelet and kube-proxy can bind it
+  ip link add "$BRIDGE" type bridge
+  touch "$rec/created-bridge"
+  ip addr add "$NODE_IP/16" dev "$BRIDGE"
+  ip link set "$BRIDGE" up
+  # the Service range stays on the bridge: nothing untranslated follows the default route out
+  ip route add "$SERVICE_CIDR" dev "$BRIDGE" src "$NODE_IP"
+  # the CNI bridge turns IP forwarding on; no packet crosses between the bridge and any other
+  # interface (no NAT is configured either)
+  iptables -N "$FWD_CHAIN"
+  iptables -A "$FWD_CHAIN" -i "$BRIDGE" ! -o "$BRIDGE" -j DROP
+  iptables -A "$FWD_CHAIN" ! -i "$BRIDGE" -o "$BRIDGE" -j DROP
+  iptables -I FORWARD 1 -j "$FWD_CHAIN"
+}
+
+import_images() {
+  [[ -f $images_list ]] || die "no $images_list: run 'make images' first (the node's pause image comes from it)"
+  local image archive t0=$SECONDS
+  grep -q "^$PAUSE_IMAGE " "$images_list" || die "$images_list lists no $PAUSE_IMAGE"
+  while read -r image archive; do
+    [[ -n $image ]] || continue
+    [[ -f $archive ]] || die "$archive (listed in $images_list) is missing: run 'make images'"
+    ctr_ images import "$archive" >>"$logs/images.log" 2>&1 || { tail -5 "$logs/images.log" >&2; die "import of $archive failed"; }
+    ctr_ images ls -q | grep -qx "$image" || die "$archive did not give $image (ctr images ls: $(ctr_ images ls -q | tr '\n' ' '))"
+  done <"$images_list"
+  log "imported $(wc -l <"$images_list") images in $((SECONDS - t0))s"
+}
+
+up() {
+  [[ $(id -u) == 0 ]] || die "a real node needs root (containerd, the bridge, iptables, cgroups)"
+  bin=$("$repo/hack/build-binaries.sh")
+  if ! [[ -f $kubeconfig && $(kc get --raw /readyz 2>/dev/null) == ok ]]; then
+    log "no control plane answers in $dir: starting one for a real node"
+    GWOP_CLUSTER_DIR=$dir GWOP_STANDIN=0 GWOP_SERVICE_CIDR=$SERVICE_CIDR "$repo/hack/cluster.sh" up >/dev/null
+  fi
+  local cidr
+  cidr=$(kc get service kubernetes -n default -o jsonpath='{.spec.clusterIP}')
+  [[ $cidr == 198.19.* ]] || die "the control plane's Service range is not $SERVICE_CIDR (kubernetes Service at $cidr): restart it with GWOP_STANDIN=0 GWOP_SERVICE_CIDR=$SERVICE_CIDR hack/cluster.sh up"
+  kc get node local-node-0 >/dev/null 2>&1 && die "the kubelet stand-in's node local-node-0 is registered: start the control plane with GWOP_STANDIN=0"
+  if status 2>/dev/null; then log "already up"; return; fi
+  local owner; owner=$(cat "$OWNER" 2>/dev/null || true)
+  [[ -z $owner || $owner == "$dir" || ! -d $owner/node ]] \
+    || die "the node of $owner holds this host's bridge: GWOP_CLUSTER_DIR=$owner hack/node.sh down"
+  ensure_packages
+  local t0=$SECONDS
+  nbin=$("$repo/hack/build-node-binaries.sh")
+  log "node binaries ready in $((SECONDS - t0))s"
+  teardown  # a previous (crashed) run's leftovers
+  ip link show "$BRIDGE" >/dev/null 2>&1 && die "bridge $BRIDGE exists and was not created by this directory's node"
+  t0=$SECONDS
+  echo "$dir" >"$OWNER"
+  mkdir -p "$run" "$logs" "$npki" "$rec"
+  record_host
+  write_configs
+  network
+  make_cgroups
+
+  client_cert kubelet "/O=system:nodes/CN=system:node:$NODE_NAME"
+  client_cert kube-proxy "/CN=system:kube-proxy"
+  client_cert kube-scheduler "/CN=system:kube-scheduler"
+  node_kubeconfig kubelet; node_kubeconfig kube-proxy; node_kubeconfig kube-scheduler
+  # RBAC only (no Node authorizer): the kubelets' group gets the system:node role
+  kc create clusterrolebinding gwop-node-kubelets --clusterrole system:node --group system:nodes \
+    --dry-run=client -o yaml | kc apply -f - >/dev/null
+
+  start containerd containerd --config "$node_dir/containerd/config.toml"
+  wait_for containerd 30 ctr -a "$sock" version
+  import_images
+
+  start kube-scheduler "$nbin/kube-scheduler" --kubeconfig "$node_dir/kube-scheduler.kubeconfig" \
+    --leader-elect=false --bind-address 127.0.0.1 --secure-port "$(free_port)" --v 1
+  start kubelet "$nbin/kubelet" --config "$node_dir/kubelet.yaml" \
+    --kubeconfig "$node_dir/kubelet.kubeconfig" --root-dir "$node_dir/kubelet/root" \
+    --cert-dir "$node_dir/kubelet/pki" --hostname-override "$NODE_NAME" --node-ip "$NODE_IP" --v 1
+  start kube-proxy "$nbin/kube-proxy" --config "$node_dir/kube-proxy.yaml" --v 1
+  wait_for "node $NODE_NAME Ready" 120 node_ready
+  log "node $NODE_NAME Ready in $((SECONDS - t0))s (containerd socket $sock, logs $logs)"
+}
+
+case ${1:-} in
+  up) up ;;
+  down)
+    [[ $(id -u) == 0 ]] || die "needs root"
+    bin=$("$repo/hack/build-binaries.sh" 2>/dev/null) || bin=
+    nbin=$("$repo/hack/build-node-binaries.sh" 2>/dev/null) || nbin=
+    teardown ;;
+  status)
+    bin=$("$repo/hack/build-binaries.sh" 2>/dev/null)
+    if status; then log "node $NODE_NAME up"; else log "node not up"; exit 1; fi ;;
+  *) echo "usage: $0 up|down|status" >&2; exit 2 ;;
+esac
