@@ -47,7 +47,10 @@ components=(containerd kube-scheduler kubelet kube-proxy)
 log() { echo "[node] $*" >&2; }
 die() { log "$*"; exit 1; }
 
-alive() { [[ -f $run/$1.pid ]] && kill -0 "$(cat "$run/$1.pid")" 2>/dev/null; }
+alive() {  # running (a killed process not yet reaped by its new parent is a zombie: not alive)
+  local pid; pid=$(cat "$run/$1.pid" 2>/dev/null) || return 1
+  kill -0 "$pid" 2>/dev/null && [[ $(awk '{print $3}' "/proc/$pid/stat" 2>/dev/null) != Z ]]
+}
 kc() { "$bin/kubectl" --kubeconfig "$kubeconfig" "$@"; }
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 
@@ -241,12 +244,34 @@ for ns in (spec.get("linux") or {}).get("namespaces") or []:
   done
 }
 
-kill_own_shims() {  # shims started for this node's socket (they outlive containerd)
-  local p
+kill_own_shims() {  # shims started for this node's socket (they outlive containerd), and their sockets
+  local p pids=() path
   for p in /proc/[0-9]*; do
     tr '\0' ' ' <"$p/cmdline" 2>/dev/null | grep -q -- "containerd-shim.*-address $sock " || continue
-    kill -KILL "${p#/proc/}" 2>/dev/null || true
+    pids+=("${p#/proc/}")
   done
+  ((${#pids[@]})) || return 0
+  # the unix sockets a shim listens on (containerd 1.6: /run/containerd/s/<hash>), by inode
+  local paths; paths=$(python3 - "${pids[@]}" <<'PY'
+import os, sys
+inodes = set()
+for pid in sys.argv[1:]:
+    try:
+        for fd in os.listdir(f"/proc/{pid}/fd"):
+            link = os.readlink(f"/proc/{pid}/fd/{fd}")
+            if link.startswith("socket:["):
+                inodes.add(link[8:-1])
+    except OSError:
+        pass
+for line in open("/proc/net/unix").read().splitlines()[1:]:
+    f = line.split()
+    if len(f) >= 8 and f[6] in inodes and f[7].startswith("/run/containerd/s/"):
+        print(f[7])
+PY
+)
+  kill -KILL "${pids[@]}" 2>/dev/null || true
+  log "killed leftover shims ${pids[*]}"
+  for path in $paths; do rm -f "$path"; done
 }
 
 remove_netns() {
