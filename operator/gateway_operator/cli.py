@@ -151,7 +151,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     reconcile_settings = ReconcileSettings(resync_seconds=args.resync_seconds, operator=OperatorIdentity(
         args.operator_namespace, args.operator_instance))
     memo = kopf.Memo(kubeconfig=args.kubeconfig, controller_settings=ControllerSettings(
-        resync_seconds=args.resync_seconds, reconcile=reconcile_settings, redis_allow=tuple(args.redis_allow or ())))
+        reconcile=reconcile_settings, redis_allow=tuple(args.redis_allow or ())))
     if not args.redis_allow:
         logging.getLogger(__name__).warning(
             "the Redis probe may connect to any host:port a GatewayDeployment names (no --redis-allow)")

@@ -31,13 +31,8 @@ _STICKY = (reasons.APPLY_FAILED, reasons.OBJECT_NOT_OWNED, reasons.RECONCILE_ERR
 
 @dataclass(frozen=True)
 class ControllerSettings:
-    resync_seconds: float = 60.0            # full reconcile (drift check) at least this often
-    reconcile: ReconcileSettings | None = None
+    reconcile: ReconcileSettings = field(default_factory=ReconcileSettings)  # resync, backoff, identity
     redis_allow: tuple[str, ...] = ()        # the probe's allowlist (CIDRs, hosts, .domains); empty: open
-
-    @property
-    def reconcile_settings(self) -> ReconcileSettings:
-        return self.reconcile or ReconcileSettings(resync_seconds=self.resync_seconds)
 
 
 class ObjectLog(logging.LoggerAdapter):  # type: ignore[type-arg]
@@ -67,6 +62,7 @@ class GatewayController:
     _failures: int = 0                  # consecutive passes that ended with a Problem or an error
     _last_problem: Problem | None = None  # the last one logged
     _sticky: Problem | None = None        # a problem of the last full pass that observation cannot see
+    _health: HealthSpec = field(default_factory=HealthSpec)  # the polling settings the last step read
     _last_restart: float = 0.0
     _rv_floor: int = 0
 
@@ -111,13 +107,13 @@ class GatewayController:
         if problem != self._last_problem:
             self.log.warning(message, exc_info=exc_info)
             self._last_problem = problem
-        self._next_full = time.monotonic() + self.settings.reconcile_settings.backoff(self._failures)
+        self._next_full = time.monotonic() + self.settings.reconcile.backoff(self._failures)
         self._failures += 1
 
     async def step(self) -> None:
         body = self.body
         spec = _spec_or_none(body)
-        health_spec = spec.health if spec else HealthSpec()
+        health_spec = self._health = spec.health if spec else HealthSpec()
         full = self._dirty or time.monotonic() >= self._next_full
         # polling runs beside the reconcile, so a slow Redis probe never delays what the
         # replicas report: a fact shows within one interval plus the poll timeout
@@ -139,7 +135,7 @@ class GatewayController:
 
     async def _reconcile(self, body: Mapping[str, Any], full: bool) -> Result:
         started = time.monotonic()
-        result = await reconcile(self.kube, self.prober, self.settings.reconcile_settings, body, list(self.pods()),
+        result = await reconcile(self.kube, self.prober, self.settings.reconcile, body, list(self.pods()),
                                  full, self._failures)
         if result.outcome.applied:
             metrics.RECONCILE_SECONDS.labels(self.namespace, self.name).observe(time.monotonic() - started)
@@ -228,9 +224,7 @@ class GatewayController:
                            "came back (the gateway rebuilds its store only on restart)")
 
     async def _sleep(self) -> None:
-        spec = _spec_or_none(self.body)
-        interval = spec.health.interval_seconds if spec else HealthSpec().interval_seconds
-        timeout = min(interval, max(0.1, self._next_full - time.monotonic()))
+        timeout = min(self._health.interval_seconds, max(0.1, self._next_full - time.monotonic()))
         try:
             await asyncio.wait_for(self.wake.wait(), timeout=timeout)
         except asyncio.TimeoutError:
