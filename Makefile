@@ -61,7 +61,7 @@ images:
 
 # A REAL node (issue 8 step 2, opt-in): containerd, runc, CNI bridge (pods 198.18.0.0/16,
 # Services 198.19.0.0/16), kube-scheduler, kubelet and kube-proxy built from the pinned module
-# (hack/build-node-binaries.sh), images from `make images`. Root. The control plane in
+# (hack/build-binaries.sh --node), images from `make images`. Root. The control plane in
 # GWOP_CLUSTER_DIR must run without the kubelet stand-in (node-up starts one so if none runs).
 # `pytest -m node tests/test_node.py` is the smoke test (not part of `make test`).
 node-up: system-deps venv binaries

@@ -4,6 +4,9 @@
 #   kubectl, helm                                   (the npm lambda-layer-kubectl package)
 # Binaries live in $GWOP_CACHE/bin/<name>-<version>, outside the work tree, and are
 # rebuilt only when missing. Prints the directory that holds them (symlinked by plain name).
+#
+#   hack/build-binaries.sh --node   a real node's kubelet, kube-proxy and kube-scheduler too
+#                                   (hack/node.sh, opt-in; same module, same scheme)
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 source "$here/versions.env"
@@ -29,7 +32,7 @@ build_kube() {
   local ld="-s -w -X $pkg.gitVersion=$KUBE_VERSION -X $pkg.gitMajor=1 -X $pkg.gitMinor=$minor"
   ld+=" -X $pkg.gitTreeState=clean -X $pkg.gitCommit=module-proxy-build"
   ld+=" -X $pkg.buildDate=1970-01-01T00:00:00Z"
-  log "building $name $KUBE_VERSION (one-off, several minutes)"
+  log "building $name $KUBE_VERSION (one-off, minutes)"
   (cd "$here/k8s" && go build -trimpath -ldflags "$ld" -o "$out.tmp" "k8s.io/kubernetes/cmd/$name" && mv "$out.tmp" "$out")
 }
 
@@ -47,12 +50,14 @@ fetch_layer_tools() {
 
 fetch_layer_tools
 build_etcd
-build_kube kube-apiserver
-build_kube kube-controller-manager
+kube_components=(kube-apiserver kube-controller-manager)
+[[ ${1:-} == --node ]] && kube_components+=(kubelet kube-proxy kube-scheduler)
+for name in "${kube_components[@]}"; do
+  build_kube "$name"
+  ln -sf "$name-$KUBE_VERSION" "$bin/$name"
+done
 
 ln -sf "etcd-$ETCD_VERSION" "$bin/etcd"
-ln -sf "kube-apiserver-$KUBE_VERSION" "$bin/kube-apiserver"
-ln -sf "kube-controller-manager-$KUBE_VERSION" "$bin/kube-controller-manager"
 ln -sf "kubectl-$LAYER_KUBECTL_VERSION" "$bin/kubectl"
 ln -sf "helm-$LAYER_HELM_VERSION" "$bin/helm"
 echo "$bin"

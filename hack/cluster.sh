@@ -29,10 +29,10 @@ components=(etcd kube-apiserver kube-controller-manager)
 [[ $standin == 0 ]] || components+=(kubelet-standin)
 
 log() { echo "[cluster] $*" >&2; }
+source "$repo/hack/processes.sh"  # free_port, start, stop_pid, wait_for
 
 alive() { [[ -f $run/$1.pid ]] && kill -0 "$(cat "$run/$1.pid")" 2>/dev/null; }
 
-free_port() { "$python" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 
 readyz() { "$bin/kubectl" --kubeconfig "$kubeconfig" get --raw /readyz 2>/dev/null; }
 
@@ -94,13 +94,6 @@ write_kubeconfig() {
   chmod 600 "$kubeconfig.tmp"; mv "$kubeconfig.tmp" "$kubeconfig"
 }
 
-start() {  # start NAME CMD...: runs CMD in its own session, logs to logs/NAME.log
-  local name=$1; shift
-  printf '%s\0' "$@" > "$run/$name.cmd"  # for restart
-  setsid "$@" >>"$logs/$name.log" 2>&1 < /dev/null &
-  echo $! > "$run/$name.pid"
-}
-
 restart() {  # restart NAME: the same command line again, after the old process is gone
   local name=$1 cmd=()
   [[ -f $run/$name.cmd ]] || { log "no $name started here"; exit 1; }
@@ -112,14 +105,6 @@ restart() {  # restart NAME: the same command line again, after the old process 
   log "restarted $name"
 }
 
-wait_for() {  # wait_for WHAT SECONDS CMD...
-  local what=$1 secs=$2; shift 2
-  local deadline=$((SECONDS + secs))
-  until "$@" >/dev/null 2>&1; do
-    if (( SECONDS > deadline )); then log "$what not ready after ${secs}s; see $logs"; tail -20 "$logs"/*.log >&2; exit 1; fi
-    sleep 0.3
-  done
-}
 
 up() {
   bin=$("$repo/hack/build-binaries.sh")
@@ -191,18 +176,6 @@ usage() {
   echo "$kubeconfig"
 }
 
-stop_pid() {  # stop_pid NAME: TERM, wait up to 10s, then KILL; the process group goes too
-  local name=$1 pidfile=$run/$1.pid pid
-  [[ -f $pidfile ]] || return 0
-  pid=$(cat "$pidfile")
-  if kill -0 "$pid" 2>/dev/null; then
-    kill -TERM -- "-$pid" 2>/dev/null || kill -TERM "$pid" 2>/dev/null || true
-    for _ in $(seq 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
-    kill -KILL -- "-$pid" 2>/dev/null || kill -KILL "$pid" 2>/dev/null || true
-    log "stopped $name (pid $pid)"
-  fi
-  rm -f "$pidfile"
-}
 
 down_quiet() {
   local i

@@ -45,6 +45,7 @@ sysctls=(net.ipv4.ip_forward vm.overcommit_memory vm.panic_on_oom kernel.panic k
 components=(containerd kube-scheduler kubelet kube-proxy)
 
 log() { echo "[node] $*" >&2; }
+source "$repo/hack/processes.sh"  # free_port, start, stop_pid, wait_for
 die() { log "$*"; exit 1; }
 
 alive() {  # running (a killed process not yet reaped by its new parent is a zombie: not alive)
@@ -52,37 +53,9 @@ alive() {  # running (a killed process not yet reaped by its new parent is a zom
   kill -0 "$pid" 2>/dev/null && [[ $(awk '{print $3}' "/proc/$pid/stat" 2>/dev/null) != Z ]]
 }
 kc() { "$bin/kubectl" --kubeconfig "$kubeconfig" "$@"; }
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 
-start() {  # start NAME CMD...: own session, log in logs/NAME.log, pid in run/NAME.pid
-  local name=$1; shift
-  setsid "$@" >>"$logs/$name.log" 2>&1 </dev/null &
-  echo $! >"$run/$name.pid"
-}
 
-stop_pid() {  # TERM, up to 10 s, then KILL (the process group too)
-  local name=$1 pidfile=$run/$1.pid pid
-  [[ -f $pidfile ]] || return 0
-  pid=$(cat "$pidfile")
-  if kill -0 "$pid" 2>/dev/null; then
-    kill -TERM -- "-$pid" 2>/dev/null || kill -TERM "$pid" 2>/dev/null || true
-    for _ in $(seq 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
-    kill -KILL -- "-$pid" 2>/dev/null || kill -KILL "$pid" 2>/dev/null || true
-    log "stopped $name (pid $pid)"
-  fi
-  rm -f "$pidfile"
-}
 
-wait_for() {  # wait_for WHAT SECONDS CMD...
-  local what=$1 secs=$2; shift 2
-  local deadline=$((SECONDS + secs))
-  until "$@" >/dev/null 2>&1; do
-    if ((SECONDS > deadline)); then
-      log "$what not ready after ${secs}s; logs in $logs"; tail -n 15 "$logs"/*.log >&2; exit 1
-    fi
-    sleep 0.3
-  done
-}
 
 node_ready() {
   [[ $(kc get node "$NODE_NAME" -o jsonpath='{.status.conditions[?(@.type=="Ready")].status}' 2>/dev/null) == True ]]
@@ -484,7 +457,7 @@ up() {
     || die "the node of $owner holds this host's bridge: GWOP_CLUSTER_DIR=$owner hack/node.sh down"
   ensure_packages
   local t0=$SECONDS
-  nbin=$("$repo/hack/build-node-binaries.sh")
+  nbin=$("$repo/hack/build-binaries.sh" --node)
   log "node binaries ready in $((SECONDS - t0))s"
   teardown  # a previous (crashed) run's leftovers
   ip link show "$BRIDGE" >/dev/null 2>&1 && die "bridge $BRIDGE exists and was not created by this directory's node"
@@ -523,7 +496,7 @@ case ${1:-} in
   down)
     [[ $(id -u) == 0 ]] || die "needs root"
     bin=$("$repo/hack/build-binaries.sh" 2>/dev/null) || bin=
-    nbin=$("$repo/hack/build-node-binaries.sh" 2>/dev/null) || nbin=
+    nbin=$("$repo/hack/build-binaries.sh" --node 2>/dev/null) || nbin=
     teardown ;;
   status)
     bin=$("$repo/hack/build-binaries.sh" 2>/dev/null)

@@ -23,6 +23,20 @@ def cluster() -> Iterator[Cluster]:
         c.stop()
 
 
+@pytest.fixture(scope="module")
+def own_cluster(request: pytest.FixtureRequest) -> Iterator[Cluster]:
+    """A control plane of the module's own (.cluster/<module>), for tests that restart its
+    components or run operators of their own beside the session's."""
+    import os
+    if os.environ.get("GWOP_TEST_KUBECONFIG"):
+        pytest.skip("needs a control plane of its own")
+    c = Cluster.from_environment(f".cluster/{request.module.__name__.removeprefix('test_')}")
+    try:
+        yield c
+    finally:
+        c.stop()
+
+
 @pytest.fixture
 def namespace(cluster: Cluster) -> Iterator[str]:
     name = cluster.new_namespace()

@@ -3,11 +3,9 @@ in the middle of a rollout, kube-apiserver and etcd restarted, a Redis that hang
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import time
-from typing import Iterator
 
 import pytest
 
@@ -19,17 +17,6 @@ from support.redis_server import RedisServer
 from support.wait import until
 
 pytestmark = pytest.mark.cluster
-
-
-@pytest.fixture(scope="module")
-def own_cluster() -> Iterator[Cluster]:
-    if os.environ.get("GWOP_TEST_KUBECONFIG"):
-        pytest.skip("restarts control-plane components: needs a control plane of its own")
-    cluster = Cluster.from_environment(".cluster/faults")
-    try:
-        yield cluster
-    finally:
-        cluster.stop()
 
 
 def restart(cluster: Cluster, component: str) -> None:

@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import signal
 import time
-from typing import Iterator
 
 import pytest
 
@@ -17,18 +16,6 @@ from support.wait import until
 
 pytestmark = pytest.mark.cluster
 GATEWAYS = [f"gw-{i}" for i in range(5)]
-
-
-@pytest.fixture(scope="module")
-def own_cluster() -> Iterator[Cluster]:
-    import os
-    if os.environ.get("GWOP_TEST_KUBECONFIG"):
-        pytest.skip("needs a control plane of its own")
-    cluster = Cluster.from_environment(".cluster/ha")
-    try:
-        yield cluster
-    finally:
-        cluster.stop()
 
 
 def holder(cluster: Cluster) -> str:

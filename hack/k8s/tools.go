@@ -1,7 +1,7 @@
 //go:build tools
 
 // Package tools pins the commands this module builds: the control plane
-// (hack/build-binaries.sh) and a real node's binaries (hack/build-node-binaries.sh).
+// (hack/build-binaries.sh) and a real node's binaries (hack/build-binaries.sh --node).
 package tools
 
 import (
