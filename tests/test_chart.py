@@ -57,11 +57,7 @@ MONITORING_STANDIN_CRDS = [
 
 
 def helm(cluster: Cluster, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-    proc = subprocess.run([tool("helm"), "--kubeconfig", str(cluster.kubeconfig), *args],
-                          capture_output=True, text=True, timeout=300)
-    if check and proc.returncode != 0:
-        raise AssertionError(f"helm {' '.join(args)} failed:\n{proc.stdout}\n{proc.stderr}")
-    return proc
+    return cluster.helm(*args, check=check)
 
 
 def values_file(tmp_path: Path, values: dict[str, Any]) -> str:

@@ -66,6 +66,14 @@ class Cluster:
             raise AssertionError(f"kubectl {' '.join(args)} failed ({proc.returncode}):\n{proc.stderr}")
         return proc
 
+    def helm(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+        """The pinned helm (v4) against this cluster."""
+        proc = subprocess.run([tool("helm"), "--kubeconfig", str(self.kubeconfig), *args],
+                              capture_output=True, text=True, timeout=300)
+        if check and proc.returncode != 0:
+            raise AssertionError(f"helm {' '.join(args)} failed:\n{proc.stdout}\n{proc.stderr}")
+        return proc
+
     def get_json(self, *args: str) -> Any:
         return json.loads(self.kubectl("get", *args, "-o", "json").stdout)
 
