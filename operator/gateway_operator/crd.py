@@ -374,8 +374,13 @@ def status_schema() -> Schema:
     return {
         "type": "object",
         "description": "Observed state, written by the operator.",
+        # Until the operator's first status write the API server shows observedGeneration 0
+        # (its default for a missing status), so kstatus (helm --wait, Flux) and Argo CD see a
+        # generation not yet observed, InProgress, instead of a resource without conditions,
+        # which kstatus takes for Current (helm install --wait returned at once).
+        "default": {"observedGeneration": 0},
         "properties": {
-            "observedGeneration": _s("integer", "Last generation reconciled.", format="int64"),
+            "observedGeneration": _s("integer", "Last generation reconciled (0: not yet).", format="int64"),
             "replicas": _s("integer", "Replicas the operator runs now (may trail spec while gated)."),
             "readyOfDesired": _s("string", "Ready and desired replicas, as 'ready/desired' (for kubectl get)."),
             "selector": _s("string", "Label selector of the gateway pods (for the scale subresource)."),

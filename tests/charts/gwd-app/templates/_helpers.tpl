@@ -1,0 +1,3 @@
+{{- define "gwd-app.name" -}}
+{{- default .Release.Name .Values.name -}}
+{{- end -}}
