@@ -1,104 +1,433 @@
-"""Benchmark: the operator with many GatewayDeployments on the local control plane.
+"""Scale benchmark: the operator against a floor, on one local control plane.
 
-Prints: time until N gateways are Ready, how long a replica's durability:idempotency fact
-takes to reach the resource (and to clear), the operator's resident memory, and the API
-writes it sends while idle. Uses its own control plane (.cluster/bench), real redis-server,
-the real operator CLI and HEALTH ENDPOINT STAND-INS at the pod IPs.
+    .venv/bin/python bench/operator_bench.py --gateways 200 --replicas 2 [--interval 10]
+        [--timeout 1] [--idle 30] [--flips 20] [--soak 0] [--json FILE] [--plot FILE]
 
-    .venv/bin/python bench/operator_bench.py [--gateways 20] [--replicas 2] [--idle 30]
+On its own control plane (.cluster/bench: etcd, kube-apiserver, kube-controller-manager),
+pods are SIMULATED by kwok (bench/simulated_nodes.py) and their ``/health`` answered by
+HEALTH ENDPOINT STAND-INS in a process of their own (bench/health_farm.py). Redis is a real
+redis-server; the operator is the real CLI under the chart's RBAC. In order:
+
+1. floor: a minimal direct client creates what the operator would create for N gateways
+   (rendered by the operator's own pure functions) and waits for their pods to be Ready;
+2. the operator, from N GatewayDeployments, until the same pods are Ready (``operator_s``,
+   compared with the floor) and every resource says Ready (``operator_ready_s``);
+3. idle: health polls achieved against demanded (every ready replica once per interval),
+   the operator's API writes (audit log), CPU per poll, RSS;
+4. flips: one replica of each of ``--flips`` gateways reports ``durability:idempotency``,
+   spread over an interval: the time until the resource shows it (and clears it);
+5. soak (``--soak S``): RSS sampled while the operator idles for S seconds.
+
+Prints a table; ``--json`` writes the same figures; ``--plot`` draws latency and RSS.
 """
 from __future__ import annotations
 
 import argparse
+import json
+import os
 import statistics
+import subprocess
 import sys
+import threading
 import time
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, Callable
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests"))
+sys.path.insert(0, str(REPO / "operator"))
+sys.path.insert(0, str(REPO / "bench"))
 
+import kubernetes  # noqa: E402
+from kubernetes import watch  # noqa: E402
+from kubernetes.client.rest import ApiException  # noqa: E402
+
+from gateway_operator import api as gw_api, render  # noqa: E402
+from gateway_operator.api import GatewaySpec  # noqa: E402
+from gateway_operator.redis_target import resolve  # noqa: E402
+from simulated_nodes import SimulatedNodes  # noqa: E402
 from support import audit  # noqa: E402
-from support.cluster import Cluster  # noqa: E402
-from support.gateways import apply_gateway, conditions, create_password_secret, ready_pods, wait_condition  # noqa: E402
+from support.cluster import Cluster, tool  # noqa: E402
 from support.operator import IDENTITY, OperatorProcess, gateway_deployment, redis_store  # noqa: E402
 from support.redis_server import RedisServer  # noqa: E402
-from support.standins import RUNTIME, HealthStandIns, idempotency_owner  # noqa: E402
 from support.wait import until  # noqa: E402
 
+WORKERS = 16  # client threads of the floor and of the bench's own creates
 
-def rss_mib(pid: int) -> float:
+
+# -- measuring ---------------------------------------------------------------------------------
+
+def proc_stat(pid: int) -> tuple[float, float]:
+    """(RSS MiB, CPU seconds) of a process."""
+    rss = 0.0
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    return 0.0
+            rss = int(line.split()[1]) / 1024
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    cpu = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return rss, cpu
+
+
+def quantile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(round(q * (len(ordered) - 1))))] if ordered else float("nan")
+
+
+class Farm:
+    """Client of bench/health_farm.py, a child process."""
+
+    def __init__(self) -> None:
+        self.proc = subprocess.Popen([sys.executable, str(REPO / "bench/health_farm.py")],
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        self.lock = threading.Lock()
+
+    def call(self, op: str, ips: list[str] | None = None) -> dict[str, Any]:
+        with self.lock:
+            assert self.proc.stdin and self.proc.stdout
+            self.proc.stdin.write(json.dumps({"op": op, "ips": ips or []}) + "\n")
+            self.proc.stdin.flush()
+            return json.loads(self.proc.stdout.readline())
+
+    def close(self) -> None:
+        self.proc.terminate()
+        self.proc.wait(10)
+
+
+@dataclass
+class Watched:
+    """What a list+watch of one resource kind in one namespace has seen, as it arrives."""
+
+    summarize: Callable[[dict[str, Any]], Any]
+    objects: dict[str, Any] = field(default_factory=dict)
+    history: dict[str, list[tuple[float, Any]]] = field(default_factory=dict)  # name -> (arrival, summary)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def record(self, kind: str, obj: dict[str, Any]) -> None:
+        name = obj["metadata"]["name"]
+        with self.lock:
+            if kind == "DELETED":
+                self.objects.pop(name, None)
+                return
+            summary = self.summarize(obj)
+            self.objects[name] = summary
+            self.history.setdefault(name, []).append((time.time(), summary))
+
+    def values(self) -> list[Any]:
+        with self.lock:
+            return list(self.objects.values())
+
+
+def start_watch(lister: Callable[..., Any], namespace: str, watched: Watched, stop: threading.Event,
+                on_event: Callable[[Any], None] | None = None) -> threading.Thread:
+    def loop() -> None:
+        while not stop.is_set():
+            try:
+                listing = lister(namespace, _preload_content=False)
+                body = json.loads(listing.data)
+                for item in body["items"]:
+                    watched.record("ADDED", item)
+                    if on_event:
+                        on_event(watched.summarize(item))
+                stream = watch.Watch().stream(lister, namespace, resource_version=body["metadata"]["resourceVersion"],
+                                              timeout_seconds=60, _request_timeout=90)
+                for event in stream:
+                    if stop.is_set():
+                        return
+                    obj = event["raw_object"]
+                    watched.record(event["type"], obj)
+                    if on_event and event["type"] != "DELETED":
+                        on_event(watched.summarize(obj))
+            except ApiException as e:
+                if e.status != 410:
+                    time.sleep(1)
+            except Exception:  # noqa: BLE001 - a dropped watch restarts with a fresh list
+                time.sleep(1)
+    thread = threading.Thread(target=loop, daemon=True)
+    thread.start()
+    return thread
+
+
+@dataclass(frozen=True)
+class PodSummary:
+    gateway: str
+    ip: str | None
+    ready: bool
+
+
+def pod_summary(pod: dict[str, Any]) -> PodSummary:
+    status = pod.get("status") or {}
+    ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or [])
+    return PodSummary((pod["metadata"].get("labels") or {}).get(gw_api.LABEL_INSTANCE, ""), status.get("podIP"),
+                      ready and not pod["metadata"].get("deletionTimestamp"))
+
+
+def gateway_summary(body: dict[str, Any]) -> dict[str, str]:
+    return {c["type"]: c["status"] for c in (body.get("status") or {}).get("conditions") or []}
+
+
+# -- the runs ----------------------------------------------------------------------------------
+
+@dataclass
+class Bench:
+    args: argparse.Namespace
+    cluster: Cluster
+    farm: Farm
+    redis: RedisServer
+    core: Any = None
+    custom: Any = None
+    stop: threading.Event = field(default_factory=threading.Event)
+
+    def __post_init__(self) -> None:
+        client = kubernetes.config.new_client_from_config(str(self.cluster.kubeconfig))
+        client.configuration.connection_pool_maxsize = WORKERS * 2
+        self.client = client
+        self.core = kubernetes.client.CoreV1Api(client)
+        self.custom = kubernetes.client.CustomObjectsApi(client)
+
+    @property
+    def names(self) -> list[str]:
+        return [f"gw{i:04d}" for i in range(self.args.gateways)]
+
+    @property
+    def pods_expected(self) -> int:
+        return self.args.gateways * self.args.replicas
+
+    def spec(self, name: str) -> dict[str, Any]:
+        return gateway_deployment(
+            name, replicas=self.args.replicas, config=redis_store(),
+            redis={"url": self.redis.url, "passwordSecretRef": {"name": "redis-auth"}},
+            health={"intervalSeconds": self.args.interval, "timeoutSeconds": self.args.timeout})
+
+    def namespace(self) -> str:
+        ns = f"bench-{uuid.uuid4().hex[:6]}"
+        self.core.create_namespace({"metadata": {"name": ns}})
+        self.core.create_namespaced_secret(ns, {"metadata": {"name": "redis-auth"},
+                                                "stringData": {"password": self.redis.password or ""}})
+        until(lambda: self._default_sa(ns), timeout=60, what="default service account")
+        return ns
+
+    def _default_sa(self, ns: str) -> bool:
+        try:
+            self.core.read_namespaced_service_account("default", ns)
+            return True
+        except ApiException:
+            return False
+
+    def watch_pods(self, ns: str) -> Watched:
+        pods = Watched(pod_summary)
+
+        def serve(p: PodSummary) -> None:
+            if p.ip:
+                self.farm.call("serve", [p.ip])
+        start_watch(self.core.list_namespaced_pod, ns, pods, self.stop, on_event=serve)
+        return pods
+
+    def ready_pods(self, pods: Watched) -> int:
+        return sum(1 for p in pods.values() if p.ready and p.ip)
+
+    def delete_namespace(self, ns: str) -> None:
+        self.core.delete_namespace(ns)
+        until(lambda: not any(n.metadata.name == ns for n in self.core.list_namespace().items),
+              timeout=600, interval=2, what=f"namespace {ns} gone")
+
+    # 1. the floor
+    def floor(self) -> float:
+        ns = self.namespace()
+        pods = self.watch_pods(ns)
+        objects: list[dict[str, Any]] = []
+        for name in self.names:
+            raw = self.spec(name)["spec"]
+            spec = GatewaySpec.parse(raw)
+            owner = render.Owner(name, ns, str(uuid.uuid4()))
+            target = resolve(spec.redis, ns, name)
+            objects.append(render.generated_secret(owner, render.auth_secret_name(name), "token",
+                                                   uuid.uuid4().hex, "gateway"))
+            objects += render.desired_objects(owner, spec, target, spec.replicas, "floor")
+        for manifest in objects:  # no owner exists to be garbage-collected against
+            manifest["metadata"].pop("ownerReferences", None)
+        started = time.monotonic()
+        with ThreadPoolExecutor(WORKERS) as pool:
+            list(pool.map(self._create, objects))
+        until(lambda: self.ready_pods(pods) >= self.pods_expected, timeout=3600, interval=0.5,
+              what="floor pods ready")
+        elapsed = time.monotonic() - started
+        self.delete_namespace(ns)
+        return elapsed
+
+    def _create(self, manifest: dict[str, Any]) -> None:
+        ns, kind = manifest["metadata"]["namespace"], manifest["kind"]
+        create = {"ConfigMap": self.core.create_namespaced_config_map, "Secret": self.core.create_namespaced_secret,
+                  "Service": self.core.create_namespaced_service,
+                  "Deployment": kubernetes.client.AppsV1Api(self.client).create_namespaced_deployment,
+                  "PodDisruptionBudget": kubernetes.client.PolicyV1Api(self.client).create_namespaced_pod_disruption_budget,
+                  }[kind]
+        create(ns, manifest, _preload_content=False)
+
+    # 2. the operator
+    def operator_run(self, ns: str, pods: Watched, gateways: Watched) -> tuple[float, float]:
+        started = time.monotonic()
+        with ThreadPoolExecutor(WORKERS) as pool:
+            list(pool.map(lambda n: self.custom.create_namespaced_custom_object(
+                gw_api.GROUP, gw_api.VERSION, ns, gw_api.PLURAL, self.spec(n)), self.names))
+        until(lambda: self.ready_pods(pods) >= self.pods_expected, timeout=3600, interval=0.5,
+              what="operator pods ready")
+        pods_ready = time.monotonic() - started
+        until(lambda: sum(1 for g in gateways.values() if g.get("Ready") == "True") >= self.args.gateways,
+              timeout=3600, interval=0.5, what="every GatewayDeployment Ready")
+        return pods_ready, time.monotonic() - started
+
+    # 4. flips
+    def flips(self, pods: Watched, gateways: Watched) -> tuple[list[float], list[float]]:
+        chosen = self.names[:: max(1, self.args.gateways // self.args.flips)][: self.args.flips]
+        ip_of = {}
+        for p in pods.values():
+            if p.gateway in chosen and p.ready and p.ip:
+                ip_of.setdefault(p.gateway, p.ip)
+        spacing = self.args.interval / len(chosen)
+        shown = self._flip(chosen, ip_of, gateways, "degrade", "True", spacing)
+        cleared = self._flip(chosen, ip_of, gateways, "clear", "False", spacing)
+        return shown, cleared
+
+    def _flip(self, chosen: list[str], ip_of: dict[str, str], gateways: Watched, op: str, want: str,
+              spacing: float) -> list[float]:
+        began: dict[str, float] = {}
+        for name in chosen:  # spread over one interval: each lands at a different point of its poll cycle
+            began[name] = self.farm.call(op, [ip_of[name]])["at"]
+            time.sleep(spacing)
+
+        def arrived(name: str) -> float | None:
+            with gateways.lock:
+                history = list(gateways.history.get(name, []))
+            return next((t for t, c in history if t >= began[name] and c.get("IdempotencyDegraded") == want), None)
+        until(lambda: all(arrived(n) is not None for n in chosen), timeout=120, interval=0.2,
+              what=f"IdempotencyDegraded={want} on every flipped gateway")
+        return [arrived(n) - began[n] for n in chosen]  # type: ignore[operator]
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    os.environ.setdefault("GWOP_KCM_QPS", "200")  # pod creation is not what is measured
+    os.environ["GWOP_STANDIN"] = "0"               # kwok plays the kubelets
+    t = time.monotonic()
+    cluster = Cluster.from_environment(".cluster/bench")
+    assert cluster.directory is not None or os.environ.get("GWOP_TEST_KUBECONFIG") is None
+    nodes = SimulatedNodes(cluster.kubeconfig, (cluster.directory or REPO / ".cluster/bench") / "kwok")
+    nodes.start(tool("kubectl"))
+    print(f"control plane with simulated nodes up: {time.monotonic() - t:.1f}s", flush=True)
+    redis = RedisServer(password="bench-password").start()
+    farm = Farm()
+    bench = Bench(args, cluster, farm, redis)
+    operator: OperatorProcess | None = None
+    out: dict[str, Any] = {"gateways": args.gateways, "replicas": args.replicas,
+                           "interval_s": args.interval, "timeout_s": args.timeout}
+    try:
+        out["floor_s"] = round(bench.floor(), 2)
+        print(f"floor: {out['floor_s']} s", flush=True)
+
+        ns = bench.namespace()
+        pods = bench.watch_pods(ns)
+        gateways = Watched(gateway_summary)
+        start_watch(lambda n, **kw: bench.custom.list_namespaced_custom_object(
+            gw_api.GROUP, gw_api.VERSION, n, gw_api.PLURAL, **kw), ns, gateways, bench.stop)
+        operator = OperatorProcess(cluster, resync_seconds=args.resync, lease=(15, 10, 2)).start()  # the chart's lease
+        assert operator.proc is not None
+        pid = operator.proc.pid
+        out["rss_start_mib"] = round(proc_stat(pid)[0], 1)
+        operator_s, ready_s = bench.operator_run(ns, pods, gateways)
+        out["operator_s"], out["operator_ready_s"] = round(operator_s, 2), round(ready_s, 2)
+        out["ratio"] = round(operator_s / out["floor_s"], 2)
+        print(f"operator: pods Ready {operator_s:.1f} s (ratio {out['ratio']}), resources Ready {ready_s:.1f} s",
+              flush=True)
+
+        time.sleep(min(args.interval, 5))  # let the first status writes after Ready settle
+        since = audit.now()
+        polls0, (_, cpu0) = farm.call("stats")["requests"], proc_stat(pid)
+        time.sleep(args.idle)
+        polls = farm.call("stats")["requests"] - polls0
+        rss, cpu1 = proc_stat(pid)
+        out["polls_demanded_per_s"] = round(bench.ready_pods(pods) / args.interval, 1)
+        out["polls_achieved_per_s"] = round(polls / args.idle, 1)
+        writes = audit.writes(cluster, IDENTITY, since)
+        # renewing the leader Lease is the one write an idle leader must make
+        out["idle_writes"] = sum(1 for w in writes if w.resource != "leases")
+        out["idle_lease_renewals"] = len(writes) - out["idle_writes"]
+        out["cpu_ms_per_poll"] = round(1000 * (cpu1 - cpu0) / max(1, polls), 3)
+        out["cpu_share_idle"] = round((cpu1 - cpu0) / args.idle, 3)
+        out["rss_mib"] = round(rss, 1)
+        print(f"idle {args.idle:.0f} s: polls {out['polls_achieved_per_s']}/s of {out['polls_demanded_per_s']}/s "
+              f"demanded, writes {out['idle_writes']}, RSS {out['rss_mib']} MiB", flush=True)
+
+        if args.flips:
+            shown, cleared = bench.flips(pods, gateways)
+            out.update(degraded_p50_s=round(statistics.median(shown), 2), degraded_p99_s=round(quantile(shown, 0.99), 2),
+                       degraded_max_s=round(max(shown), 2), cleared_p50_s=round(statistics.median(cleared), 2),
+                       cleared_max_s=round(max(cleared), 2), degraded_samples=[round(s, 3) for s in shown],
+                       bound_s=args.interval + args.timeout + 1)
+        if args.soak:
+            series = []
+            t0 = time.monotonic()
+            while time.monotonic() - t0 < args.soak:
+                series.append((round(time.monotonic() - t0), round(proc_stat(pid)[0], 1)))
+                time.sleep(args.sample)
+            series.append((round(time.monotonic() - t0), round(proc_stat(pid)[0], 1)))
+            out["soak_rss_mib"] = series
+        out["rss_end_mib"] = round(proc_stat(pid)[0], 1)
+        out["operator_restarts"] = 0 if operator.proc.poll() is None else 1
+    finally:
+        bench.stop.set()
+        if operator:
+            operator.stop()
+        farm.close()
+        redis.close()
+        nodes.stop()
+        if not args.keep:
+            cluster.stop()
+    return out
+
+
+def table(out: dict[str, Any]) -> str:
+    rows = [("gateways x replicas", f"{out['gateways']} x {out['replicas']}"),
+            ("floor: pods Ready", f"{out['floor_s']} s"),
+            ("operator: pods Ready", f"{out['operator_s']} s  (ratio {out['ratio']})"),
+            ("operator: every resource Ready", f"{out['operator_ready_s']} s"),
+            ("health polls achieved / demanded", f"{out['polls_achieved_per_s']} / {out['polls_demanded_per_s']} per s"
+                                                 f"  (interval {out['interval_s']} s, timeout {out['timeout_s']} s)"),
+            ("operator CPU per poll (idle)", f"{out['cpu_ms_per_poll']} ms  ({out['cpu_share_idle']} of a core)"),
+            ("idle API writes", f"{out['idle_writes']}  (plus {out['idle_lease_renewals']} leader Lease renewals)"),
+            ("operator RSS", f"{out['rss_start_mib']} MiB at start, {out['rss_mib']} MiB with all Ready, "
+                             f"{out['rss_end_mib']} MiB at the end")]
+    if "degraded_p50_s" in out:
+        rows.append(("degraded fact on the resource", f"p50 {out['degraded_p50_s']} s, p99 {out['degraded_p99_s']} s, "
+                     f"max {out['degraded_max_s']} s  (bound {out['bound_s']} s)"))
+        rows.append(("cleared", f"p50 {out['cleared_p50_s']} s, max {out['cleared_max_s']} s"))
+    if "soak_rss_mib" in out:
+        first, last = out["soak_rss_mib"][0], out["soak_rss_mib"][-1]
+        rows.append(("soak RSS", f"{first[1]} MiB -> {last[1]} MiB over {last[0]} s"))
+    width = max(len(k) for k, _ in rows)
+    return "\n".join(f"{k:<{width}}  {v}" for k, v in rows)
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser()
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--gateways", type=int, default=20)
     parser.add_argument("--replicas", type=int, default=2)
+    parser.add_argument("--interval", type=float, default=10, help="spec.health.intervalSeconds")
+    parser.add_argument("--timeout", type=float, default=1, help="spec.health.timeoutSeconds")
+    parser.add_argument("--resync", type=float, default=60, help="the operator's --resync-seconds")
     parser.add_argument("--idle", type=float, default=30)
-    parser.add_argument("--flips", type=int, default=5)
+    parser.add_argument("--flips", type=int, default=20)
+    parser.add_argument("--soak", type=float, default=0, help="seconds of RSS sampling after the flips")
+    parser.add_argument("--sample", type=float, default=15, help="soak sampling period")
+    parser.add_argument("--json", type=Path, help="write the figures here as JSON")
+    parser.add_argument("--keep", action="store_true", help="leave the control plane up")
     args = parser.parse_args()
-
-    started = time.monotonic()
-    cluster = Cluster.from_environment(".cluster/bench")
-    print(f"control plane up: {time.monotonic() - started:.1f}s")
-    redis = RedisServer(password="bench-password").start()
-    operator = OperatorProcess(cluster, resync_seconds=30).start()
-    standins = HealthStandIns()
-    try:
-        ns = cluster.new_namespace()
-        create_password_secret(cluster, ns, "redis-auth", redis.password or "")
-        names = [f"gw{i:03d}" for i in range(args.gateways)]
-        t0 = time.monotonic()
-        for name in names:
-            apply_gateway(cluster, ns, gateway_deployment(
-                name, replicas=args.replicas, config=redis_store(),
-                redis={"url": redis.url, "passwordSecretRef": {"name": "redis-auth"}},
-                health={"intervalSeconds": 2, "timeoutSeconds": 1}))
-        until(lambda: all(len(ready_pods(cluster, ns, n)) == args.replicas for n in names), timeout=600,
-              interval=1, what="all pods ready")
-        for name in names:
-            for pod in ready_pods(cluster, ns, name):
-                standins.at(pod["status"]["podIP"])
-        for name in names:
-            wait_condition(cluster, ns, name, "ExactlyOnceAdmission", "True", timeout=300)
-        print(f"{args.gateways} gateways x {args.replicas} replicas Ready with exactly-once: "
-              f"{time.monotonic() - t0:.1f}s")
-
-        show, clear = [], []
-        for flip in range(args.flips):
-            name = names[flip % len(names)]
-            standin = standins.at(ready_pods(cluster, ns, name)[0]["status"]["podIP"])
-            t = time.monotonic()
-            standin.degraded_owners = [idempotency_owner(RUNTIME)]
-            until(lambda: conditions(cluster, ns, name)["IdempotencyDegraded"]["status"] == "True",
-                  timeout=60, interval=0.1)
-            show.append(time.monotonic() - t)
-            t = time.monotonic()
-            standin.degraded_owners = []
-            until(lambda: conditions(cluster, ns, name)["IdempotencyDegraded"]["status"] == "False",
-                  timeout=60, interval=0.1)
-            clear.append(time.monotonic() - t)
-        print(f"degradation shown (interval 2 s + timeout 1 s): median {statistics.median(show):.2f}s, "
-              f"max {max(show):.2f}s; cleared: median {statistics.median(clear):.2f}s, max {max(clear):.2f}s")
-
-        time.sleep(3)
-        since = audit.now()
-        polls_before = sum(s.requests for s in standins.by_ip.values())
-        time.sleep(args.idle)
-        polls = sum(s.requests for s in standins.by_ip.values()) - polls_before
-        print(f"idle {args.idle:.0f}s: API writes by the operator: {len(audit.writes(cluster, IDENTITY, since))}; "
-              f"health polls answered: {polls}")
-        assert operator.proc is not None
-        print(f"operator RSS with {args.gateways} gateways: {rss_mib(operator.proc.pid):.0f} MiB")
-    finally:
-        standins.close()
-        operator.stop()
-        redis.close()
-        cluster.stop()
+    args.flips = min(args.flips, args.gateways)
+    out = run(args)
+    print(table(out))
+    if args.json:
+        args.json.write_text(json.dumps(out, indent=1) + "\n")
 
 
 if __name__ == "__main__":

@@ -15,6 +15,8 @@
 # IPs from; give clusters that run at the same time different ranges (the demo uses 127.2/16).
 # GWOP_SERVICE_CIDR (default 10.0.0.0/24): kube-apiserver's --service-cluster-ip-range; the
 # serving certificate names its first address. A real node (hack/node.sh) needs 198.19.0.0/16.
+# GWOP_KCM_QPS=<n>: the controller manager's client QPS (default 20; the scale benchmark
+# raises it so that creating thousands of pods does not hide the operator's own time).
 # GWOP_STANDIN=0: do not start the kubelet stand-in (it binds every pending pod to its own
 # node), for a control plane that a real node joins (hack/node.sh). Default 1.
 set -euo pipefail
@@ -158,7 +160,8 @@ POLICY
     --service-account-private-key-file "$pki/sa.key" --root-ca-file "$pki/ca.crt" \
     --use-service-account-credentials=true \
     --cluster-signing-cert-file "$pki/ca.crt" --cluster-signing-key-file "$pki/ca.key" \
-    --concurrent-deployment-syncs 10 --concurrent-replicaset-syncs 10 --v 1
+    --concurrent-deployment-syncs 10 --concurrent-replicaset-syncs 10 \
+    ${GWOP_KCM_QPS:+--kube-api-qps "$GWOP_KCM_QPS" --kube-api-burst "$((GWOP_KCM_QPS * 2))"} --v 1
 
   if [[ $standin != 0 ]]; then
     start kubelet-standin "$python" "$repo/hack/kubelet_standin.py" --kubeconfig "$kubeconfig" \

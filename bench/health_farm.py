@@ -1,0 +1,106 @@
+"""HEALTH ENDPOINT STAND-INS for the scale benchmark, in a process of their own.
+
+kwok simulates the pods, so no gateway runs behind their IPs (loopback addresses); this
+process answers ``GET /health`` at every such IP the way the gateway documents it, with
+``degraded_owners`` set on command. It runs apart from the operator and from the measuring
+process, so its CPU is neither charged to the operator nor in the benchmark's hot path.
+
+Commands arrive as JSON lines on stdin, one reply line each on stdout:
+  {"op": "serve", "ips": [...]}            listen on these IPs too (port 8765)
+  {"op": "degrade", "ips": [...]}          /health reports durability:idempotency (runtime)
+  {"op": "clear", "ips": [...]}            back to healthy
+  {"op": "stats"}                          {"requests": total answered, "cpu_s": ...}
+"""
+from __future__ import annotations
+
+import asyncio
+import json
+import resource
+import sys
+import time
+
+PORT = 8765
+_HEALTHY = json.dumps({"status": "healthy", "uptime": 1.0, "agents": 1, "sessions": 0, "clients": 0,
+                       "channels": {}, "last_inbound_at": None}).encode()
+_DEGRADED = json.dumps({"status": "degraded", "uptime": 1.0, "agents": 1, "sessions": 0, "clients": 0,
+                        "channels": {}, "last_inbound_at": None, "degraded_owners": [{
+                            "owner_kind": "gateway", "owner_id": "durability:idempotency", "state": "cold",
+                            "reason": "redis idempotency backend unreachable at runtime (dedup best-effort "
+                                      "until it recovers)", "retry_hint": "restore redis"}]}).encode()
+
+
+def _response(body: bytes) -> bytes:
+    return (b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: "
+            + str(len(body)).encode() + b"\r\n\r\n" + body)
+
+
+_ANSWERS = {False: _response(_HEALTHY), True: _response(_DEGRADED)}
+
+
+class Farm:
+    def __init__(self) -> None:
+        self.servers: dict[str, asyncio.AbstractServer] = {}
+        self.degraded: set[str] = set()
+        self.requests = 0
+
+    def protocol(self, ip: str) -> asyncio.Protocol:
+        farm = self
+
+        class Replica(asyncio.Protocol):
+            """Minimal HTTP/1.1 with keep-alive: one answer per request head."""
+
+            def connection_made(self, transport: asyncio.BaseTransport) -> None:
+                self.transport = transport  # type: ignore[assignment]
+                self.buffer = b""
+
+            def data_received(self, data: bytes) -> None:
+                self.buffer += data
+                while b"\r\n\r\n" in self.buffer:
+                    head, self.buffer = self.buffer.split(b"\r\n\r\n", 1)
+                    farm.requests += 1
+                    self.transport.write(_ANSWERS[ip in farm.degraded])  # type: ignore[attr-defined]
+                    if b"connection: close" in head.lower():
+                        self.transport.close()
+                        return
+
+        return Replica()
+
+    async def serve(self, ips: list[str]) -> int:
+        loop = asyncio.get_running_loop()
+        for ip in ips:
+            if ip not in self.servers:
+                self.servers[ip] = await loop.create_server(lambda ip=ip: self.protocol(ip), ip, PORT,
+                                                            reuse_address=True, backlog=64)
+        return len(self.servers)
+
+
+async def main() -> None:
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))  # a socket per IP plus one per poller connection
+    farm = Farm()
+    loop = asyncio.get_running_loop()
+    reader = asyncio.StreamReader()
+    await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
+    while line := await reader.readline():
+        command = json.loads(line)
+        op, ips = command["op"], command.get("ips", [])
+        if op == "serve":
+            reply: dict[str, object] = {"serving": await farm.serve(ips)}
+        elif op == "degrade":
+            farm.degraded.update(ips)
+            reply = {"degraded": len(farm.degraded)}
+        elif op == "clear":
+            farm.degraded.difference_update(ips)
+            reply = {"degraded": len(farm.degraded)}
+        elif op == "stats":
+            usage = resource.getrusage(resource.RUSAGE_SELF)
+            reply = {"requests": farm.requests, "cpu_s": usage.ru_utime + usage.ru_stime}
+        else:
+            reply = {"error": f"unknown op {op}"}
+        reply["at"] = time.time()
+        sys.stdout.write(json.dumps(reply) + "\n")
+        sys.stdout.flush()
+
+
+if __name__ == "__main__":
+    asyncio.run(main())
