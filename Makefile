@@ -14,6 +14,11 @@ venv:
 binaries:
 	@hack/build-binaries.sh >/dev/null
 
+# prometheus, promtool and the prometheus-operator CRDs, for tests/test_monitoring.py
+monitoring-binaries:
+	@hack/build-binaries.sh --monitoring >/dev/null
+.PHONY: monitoring-binaries
+
 cluster-up: system-deps venv binaries
 	@hack/cluster.sh up
 
@@ -23,7 +28,7 @@ cluster-down:
 # Unit tests, then the integration suite on its own local control plane (started and
 # stopped by the test session) and real redis-servers. GWOP_TEST_KUBECONFIG=<path> runs
 # the integration suite against an existing cluster instead.
-test: system-deps venv binaries
+test: system-deps venv binaries monitoring-binaries
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 # The full fuzz run (issue 7): 500+ seeded adversarial GatewayDeployments through the real API

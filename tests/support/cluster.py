@@ -19,11 +19,15 @@ REPO = Path(__file__).resolve().parents[2]
 CACHE_BIN = Path(os.environ.get("GWOP_CACHE", Path.home() / ".cache/gateway-operator")) / "bin"
 
 
+MONITORING_TOOLS = ("prometheus", "promtool")  # built by hack/build-binaries.sh --monitoring
+
+
 def tool(name: str) -> str:
-    """kubectl/helm: the pinned cached binary (hack/build-binaries.sh)."""
+    """kubectl/helm/prometheus/promtool: the pinned cached binary (hack/build-binaries.sh)."""
     path = CACHE_BIN / name
     if not path.exists():
-        subprocess.run([str(REPO / "hack/build-binaries.sh")], check=True, stdout=subprocess.DEVNULL)
+        flags = ["--monitoring"] if name in MONITORING_TOOLS else []
+        subprocess.run([str(REPO / "hack/build-binaries.sh"), *flags], check=True, stdout=subprocess.DEVNULL)
     return str(path)
 
 
