@@ -18,9 +18,9 @@ import yaml
 from support import audit
 from gateway_operator.render import REDIS_CLIENT_OPTIONS
 from support.cluster import REPO, Cluster
-from support.gateways import (apply_gateway, conditions, create_password_secret, events, wait_condition,
-                              wait_event, wait_ready_pods)
-from support.operator import IDENTITY, OperatorProcess, gateway_deployment, redis_store
+from support.gateways import (apply_gateway, conditions, create_password_secret, events, redis_gateway,
+                              serve_health, wait_condition, wait_event, wait_ready_pods)
+from support.operator import IDENTITY, OperatorProcess, gateway_deployment
 from support.redis_server import RedisServer
 from support.standins import BUILD_TIME, RUNTIME, HealthStandIns, idempotency_owner
 from support.wait import until
@@ -29,17 +29,6 @@ pytestmark = pytest.mark.cluster
 
 CONDITION_TYPES = {"Ready", "Reconciling", "Stalled", "RedisReachable", "IdempotencyDegraded",
                    "ExactlyOnceAdmission"}
-
-
-def redis_gateway(name: str, redis: RedisServer, replicas: int = 3, **spec) -> dict:
-    return gateway_deployment(name, replicas=replicas, config=redis_store(), redis={
-        "url": redis.url, "passwordSecretRef": {"name": "redis-auth"}}, **spec)
-
-
-def serve_health(cluster: Cluster, standins: HealthStandIns, namespace: str, name: str, count: int) -> dict:
-    """Stand-ins at every ready pod's IP; returns them by pod name."""
-    pods = wait_ready_pods(cluster, namespace, name, count)
-    return {p["metadata"]["name"]: standins.at(p["status"]["podIP"]) for p in pods}
 
 
 # -- one replica on SQLite ---------------------------------------------------------------

@@ -5,6 +5,9 @@ import json
 from typing import Any
 
 from .cluster import Cluster
+from .operator import gateway_deployment, redis_store
+from .redis_server import RedisServer
+from .standins import HealthStandIn, HealthStandIns
 from .wait import until
 
 
@@ -54,3 +57,16 @@ def apply_gateway(cluster: Cluster, namespace: str, manifest: dict[str, Any], ch
 
 def create_password_secret(cluster: Cluster, namespace: str, name: str, password: str) -> None:
     cluster.kubectl("-n", namespace, "create", "secret", "generic", name, f"--from-literal=password={password}")
+
+
+def redis_gateway(name: str, redis: RedisServer, replicas: int = 3, **spec: Any) -> dict[str, Any]:
+    """A GatewayDeployment on the shared Redis store of ``redis``, its password in Secret redis-auth."""
+    return gateway_deployment(name, replicas=replicas, config=redis_store(), redis={
+        "url": redis.url, "passwordSecretRef": {"name": "redis-auth"}}, **spec)
+
+
+def serve_health(cluster: Cluster, standins: HealthStandIns, namespace: str, name: str,
+                 count: int) -> dict[str, HealthStandIn]:
+    """Stand-ins at every ready pod's IP; returns them by pod name."""
+    pods = wait_ready_pods(cluster, namespace, name, count)
+    return {p["metadata"]["name"]: standins.at(p["status"]["podIP"]) for p in pods}
