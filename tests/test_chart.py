@@ -1,8 +1,9 @@
 """The Helm chart, with the real ``helm`` against the real local control plane.
 
-Stand-ins: the prometheus-operator CRDs (ServiceMonitor, PrometheusRule) are installed as
-schemaless STAND-IN CRDs so the chart's monitoring objects can be dry-run; the operator
-image cannot run here (no container runtime), so the kubelet stand-in only reports its pod.
+The chart's ServiceMonitor and PrometheusRule are checked against prometheus-operator's own
+CRDs (from its Go module, hack/build-binaries.sh --monitoring) installed on the control plane.
+Stand-in: the operator image cannot run here (no container runtime), so the kubelet stand-in
+only reports its pod.
 """
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ import yaml
 
 from support.cluster import REPO, Cluster, tool
 from support.gateways import apply_gateway, wait_condition, wait_ready_pods
+from support.monitoring import install_prometheus_operator_crds
 from support.operator import OperatorProcess, gateway_deployment, redis_store
 from support.redis_server import RedisServer
 from support.wait import until
@@ -50,10 +52,7 @@ KNOBS: dict[str, Any] = {
     "logLevel": "debug",
 }
 ALL_FEATURES = ["--set", "metrics.serviceMonitor.enabled=true", "--set", "metrics.prometheusRule.enabled=true",
-                "--set", "metrics.kubeStateMetrics.enabled=true", "--set", "metrics.grafanaDashboard.enabled=true"]
-
-MONITORING_STANDIN_CRDS = [
-    ("servicemonitors", "ServiceMonitor"), ("prometheusrules", "PrometheusRule")]
+                "--set", "metrics.grafanaDashboard.enabled=true"]
 
 
 def helm(cluster: Cluster, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
@@ -101,18 +100,6 @@ def render(*args: str, chart: str = CHART) -> Rendered:
 def readme_example_values() -> str:
     """The production values file shown in the chart README (the first ```yaml block)."""
     return re.search(r"```yaml\n(.*?)```", CHART_README.read_text(), re.S).group(1)
-
-
-def install_monitoring_standin_crds(cluster: Cluster) -> None:
-    for plural, kind in MONITORING_STANDIN_CRDS:
-        cluster.apply(json.dumps({
-            "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
-            "metadata": {"name": f"{plural}.monitoring.coreos.com"},
-            "spec": {"group": "monitoring.coreos.com", "scope": "Namespaced",
-                     "names": {"plural": plural, "kind": kind},
-                     "versions": [{"name": "v1", "served": True, "storage": True, "schema": {"openAPIV3Schema": {
-                         "type": "object", "x-kubernetes-preserve-unknown-fields": True}}}]}}))
-        cluster.kubectl("wait", "--for=condition=Established", f"crd/{plural}.monitoring.coreos.com")
 
 
 @pytest.fixture
@@ -347,7 +334,7 @@ def test_rendered_operator_args_are_what_the_operator_cli_accepts(tmp_path: Path
 
 @pytest.mark.parametrize("mode", [[], ["--set", "watchNamespaces={team-a,team-b}"]], ids=["cluster-wide", "namespaced"])
 def test_every_template_passes_a_server_side_dry_run(cluster: Cluster, mode: list[str]) -> None:
-    install_monitoring_standin_crds(cluster)
+    install_prometheus_operator_crds(cluster)
     ns = cluster.new_namespace()
     for extra in ("team-a", "team-b"):
         cluster.kubectl("create", "namespace", extra, check=False)
@@ -364,6 +351,36 @@ def test_every_template_passes_a_server_side_dry_run(cluster: Cluster, mode: lis
         roles = [d for d in yaml.safe_load_all(rendered) if d and d["kind"] == "Role"
                  and not d["metadata"]["name"].endswith("-leader")]  # the Lease's Role lives in the release's
         assert sorted(r["metadata"]["namespace"] for r in roles) == ["team-a", "team-b"]
+
+
+@pytest.mark.parametrize("kind, mutate, message", [
+    ("ServiceMonitor", lambda d: d["spec"]["endpoints"][0].update(honorLabel=True),
+     ".honorLabel: field not declared in schema"),
+    ("ServiceMonitor", lambda d: d["spec"]["endpoints"][0].update(interval="30 seconds"),
+     "spec.endpoints[0].interval: Invalid value"),
+    ("PrometheusRule", lambda d: d["spec"]["groups"][0]["rules"][0].update({"for": "2 minutes"}),
+     "spec.groups[0].rules[0].for: Invalid value"),
+    ("PrometheusRule", lambda d: d["spec"]["groups"][0]["rules"][0].update(severity="warning"),
+     "rules[0].severity: field not declared in schema"),
+], ids=["ServiceMonitor-typo", "ServiceMonitor-interval", "PrometheusRule-for", "PrometheusRule-misplaced-label"])
+def test_prometheus_operator_crds_refuse_a_bad_monitoring_object(cluster: Cluster, kind: str,
+                                                                 mutate: Callable[[dict[str, Any]], None],
+                                                                 message: str) -> None:
+    """The chart's object passes prometheus-operator's real schema (server-side dry run);
+    the same object with one field wrong is refused, naming the field."""
+    install_prometheus_operator_crds(cluster)
+    ns = cluster.new_namespace()
+    try:
+        good = render(*ALL_FEATURES).one(kind)
+        good["metadata"]["namespace"] = ns
+        accepted = cluster.apply(json.dumps(good), "--server-side", "--dry-run=server", check=False)
+        assert accepted.returncode == 0, accepted.stderr
+        bad = json.loads(json.dumps(good))
+        mutate(bad)
+        refused = cluster.apply(json.dumps(bad), "--server-side", "--dry-run=server", check=False)
+        assert refused.returncode != 0 and message in refused.stderr, refused.stderr
+    finally:
+        cluster.kubectl("delete", "namespace", ns, "--wait=false", check=False)
 
 
 def test_new_knobs_pass_a_server_side_dry_run(cluster: Cluster, tmp_path: Path) -> None:

@@ -22,6 +22,11 @@ CONDITION = Gauge("gateway_operator_condition", "1 for the current status of eac
 
 
 def observe_conditions(namespace: str, name: str, conditions: Iterable[Mapping[str, Any]]) -> None:
+    # The counters that may stay at zero for a long time exist from the first pass on: a
+    # counter series that appears at 1 hides its first increase from rate()/increase(), and
+    # a dashboard panel over a series that does not exist is empty rather than 0.
+    RECONCILE_ERRORS.labels(namespace, name)
+    STALE_RESTARTS.labels(namespace, name)
     for c in conditions:
         for status in ("True", "False", "Unknown"):
             CONDITION.labels(namespace, name, c["type"], status).set(1 if c["status"] == status else 0)

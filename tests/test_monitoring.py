@@ -1,0 +1,426 @@
+"""The chart's alerts and Grafana dashboard, proven on a real Prometheus (issue 10).
+
+Offline: ``promtool test rules`` on the PrometheusRule rendered from the chart
+(tests/promtool/), and the dashboard JSON against Grafana's dashboard schema as the
+grafana-foundation-sdk models it (support/dashboard_schema.py says exactly what is checked).
+
+Live, on a control plane of its own: the real operator CLI, a real redis-server, and a real
+Prometheus 3.16 scraping the operator's /metrics every second through the scrape job the
+chart's ServiceMonitor describes (its honorLabels, its interval set to 1s by value), with the
+chart's rules loaded (``for:`` shortened by values). Stand-ins: the kubelet (no container runs)
+and HEALTH ENDPOINT STAND-INS answering /health at the pod IPs; prometheus-operator's
+ServiceMonitor-to-scrape-job translation, done by hand (support/monitoring.py). The scenario:
+a replica stuck on the build-time fallback is restarted, a replica degrades and recovers,
+Redis stops and returns, a spec is refused at reconcile and fixed, an admission policy
+refuses the operator's status writes and is removed, the operator stops and comes back.
+Every alert must fire and resolve in its phase; every panel query of the dashboard, with its
+variables substituted as Grafana would, must return series for the scenario.
+``GWOP_DASHBOARD_PNG=<path>`` (``make dashboard-png``) writes the picture of the panels there.
+"""
+from __future__ import annotations
+
+import copy
+import json
+import math
+import os
+import re
+import shutil
+import subprocess
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+import pytest
+import yaml
+
+from support.cluster import REPO, Cluster, tool
+from support.dashboard_schema import dashboard_problems
+from support.gateways import (apply_gateway, create_password_secret, redis_gateway, serve_health, wait_condition,
+                              wait_event)
+from support.monitoring import (Prometheus, alert_names, dashboard, panel_targets, rate_interval, render_monitoring,
+                                scrape_job, substitute, variable_values, wait_for_alert, write_rules)
+from support.operator import RELEASE, SYSTEM_NAMESPACE, OperatorProcess
+from support.plots import Chart, write_figure
+from support.redis_server import RedisServer
+from support.standins import BUILD_TIME, RUNTIME, HealthStandIns, idempotency_owner
+from support.wait import WaitTimeout, until
+
+RULE_TESTS = REPO / "tests/promtool/gateway-operator.rules.test.yaml"
+
+
+def promtool(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([tool("promtool"), *args], capture_output=True, text=True, cwd=cwd, timeout=60)
+
+
+def seconds(duration: str) -> float:
+    return sum(float(n) * {"ms": 0.001, "s": 1, "m": 60, "h": 3600}[u]
+               for n, u in re.findall(r"(\d+)(ms|s|m|h)", duration))
+
+
+# -- promtool unit tests ----------------------------------------------------------------------
+
+def rendered_rule(*values: str) -> dict[str, Any]:
+    """The PrometheusRule as the promtool cases expect it: release gateway-operator in
+    namespace monitoring."""
+    return render_monitoring("gateway-operator", "monitoring", *values)["PrometheusRule"]
+
+
+def run_rule_tests(rule: dict[str, Any], directory: Path) -> subprocess.CompletedProcess[str]:
+    write_rules(rule, directory / "rules.yaml")
+    shutil.copy(RULE_TESTS, directory)
+    return promtool("test", "rules", RULE_TESTS.name, cwd=directory)
+
+
+def test_promtool_rule_unit_tests_pass_on_the_chart_rules(tmp_path: Path) -> None:
+    rule = rendered_rule()
+    write_rules(rule, tmp_path / "rules.yaml")
+    checked = promtool("check", "rules", "rules.yaml", cwd=tmp_path)
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    result = run_rule_tests(rule, tmp_path)
+    assert result.returncode == 0 and "SUCCESS" in result.stdout, result.stdout + result.stderr
+
+
+def test_every_alert_has_a_case_that_fires_and_a_later_one_where_it_resolved() -> None:
+    groups = yaml.safe_load(RULE_TESTS.read_text())["tests"]
+    for alert in alert_names(rendered_rule()):
+        covered = False
+        for group in groups:
+            cases = [c for c in group["alert_rule_test"] if c["alertname"] == alert]
+            fired = [seconds(c["eval_time"]) for c in cases if c["exp_alerts"]]
+            quiet = [seconds(c["eval_time"]) for c in cases if not c["exp_alerts"]]
+            covered |= bool(fired) and any(t > min(fired) for t in quiet)
+        assert covered, f"{alert}: no promtool case where it fires and then resolves"
+
+
+def test_promtool_cases_fail_on_rules_that_ignore_for(tmp_path: Path) -> None:
+    """The unit tests can fail: with every `for:` at 0s the pending cases see firing alerts."""
+    rule = copy.deepcopy(rendered_rule())
+    for group in rule["spec"]["groups"]:
+        for r in group["rules"]:
+            r["for"] = "0s"
+    result = run_rule_tests(rule, tmp_path)
+    assert result.returncode != 0 and "FAILED" in result.stdout + result.stderr, result.stdout
+
+
+# -- the dashboard against Grafana's schema ------------------------------------------------------
+
+def test_dashboard_conforms_to_the_grafana_dashboard_schema() -> None:
+    assert dashboard_problems(dashboard()) == []
+
+
+def test_the_chart_ships_this_dashboard_to_the_grafana_sidecar() -> None:
+    out = subprocess.run([tool("helm"), "template", "r", str(REPO / "charts/gateway-operator"), "--show-only",
+                          "templates/dashboard.yaml", "--set", "metrics.grafanaDashboard.enabled=true"],
+                         check=True, capture_output=True, text=True).stdout
+    config_map = yaml.safe_load(out)
+    assert config_map["metadata"]["labels"]["grafana_dashboard"] == "1"
+    assert json.loads(config_map["data"]["gateway-operator.json"]) == dashboard()
+
+
+def _set(path: str, value: Any) -> Callable[[dict[str, Any]], None]:
+    def mutate(board: dict[str, Any]) -> None:
+        *parents, last = path.split(".")
+        node: Any = board
+        for key in parents:
+            node = node[int(key)] if isinstance(node, list) else node[key]
+        node[int(last) if isinstance(node, list) else last] = value
+    return mutate
+
+
+@pytest.mark.parametrize("mutate, problem", [
+    (_set("panels.0.datsource", {"uid": "x"}), "panels[0].datsource: not in the schema"),
+    (_set("panels.0.targets.0.legendFormt", "x"), "targets[0].legendFormt: not in the schema"),
+    (_set("panels.0.gridPos.w", "6"), "grid_pos.w: '6' is not a int"),
+    (_set("panels.5.gridPos.w", 30), "outside the 24-column grid"),
+    (_set("panels.0.type", "stats"), "panel type 'stats' is not a Grafana panel plugin"),
+    (_set("panels.0.targets.0.expr", 3), "targets[0].expr: 3 is not a str"),
+    (_set("panels.1.id", 1), "id used twice"),
+    (_set("templating.list.1.type", "qurey"), "'qurey' is not a VariableType"),
+    (_set("graphTooltip", 7), "7 is none of ['DashboardCursorSync'"),
+    (_set("schemaVersion", "39"), "schema_version: '39' is not a int"),
+    (_set("panels.0.fieldConfig.defaults.mappings.0.type", "valu"), "does not decode: KeyError 'valu'"),
+], ids=lambda v: v if isinstance(v, str) else "")
+def test_the_schema_check_names_what_is_wrong(mutate: Callable[[dict[str, Any]], None], problem: str) -> None:
+    board = dashboard()
+    mutate(board)
+    problems = dashboard_problems(board)
+    assert any(problem in p for p in problems), problems
+
+
+# -- live: a real Prometheus scraping the operator through a scenario ----------------------------
+
+ALERTS = ("GatewayIdempotencyDegraded", "GatewayExactlyOnceAdmissionLost", "GatewayRedisUnreachable",
+          "GatewayStalled", "GatewayOperatorReconcileErrors", "GatewayOperatorDown")
+LIVE_VALUES = ("--set", "metrics.serviceMonitor.interval=1s", "--set", "metrics.prometheusRule.for=2s",
+               "--set", "metrics.prometheusRule.reconcileErrors.window=10s",
+               "--set", "metrics.prometheusRule.reconcileErrors.for=2s")
+SCRAPE_S = 1.0
+GATEWAY = "shop"
+
+
+@dataclass
+class Outcome:
+    phase: str
+    fired_s: float | None = None      # from the cause to the alert firing
+    resolved_s: float | None = None   # from the fix to the alert gone
+    error: str | None = None
+
+
+@dataclass
+class Live:
+    prometheus: Prometheus
+    namespace: str
+    start: float = 0.0
+    end: float = 0.0
+    outcomes: dict[str, Outcome] = field(default_factory=dict)
+    phases: list[tuple[float, float, str]] = field(default_factory=list)
+
+    def quiet(self) -> None:
+        """No alert of the scenario pending or firing (a phase starts from a clean slate)."""
+        until(lambda: not self.prometheus.alerts(namespace=self.namespace), timeout=60, interval=0.5,
+              what=f"no alert for {self.namespace}; now {self.prometheus.alerts(namespace=self.namespace)}")
+
+    def phase(self, label: str, alerts: tuple[str, ...], cause: Callable[[], None], fix: Callable[[], None],
+              namespace: str | None = None) -> None:
+        labels = {"namespace": namespace or self.namespace}
+        if namespace is None:
+            labels["name"] = GATEWAY
+        started = time.time()
+        outcomes = {a: self.outcomes.setdefault(a, Outcome(label)) for a in alerts}
+        try:
+            cause()
+            for alert, o in outcomes.items():
+                wait_for_alert(self.prometheus, alert, "firing", timeout=60, **labels)
+                o.fired_s = round(time.time() - started, 1)
+        except WaitTimeout as e:
+            for o in outcomes.values():
+                o.error = o.error or f"did not fire: {e}"
+        fixed = time.time()
+        fix()
+        try:
+            for alert, o in outcomes.items():
+                wait_for_alert(self.prometheus, alert, None, timeout=60, **labels)
+                o.resolved_s = round(time.time() - fixed, 1)
+        except WaitTimeout as e:
+            for o in outcomes.values():
+                o.error = o.error or f"did not resolve: {e}"
+        self.phases.append((started, time.time(), label))
+
+
+DENY_STATUS_WRITES = """
+apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingAdmissionPolicy
+metadata: {name: gwop-monitoring-deny-status}
+spec:
+  failurePolicy: Fail
+  matchConstraints:
+    resourceRules:
+    - {apiGroups: [gateway-operator.dev], apiVersions: ["*"], operations: [UPDATE], resources: [gatewaydeployments/status]}
+  validations:
+  - {expression: "false", message: "status writes refused by the monitoring test's policy"}
+---
+apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingAdmissionPolicyBinding
+metadata: {name: gwop-monitoring-deny-status}
+spec:
+  policyName: gwop-monitoring-deny-status
+  validationActions: [Deny]
+  matchResources:
+    namespaceSelector: {matchLabels: {kubernetes.io/metadata.name: NAMESPACE}}
+"""
+
+
+def run_scenario(cluster: Cluster, live: Live, redis: RedisServer, standins: HealthStandIns,
+                 operator: list[OperatorProcess]) -> None:
+    ns = live.namespace
+    create_password_secret(cluster, ns, "redis-auth", redis.password or "")
+    manifest = redis_gateway(GATEWAY, redis, replicas=2)
+    apply_gateway(cluster, ns, manifest)
+    replicas = serve_health(cluster, standins, ns, GATEWAY, 2)
+    wait_condition(cluster, ns, GATEWAY, "ExactlyOnceAdmission", "True", "SharedRedisStore")
+    live.quiet()
+
+    # a replica stuck on the build-time SQLite fallback: restarted once Redis answers (the
+    # "Stale replica restarts" panel); its replacement answers healthy at its new IP
+    started = time.time()
+    stale = sorted(replicas)[0]
+    replicas[stale].degraded_owners = [idempotency_owner(BUILD_TIME)]
+    wait_event(cluster, ns, GATEWAY, "RestartedStaleReplica", "Normal")
+    until(lambda: stale not in serve_health(cluster, standins, ns, GATEWAY, 2), timeout=60,
+          what="the stale replica replaced")
+    replicas = serve_health(cluster, standins, ns, GATEWAY, 2)
+    wait_condition(cluster, ns, GATEWAY, "IdempotencyDegraded", "False", timeout=30)
+    live.phases.append((started, time.time(), "stale replica restarted"))
+    live.quiet()
+
+    first = sorted(replicas)[0]
+
+    def degrade() -> None:
+        replicas[first].degraded_owners = [idempotency_owner(RUNTIME)]
+
+    def recover() -> None:
+        replicas[first].degraded_owners = []
+    live.phase("replica degraded", ("GatewayIdempotencyDegraded", "GatewayExactlyOnceAdmissionLost"), degrade, recover)
+    live.quiet()
+
+    live.phase("Redis stopped", ("GatewayRedisUnreachable",), redis.stop, redis.start)
+    live.quiet()
+
+    refused = redis_gateway(GATEWAY, redis, replicas=2)
+    refused["spec"]["redis"]["passwordSecretRef"] = {"name": "no-such-secret"}
+    live.phase("spec refused", ("GatewayStalled",), lambda: apply_gateway(cluster, ns, refused),
+               lambda: apply_gateway(cluster, ns, manifest))
+    live.quiet()
+
+    policy = DENY_STATUS_WRITES.replace("NAMESPACE", ns)
+
+    def refuse_status_writes() -> None:
+        cluster.apply(policy)
+        until(lambda: "refused by the monitoring test's policy" in cluster.kubectl(
+            "-n", ns, "patch", "gatewaydeployment", GATEWAY, "--subresource=status", "--type=merge",
+            "--dry-run=server", "-p", '{"status": {"observedGeneration": 0}}', check=False).stderr,
+            timeout=30, what="the policy in force")
+        degrade()  # a status change the operator must write
+
+    def allow_status_writes() -> None:
+        cluster.kubectl("delete", "-f", "-", input=policy)
+        recover()
+    live.phase("status writes refused", ("GatewayOperatorReconcileErrors",), refuse_status_writes, allow_status_writes)
+    live.quiet()
+
+    def stop_operator() -> None:
+        operator[0].stop()
+
+    def restart_operator() -> None:
+        successor = OperatorProcess(cluster, resync_seconds=2)
+        successor.metrics_port = operator[0].metrics_port  # the scrape target stays where it was
+        operator[0] = successor.start()
+    live.phase("operator down", ("GatewayOperatorDown",), stop_operator, restart_operator, namespace=SYSTEM_NAMESPACE)
+    live.quiet()
+    until(lambda: live.prometheus.query(f'gateway_operator_condition{{namespace="{ns}"}}'), timeout=30,
+          what="the restarted operator's series")
+    time.sleep(4 * SCRAPE_S)  # a rate window of the restarted operator's samples
+
+
+@pytest.fixture(scope="module")
+def live(own_cluster: Cluster) -> Iterator[Live]:
+    cluster = own_cluster
+    monitoring = render_monitoring(RELEASE, SYSTEM_NAMESPACE, *LIVE_VALUES)
+    redis = RedisServer(password="monitoring-redis-password").start()
+    standins = HealthStandIns()
+    operator = [OperatorProcess(cluster, resync_seconds=2).start()]  # reconcile durations in each 4 s window
+    prometheus: Prometheus | None = None
+    try:
+        job = scrape_job(monitoring["ServiceMonitor"], monitoring["Service"],
+                         f"127.0.0.1:{operator[0].metrics_port}", pod=operator[0].leader_identity)
+        prometheus = Prometheus([job], [], interval=f"{SCRAPE_S:g}s")
+        prometheus.config["rule_files"] = [str(write_rules(monitoring["PrometheusRule"], prometheus.dir / "rules.yaml"))]
+        prometheus.start()
+        # Prometheus applies its first targets a few seconds after it starts, and meanwhile
+        # rightly finds no operator to scrape: the scenario starts once it scrapes one
+        until(lambda: prometheus.query("up == 1") and not prometheus.alerts(), timeout=60,
+              what="the operator scraped and no alert pending")
+        live = Live(prometheus, cluster.new_namespace())
+        live.start = time.time()
+        run_scenario(cluster, live, redis, standins, operator)
+        live.end = time.time()
+        yield live
+    finally:
+        if prometheus:
+            prometheus.stop()
+        operator[0].stop()
+        standins.close()
+        redis.close()
+
+
+def test_the_live_scenario_covers_every_alert_of_the_chart() -> None:
+    assert sorted(alert_names(render_monitoring(RELEASE, SYSTEM_NAMESPACE, *LIVE_VALUES)["PrometheusRule"])) \
+        == sorted(ALERTS)
+
+
+@pytest.mark.cluster
+@pytest.mark.parametrize("alert", ALERTS)
+def test_alert_fires_and_resolves_on_the_live_scenario(live: Live, alert: str) -> None:
+    o = live.outcomes.get(alert)
+    assert o is not None, f"{alert} was never caused"
+    print(f"\n{alert}: {o.phase}: fired after {o.fired_s} s, resolved {o.resolved_s} s after the fix")
+    assert o.error is None, o.error
+    assert o.fired_s is not None and o.resolved_s is not None
+
+
+def evaluate_panels(live: Live) -> list[tuple[dict[str, Any], dict[str, Any], list[dict[str, Any]]]]:
+    """(panel, target, series over the scenario) for every query of the dashboard, evaluated
+    as Grafana would: a range query over the dashboard's time range, variables substituted."""
+    board = dashboard()
+    step = SCRAPE_S
+    variables = {**variable_values(live.prometheus, board), "__interval": f"{step:g}s",
+                 "__rate_interval": rate_interval(SCRAPE_S, step), "__range": f"{int(live.end - live.start)}s"}
+    return [(panel, target, live.prometheus.query_range(substitute(target["expr"], variables), live.start,
+                                                         live.end, step))
+            for panel, target in panel_targets(board)]
+
+
+@pytest.mark.cluster
+def test_every_dashboard_query_returns_series_for_the_scenario(live: Live) -> None:
+    empty = []
+    for panel, target, series in evaluate_panels(live):
+        with_values = [s for s in series if any(not math.isnan(float(v)) for _, v in s["values"])]
+        print(f"{panel['title']} [{target['refId']}]: {len(with_values)} series")
+        if not with_values:
+            empty.append(f"{panel['title']} [{target['refId']}]: {target['expr']}")
+    assert not empty, "panels whose query returned no series:\n" + "\n".join(empty)
+
+
+def legend(target: dict[str, Any], labels: dict[str, str]) -> str:
+    text = re.sub(r"\{\{\s*(\w+)\s*\}\}", lambda m: labels.get(m.group(1), ""), target.get("legendFormat") or "")
+    return text or ",".join(f"{k}={v}" for k, v in sorted(labels.items()) if k != "__name__")
+
+
+# the status of each condition a healthy gateway shows (the picture colours by it)
+HEALTHY = {"Ready": "True", "RedisReachable": "True", "ExactlyOnceAdmission": "True", "Reconciling": "False",
+           "Stalled": "False", "IdempotencyDegraded": "False"}
+
+
+def health_state(condition: str, status: str) -> str:
+    if status == "Unknown" or condition not in HEALTHY:
+        return "Unknown"
+    if status == HEALTHY[condition]:
+        return "ok"
+    return "progressing" if condition == "Reconciling" else "problem"
+
+
+def dashboard_figure(live: Live, path: Path) -> Path:
+    """The dashboard's panels as they looked over the scenario, plus the alerts Prometheus fired."""
+    t0 = live.start
+    spans = [(a - t0, b - t0, str(i)) for i, (a, b, _) in enumerate(live.phases, 1)]
+    charts: dict[int, Chart] = {}
+    for panel, target, series in evaluate_panels(live):
+        kind = {"stat": "step", "table": "states"}.get(panel["type"], "line")
+        title = panel["title"] + (": the status a healthy gateway shows is green" if kind == "states" else "")
+        chart = charts.setdefault(panel["id"], Chart(title, {}, "seconds", kind=kind, spans=spans, step=SCRAPE_S,
+                                                     xlim=(0, live.end - t0)))
+        for s in series:
+            name = (f"{s['metric']['type']}={health_state(s['metric']['type'], s['metric']['status'])}"
+                    if kind == "states" else legend(target, s["metric"]))
+            chart.series[name] = [(float(t) - t0, float(v)) for t, v in s["values"]]  # type: ignore[index]
+    alerts = live.prometheus.query_range("ALERTS", live.start, live.end, SCRAPE_S)
+    charts[0] = Chart("Alerts (Prometheus ALERTS, from the chart's rules)", {
+        f"{s['metric']['alertname']}={s['metric']['alertstate']}": [(float(t) - t0, float(v)) for t, v in s["values"]]
+        for s in alerts}, "seconds", kind="states", spans=spans, step=SCRAPE_S, xlim=(0, live.end - t0))
+    ordered = [charts[k] for k in sorted(charts) if k] + [charts[0]]
+    phases = ", ".join(f"{i} {label}" for i, (_, _, label) in enumerate(live.phases, 1))
+    return write_figure(path, ordered, columns=2, title="gateway-operator dashboard, evaluated by a real Prometheus "
+                        f"(1 s scrape) over tests/test_monitoring.py's scenario\nphases: {phases}")
+
+
+@pytest.mark.cluster
+def test_dashboard_picture_of_the_scenario(live: Live, tmp_path: Path) -> None:
+    path = Path(os.environ.get("GWOP_DASHBOARD_PNG") or tmp_path / "dashboard.png")
+    if not path.is_absolute():
+        path = REPO / path
+    written = dashboard_figure(live, path)
+    data = written.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) < 150_000, len(data)
+    print(f"\nwrote {written} ({len(data) // 1024} KiB); phases: "
+          + json.dumps([(round(a - live.start), round(b - live.start), label) for a, b, label in live.phases]))
