@@ -75,3 +75,9 @@ node-up: system-deps venv binaries
 node-down:
 	@hack/node.sh down
 .PHONY: node-up node-down
+
+# docs/img/dashboard.png: the Grafana dashboard's panels evaluated by a real Prometheus over the
+# live scenario of tests/test_monitoring.py (on its own control plane, .cluster/monitoring).
+dashboard-png: system-deps venv binaries monitoring-binaries
+	GWOP_DASHBOARD_PNG=docs/img/dashboard.png $(PY) -m pytest -q tests/test_monitoring.py -k picture
+.PHONY: dashboard-png

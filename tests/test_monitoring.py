@@ -1,8 +1,9 @@
 """The chart's alerts and Grafana dashboard, proven on a real Prometheus (issue 10).
 
 Offline: ``promtool test rules`` on the PrometheusRule rendered from the chart
-(tests/promtool/), and the dashboard JSON against Grafana's dashboard schema as the
-grafana-foundation-sdk models it (support/dashboard_schema.py says exactly what is checked).
+(tests/promtool/), the dashboard JSON against Grafana's dashboard schema as the
+grafana-foundation-sdk models it (support/dashboard_schema.py says exactly what is checked),
+and the ServiceMonitor's scrape job keeping the series' namespace (real Prometheus).
 
 Live, on a control plane of its own: the real operator CLI, a real redis-server, and a real
 Prometheus 3.16 scraping the operator's /metrics every second through the scrape job the
@@ -42,7 +43,7 @@ from support.monitoring import (Prometheus, alert_names, dashboard, panel_target
                                 scrape_job, substitute, variable_values, wait_for_alert, write_rules)
 from support.operator import RELEASE, SYSTEM_NAMESPACE, OperatorProcess
 from support.plots import Chart, write_figure
-from support.redis_server import RedisServer
+from support.redis_server import RedisServer, free_port
 from support.standins import BUILD_TIME, RUNTIME, HealthStandIns, idempotency_owner
 from support.wait import WaitTimeout, until
 
@@ -146,6 +147,40 @@ def test_the_schema_check_names_what_is_wrong(mutate: Callable[[dict[str, Any]],
     mutate(board)
     problems = dashboard_problems(board)
     assert any(problem in p for p in problems), problems
+
+
+# -- the ServiceMonitor's scrape job keeps the GatewayDeployment's namespace ---------------------
+
+def test_the_service_monitor_keeps_the_gateway_namespace_on_the_series() -> None:
+    """The operator's series name the GatewayDeployment's namespace, and the scrape target's own
+    namespace label (the operator's) collides with it. Through the chart's ServiceMonitor
+    (honorLabels) Prometheus keeps the series' one; without it, the panels' and the alerts'
+    namespace would be the operator's, the gateway's moved to exported_namespace."""
+    from prometheus_client import start_http_server
+
+    from gateway_operator import metrics
+    metrics.observe_conditions("shop", "support-bot", [{"type": "Ready", "status": "True"}])
+    port = free_port()
+    server, _ = start_http_server(port, addr="127.0.0.1")  # the operator's metrics, as it serves them
+    monitoring = render_monitoring(RELEASE, SYSTEM_NAMESPACE, "--set", "metrics.serviceMonitor.interval=1s")
+    chart = scrape_job(monitoring["ServiceMonitor"], monitoring["Service"], f"127.0.0.1:{port}", pod="chart")
+    plain = copy.deepcopy(chart)
+    plain.update(job_name=chart["job_name"] + "-without-honorLabels", honor_labels=False)
+    plain["static_configs"][0]["labels"]["pod"] = "without-honorLabels"
+    prometheus = Prometheus([chart, plain]).start()
+    try:
+        series = until(lambda: (lambda found: found if len(found) == 2 else None)(prometheus.query(
+            'gateway_operator_condition{name="support-bot",type="Ready",status="True"}')), timeout=30,
+            what="the series through both jobs")
+        by_job = {s["metric"]["pod"]: s["metric"] for s in series}
+        assert chart["honor_labels"] is True
+        assert by_job["chart"]["namespace"] == "shop" and "exported_namespace" not in by_job["chart"]
+        assert (by_job["without-honorLabels"]["namespace"], by_job["without-honorLabels"]["exported_namespace"]) \
+            == (SYSTEM_NAMESPACE, "shop")
+    finally:
+        prometheus.stop()
+        server.shutdown()
+        metrics.forget("shop", "support-bot")
 
 
 # -- live: a real Prometheus scraping the operator through a scenario ----------------------------
