@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import logging
+import random
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, MutableMapping, Sequence
@@ -22,7 +23,7 @@ from . import api, conditions, health, metrics, reasons, status
 from .api import GatewaySpec, HealthSpec
 from .conditions import Facts, Problem
 from .kube import Kube
-from .reconcile import Outcome, PodView, ReconcileSettings, Result, reconcile
+from .reconcile import LiveDeployment, Observation, Outcome, PodView, ReconcileSettings, Result, SecretInputs, reconcile
 from .redis_probe import Prober
 
 log = logging.getLogger(__name__)
@@ -52,8 +53,10 @@ class GatewayController:
     namespace: str
     name: str
     pods: Callable[[], Sequence[PodView]]  # live view of the pod index for this gateway
+    deployment: Callable[[], LiveDeployment | None] = lambda: None  # its Deployment, as last watched
     settings: ControllerSettings = field(default_factory=ControllerSettings)
     prober: Prober = field(default_factory=Prober)
+    poller: health.Poller = field(default_factory=health.Poller)
     body: Mapping[str, Any] = field(default_factory=dict)
     wake: asyncio.Event = field(default_factory=asyncio.Event)
     _dirty: bool = True
@@ -65,6 +68,8 @@ class GatewayController:
     _health: HealthSpec = field(default_factory=HealthSpec)  # the polling settings the last step read
     _last_restart: float = 0.0
     _rv_floor: int = 0
+    _inputs: SecretInputs | None = None  # the last full pass's Secret inputs, reused until the next
+    _next_poll: float = 0.0               # polls keep a fixed cadence: one interval after the last began
 
     def __post_init__(self) -> None:
         self.log = ObjectLog(log, {"object": f"{self.namespace}/{self.name}"})
@@ -114,6 +119,11 @@ class GatewayController:
         body = self.body
         spec = _spec_or_none(body)
         health_spec = self._health = spec.health if spec else HealthSpec()
+        started = time.monotonic()
+        # the second poll comes a random part of an interval after the first, so that
+        # gateways found together (an operator start) do not poll in one burst for ever
+        self._next_poll = started + health_spec.interval_seconds * (random.uniform(0.5, 1.0) if not self._next_poll
+                                                                    else 1.0)
         full = self._dirty or time.monotonic() >= self._next_full
         # polling runs beside the reconcile, so a slow Redis probe never delays what the
         # replicas report: a fact shows within one interval plus the poll timeout
@@ -136,7 +146,9 @@ class GatewayController:
     async def _reconcile(self, body: Mapping[str, Any], full: bool) -> Result:
         started = time.monotonic()
         result = await reconcile(self.kube, self.prober, self.settings.reconcile, body, list(self.pods()),
-                                 full, self._failures)
+                                 full, self._failures, Observation(self.deployment(), self._inputs))
+        if result.outcome.applied:
+            self._inputs = result.inputs  # None after a problem: observation passes read again until fixed
         if result.outcome.applied:
             metrics.RECONCILE_SECONDS.labels(self.namespace, self.name).observe(time.monotonic() - started)
         return result
@@ -172,7 +184,7 @@ class GatewayController:
     async def _poll(self, health_spec: HealthSpec) -> list[health.ReplicaHealth]:
         targets = [health.Target(p.name, p.ip, api.GATEWAY_PORT) for p in self.pods()
                    if p.ready and p.ip and not p.deleting]
-        results = await health.poll_replicas(targets, health_spec.timeout_seconds, health_spec.max_concurrency)
+        results = await self.poller.poll(targets, health_spec.timeout_seconds, health_spec.max_concurrency)
         for r in results:
             metrics.HEALTH_POLLS.labels(self.namespace, self.name, r.state.value).inc()
         return results
@@ -224,7 +236,8 @@ class GatewayController:
                            "came back (the gateway rebuilds its store only on restart)")
 
     async def _sleep(self) -> None:
-        timeout = min(self._health.interval_seconds, max(0.1, self._next_full - time.monotonic()))
+        now = time.monotonic()
+        timeout = max(0.1, min(self._next_poll, self._next_full) - now)
         try:
             await asyncio.wait_for(self.wake.wait(), timeout=timeout)
         except asyncio.TimeoutError:

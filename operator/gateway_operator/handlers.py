@@ -12,11 +12,12 @@ import kopf
 from . import api
 from .controller import ControllerSettings
 from .kube import Kube, load_config
-from .reconcile import PodView
+from .reconcile import LiveDeployment, Observed, PodView, live_deployment
 from .supervisor import Supervisor
 
 OWNED = {api.LABEL_MANAGED_BY: api.MANAGED_BY}
 _pod_index: Any = None  # kopf's live index of gateway pods, captured on first use
+_deployment_index: Any = None  # and of gateway Deployments
 
 
 @kopf.on.startup()
@@ -30,11 +31,20 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) 
     asyncio.get_running_loop().set_default_executor(ThreadPoolExecutor(max_workers=16,
                                                                        thread_name_prefix="kube"))
     kube = Kube(load_config(memo.get("kubeconfig")))
-    memo.supervisor = Supervisor(kube, memo.get("controller_settings") or ControllerSettings(), _pods_of)
+    memo.supervisor = Supervisor(kube, memo.get("controller_settings") or ControllerSettings(), _pods_of,
+                                 _deployment_of)
 
 
 def _pods_of(key: tuple[str, str]) -> list[PodView]:
     return list(_pod_index.get(key, [])) if _pod_index is not None else []
+
+
+def _deployment_of(key: tuple[str, str]) -> LiveDeployment | None:
+    """None until the index is known: the controller then reads the Deployment itself."""
+    if _deployment_index is None:
+        return None
+    found = list(_deployment_index.get(key, []))
+    return found[0] if found else LiveDeployment(None, Observed())  # none: nothing of ours runs
 
 
 @kopf.on.cleanup()
@@ -47,6 +57,12 @@ async def shutdown(memo: kopf.Memo, **_: Any) -> None:
 def gateway_pods(namespace: str, name: str, uid: str, labels: Any, status: Any, meta: Any,
                  **_: Any) -> dict[tuple[str, str], PodView]:
     return {(namespace, labels.get(api.LABEL_INSTANCE, "")): pod_view(name, uid, meta, status)}
+
+
+@kopf.index("apps", "v1", "deployments", labels={**OWNED, api.LABEL_COMPONENT: "gateway"})
+def gateway_deployments(namespace: str, name: str, body: kopf.Body,
+                        **_: Any) -> dict[tuple[str, str], LiveDeployment]:
+    return {(namespace, name): live_deployment(body)}
 
 
 def pod_view(name: str, uid: str, meta: Any, status: Any) -> PodView:
@@ -63,9 +79,10 @@ def pod_view(name: str, uid: str, meta: Any, status: Any) -> PodView:
 
 @kopf.on.event(api.GROUP, api.VERSION, api.PLURAL)
 async def gateway_deployment_changed(type: str | None, body: kopf.Body, memo: kopf.Memo,
-                                     gateway_pods: kopf.Index, **_: Any) -> None:
-    global _pod_index
-    _pod_index = gateway_pods
+                                     gateway_pods: kopf.Index, gateway_deployments: kopf.Index,
+                                     **_: Any) -> None:
+    global _pod_index, _deployment_index
+    _pod_index, _deployment_index = gateway_pods, gateway_deployments
     memo.supervisor.observe(type, body)
 
 

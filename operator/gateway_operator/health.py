@@ -1,6 +1,6 @@
 """Reading the gateway's ``GET /health``: what one replica says about its idempotency store.
 
-``classify`` is pure. ``poll_replicas`` does the HTTP, with a timeout per replica, a cap
+``classify`` is pure. ``Poller`` does the HTTP, with a timeout per replica, a cap
 on the bytes read, and a bound on how many replicas are polled at once: the image behind a
 replica is the tenant's, so its answer may be huge, endless, deeply nested or not JSON.
 """
@@ -105,10 +105,23 @@ async def _poll_one(session: aiohttp.ClientSession, target: Target, timeout: flo
             return ReplicaHealth(target.pod, Idempotency.UNKNOWN)
 
 
-async def poll_replicas(targets: Iterable[Target], timeout: float, max_concurrency: int) -> list[ReplicaHealth]:
-    targets = list(targets)
-    if not targets:
-        return []
-    gate = asyncio.Semaphore(max(1, max_concurrency))
-    async with aiohttp.ClientSession() as session:
-        return list(await asyncio.gather(*(_poll_one(session, t, timeout, gate) for t in targets)))
+class Poller:
+    """One HTTP client for every poll of the process (a session per poll costs more CPU
+    than the poll). Each request uses a fresh connection: a kept-alive one could meet a
+    replica that closed it just then, and read as a replica that did not answer."""
+
+    def __init__(self) -> None:
+        self._session: aiohttp.ClientSession | None = None
+
+    async def poll(self, targets: Iterable[Target], timeout: float, max_concurrency: int) -> list[ReplicaHealth]:
+        targets = list(targets)
+        if not targets:
+            return []
+        if self._session is None or self._session.closed:
+            self._session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0, force_close=True))
+        gate = asyncio.Semaphore(max(1, max_concurrency))
+        return list(await asyncio.gather(*(_poll_one(self._session, t, timeout, gate) for t in targets)))
+
+    async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()

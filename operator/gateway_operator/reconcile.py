@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import random
 import secrets as token_source
 from dataclasses import dataclass, field
 from typing import Any, Mapping, NamedTuple, Sequence
@@ -24,7 +25,7 @@ from kubernetes.client.rest import ApiException
 from . import api, reasons, render
 from .api import GatewaySpec, Policy
 from .conditions import Problem
-from .kube import Kube, NotOwned, SecretUndecodable, controlled_by
+from .kube import Kube, NotOwned, SecretUndecodable
 from .redis_probe import ProbeResult, Prober
 from .redis_target import InvalidRedisURL, RedisTarget, managed_redis_name, resolve
 from .replicas import replicas_to_run
@@ -55,6 +56,11 @@ class ReconcileSettings:
     def backoff(self, failures: int) -> float:
         return self.problem_backoff[min(failures, len(self.problem_backoff) - 1)]
 
+    def resync_after(self) -> float:
+        """The resync period less up to 10%: objects created together (an operator start
+        finds them all) drift apart instead of resyncing in one burst each period."""
+        return self.resync_seconds * random.uniform(0.9, 1.0)
+
 
 class Observed(NamedTuple):
     """The live Deployment, as far as it is ours."""
@@ -63,6 +69,32 @@ class Observed(NamedTuple):
     ready: int = 0
     updated: int = 0
     rollout_observed: bool = False
+
+
+class LiveDeployment(NamedTuple):
+    """A gateway Deployment as the watch last delivered it (kept in a kopf index), so that
+    observation passes read no API object at all."""
+
+    controller_uid: str | None
+    observed: Observed
+
+
+def live_deployment(deployment: Mapping[str, Any]) -> LiveDeployment:
+    owner = next((r.get("uid") for r in deployment["metadata"].get("ownerReferences") or []
+                  if r.get("controller")), None)
+    status = deployment.get("status") or {}
+    return LiveDeployment(owner, Observed(
+        running=int((deployment.get("spec") or {}).get("replicas") or 0),
+        ready=int(status.get("readyReplicas") or 0),
+        updated=int(status.get("updatedReplicas") or 0),
+        rollout_observed=int(status.get("observedGeneration") or 0) >= int(deployment["metadata"].get("generation")
+                                                                           or 0)))
+
+
+class SecretInputs(NamedTuple):
+    password: str | None = None   # the Redis password, for the operator's own probe
+    revision: str = ""            # changes when a Secret the pods read changes
+    problem: Problem | None = None
 
 
 class Outcome(NamedTuple):
@@ -78,6 +110,15 @@ class Outcome(NamedTuple):
 class Result(NamedTuple):
     outcome: Outcome
     requeue_after: float    # seconds until the next full pass is due
+    inputs: SecretInputs | None = None  # what a full pass read from the Secrets, for the passes until the next
+
+
+class Observation(NamedTuple):
+    """What an observation pass reuses instead of reading the API: the Deployment as the
+    watch delivered it, and the Secret inputs of the last full pass that read them fine."""
+
+    deployment: LiveDeployment | None = None
+    inputs: SecretInputs | None = None
 
 
 class Prepared(NamedTuple):
@@ -94,25 +135,35 @@ class Prepared(NamedTuple):
 
 
 async def reconcile(kube: Kube, prober: Prober, settings: ReconcileSettings, body: Mapping[str, Any],
-                    pods: Sequence[PodView], full: bool, failures: int) -> Result:
-    """``full=False`` only observes (Secrets, the probe, the Deployment's status): the cheap
-    pass run every health interval between full ones. ``failures``: consecutive passes that
-    ended with a Problem (for the backoff)."""
+                    pods: Sequence[PodView], full: bool, failures: int,
+                    seen: Observation = Observation()) -> Result:
+    """``full=False`` only observes (the probe, the Deployment's status): the cheap pass run
+    every health interval between full ones. It reads nothing from the API server when
+    ``seen`` has the Deployment's watched state and the last full pass's Secret inputs, so
+    a Secret's change is noticed by the next full pass. ``failures``: consecutive passes
+    that ended with a Problem (for the backoff)."""
     meta = body["metadata"]
     owner = render.Owner(meta["name"], meta["namespace"], meta["uid"])
+    inputs: list[SecretInputs] = []
     try:
-        outcome = await _reconcile(kube, prober, settings, owner, body.get("spec") or {}, pods, full)
+        outcome = await _reconcile(kube, prober, settings, owner, body.get("spec") or {}, pods, full, seen, inputs)
     except Exception as e:  # noqa: BLE001 - the boundary: nothing escapes to the loop
         outcome = Outcome(problem=_unexpected(e), applied=full, error=e)
+    read = inputs[0] if inputs and full and outcome.problem is None else None
     if outcome.problem is not None:
-        return Result(outcome, settings.backoff(failures))
-    return Result(outcome, settings.resync_seconds)
+        return Result(outcome, settings.backoff(failures), read)
+    return Result(outcome, settings.resync_after(), read)
 
 
 async def _reconcile(kube: Kube, prober: Prober, settings: ReconcileSettings, owner: render.Owner,
-                     raw_spec: Mapping[str, Any], pods: Sequence[PodView], full: bool) -> Outcome:
-    prepared = await asyncio.to_thread(_prepare, kube, owner, raw_spec, full)
-    observed = await asyncio.to_thread(_observe, kube, owner)
+                     raw_spec: Mapping[str, Any], pods: Sequence[PodView], full: bool, seen: Observation,
+                     inputs_read: list[SecretInputs]) -> Outcome:
+    cached = None if full else seen.inputs
+    prepared = await asyncio.to_thread(_prepare, kube, owner, raw_spec, full, cached, inputs_read)
+    if full or seen.deployment is None:
+        observed = await asyncio.to_thread(_observe, kube, owner)
+    else:
+        observed = _observed_if_ours(seen.deployment, owner)
     if prepared.problem is not None or prepared.spec is None:
         return Outcome(prepared.target, prepared.problem, observed=observed, writes=prepared.writes, applied=full)
     spec, target = prepared.spec, prepared.target
@@ -138,9 +189,11 @@ async def _reconcile(kube: Kube, prober: Prober, settings: ReconcileSettings, ow
     return Outcome(target, problem or _pod_problem(pods), probe, observed, writes, apply)
 
 
-def _prepare(kube: Kube, owner: render.Owner, raw_spec: Mapping[str, Any], full: bool) -> Prepared:
+def _prepare(kube: Kube, owner: render.Owner, raw_spec: Mapping[str, Any], full: bool,
+             cached: SecretInputs | None, inputs_read: list[SecretInputs]) -> Prepared:
     """Parse and check the spec, create the generated Secrets (full passes), read the ones
-    the pods use. Every bad input becomes a Problem."""
+    the pods use (unless ``cached`` holds what the last full pass read). Every bad input
+    becomes a Problem."""
     try:
         spec = GatewaySpec.parse(raw_spec)
     except (TypeError, ValueError, KeyError, AttributeError) as e:
@@ -160,7 +213,8 @@ def _prepare(kube: Kube, owner: render.Owner, raw_spec: Mapping[str, Any], full:
         return Prepared(owner, problem=Problem(reasons.INVALID_REDIS_URL, str(e)))
     try:
         writes = _ensure_generated_secrets(kube, owner, spec) if full else 0
-        inputs = _secret_inputs(kube, owner, spec, target)
+        inputs = cached or _secret_inputs(kube, owner, spec, target)
+        inputs_read.append(inputs)
         managed_ip = _managed_redis_ip(kube, owner, target) if target is not None else None
     except NotOwned as e:
         return Prepared(owner, spec, target, problem=_not_owned(e))
@@ -194,12 +248,6 @@ def _ensure_generated_secrets(kube: Kube, owner: render.Owner, spec: GatewaySpec
         created += kube.create_if_absent(render.generated_secret(
             owner, managed_redis_name(owner.name), "password", token_source.token_urlsafe(32), "redis"), owner.uid)
     return created
-
-
-class SecretInputs(NamedTuple):
-    password: str | None = None   # the Redis password, for the operator's own probe
-    revision: str = ""            # changes when a Secret the pods read changes
-    problem: Problem | None = None
 
 
 def _secret_inputs(kube: Kube, owner: render.Owner, spec: GatewaySpec, target: RedisTarget | None) -> SecretInputs:
@@ -243,14 +291,11 @@ def _managed_redis_ip(kube: Kube, owner: render.Owner, target: RedisTarget) -> s
 def _observe(kube: Kube, owner: render.Owner) -> Observed:
     """The Deployment's counts; a same-named Deployment of someone else counts as nothing."""
     live = kube.get("apps/v1", "Deployment", owner.namespace, owner.name)
-    if live is None or not controlled_by(live, owner.uid):
-        return Observed()
-    status = live.get("status") or {}
-    return Observed(
-        running=int((live.get("spec") or {}).get("replicas") or 0),
-        ready=int(status.get("readyReplicas") or 0),
-        updated=int(status.get("updatedReplicas") or 0),
-        rollout_observed=int(status.get("observedGeneration") or 0) >= int(live["metadata"]["generation"]))
+    return Observed() if live is None else _observed_if_ours(live_deployment(live), owner)
+
+
+def _observed_if_ours(live: LiveDeployment, owner: render.Owner) -> Observed:
+    return live.observed if live.controller_uid == owner.uid else Observed()
 
 
 def _policy_problem(spec: GatewaySpec) -> Problem | None:

@@ -13,8 +13,9 @@ from typing import Any, Callable, Mapping, Sequence
 
 from . import metrics
 from .controller import ControllerSettings, GatewayController
+from .health import Poller
 from .kube import Kube
-from .reconcile import PodView
+from .reconcile import LiveDeployment, PodView
 from .redis_probe import Allowlist, Prober
 
 log = logging.getLogger(__name__)
@@ -23,9 +24,11 @@ Key = tuple[str, str]
 
 class Supervisor:
     def __init__(self, kube: Kube, settings: ControllerSettings,
-                 pods_of: Callable[[Key], Sequence[PodView]]) -> None:
-        self.kube, self.settings, self.pods_of = kube, settings, pods_of
+                 pods_of: Callable[[Key], Sequence[PodView]],
+                 deployment_of: Callable[[Key], LiveDeployment | None] = lambda _: None) -> None:
+        self.kube, self.settings, self.pods_of, self.deployment_of = kube, settings, pods_of, deployment_of
         self.prober = Prober(Allowlist.parse(settings.redis_allow))  # one, so its limits hold across objects
+        self.poller = Poller()  # one HTTP client for every /health poll
         self._controllers: dict[Key, tuple[str, GatewayController, asyncio.Task[None]]] = {}
         # uids seen deleted: a late event of a deleted object (same name, re-created) must
         # neither start a loop for it nor stop the loop of its successor
@@ -44,8 +47,9 @@ class Supervisor:
         entry = self._controllers.get(key)
         if entry is None or entry[0] != uid:  # new, or deleted and re-created
             self.stop(key)
-            controller = GatewayController(self.kube, key[0], key[1], lambda: self.pods_of(key), self.settings,
-                                           self.prober)
+            controller = GatewayController(self.kube, key[0], key[1], lambda: self.pods_of(key),
+                                           lambda: self.deployment_of(key), self.settings, self.prober,
+                                           self.poller)
             task = asyncio.get_running_loop().create_task(controller.run(), name=f"gateway {key[0]}/{key[1]}")
             task.add_done_callback(lambda _: self._finished(key, uid))
             entry = (uid, controller, task)
@@ -84,3 +88,4 @@ class Supervisor:
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+        await self.poller.close()
