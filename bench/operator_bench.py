@@ -334,6 +334,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         operator = OperatorProcess(cluster, resync_seconds=args.resync, lease=(15, 10, 2)).start()  # the chart's lease
         assert operator.proc is not None
         pid = operator.proc.pid
+        print(f"operator pid {pid} (for a profiler: py-spy record -p {pid})", flush=True)
         out["rss_start_mib"] = round(proc_stat(pid)[0], 1)
         operator_s, ready_s = bench.operator_run(ns, pods, gateways)
         out["operator_s"], out["operator_ready_s"] = round(operator_s, 2), round(ready_s, 2)

@@ -55,9 +55,9 @@ CASES = {
         resource(running_replicas=1, ready_replicas=1, updated_replicas=1, probe=REFUSED), "Progressing",
         "WaitingForRedis: holding 1 of 3 replicas until the operator's Redis probe passes"),
     "rolling out a new config": (
-        resource(updated_replicas=1), "Progressing", "RollingOut: 3 of 3 replicas ready and updated"),
+        resource(updated_replicas=1), "Progressing", "RollingOut: 1 of 3 replicas updated, 3 ready"),
     "Deployment controller has not seen the new template": (
-        resource(rollout_observed=False), "Progressing", "RollingOut: 3 of 3 replicas ready and updated"),
+        resource(rollout_observed=False), "Progressing", "RollingOut: 3 of 3 replicas updated, 3 ready"),
     # Ready False with nothing reconciling and nothing stalled: Ready's reason decides
     "replicas not ready, nothing to roll": (
         resource(desired_replicas=3, running_replicas=2, ready_replicas=2, updated_replicas=2),

@@ -91,7 +91,8 @@ def _reconciling(f: Facts) -> Condition:
                          "operator's Redis probe passes")
     if _rolling(f):
         return Condition(RECONCILING, "True", R.ROLLING_OUT,
-                         f"{f.ready_replicas} of {f.running_replicas} replicas ready and updated")
+                         f"{f.updated_replicas} of {f.running_replicas} replicas updated, "
+                         f"{f.ready_replicas} ready")
     return Condition(RECONCILING, "False", R.RECONCILE_COMPLETE, "all objects match the spec")
 
 
