@@ -78,7 +78,7 @@ class GatewayController:
         """Called for every watch event of the object: wakes the loop when the spec changed."""
         if _resource_version(body) < self._rv_floor:
             return  # older than our own last status write; a newer event follows
-        self.body = body
+        self.body = _kept(body)
         if body.get("metadata", {}).get("generation") != self._reconciled_generation:
             self._dirty = True
             self._failures = 0  # a new spec deserves a prompt first try
@@ -107,7 +107,7 @@ class GatewayController:
             await self._sleep()
 
     def _note_error(self, message: str, exc_info: bool = False) -> None:
-        metrics.RECONCILE_ERRORS.labels(self.namespace, self.name).inc()
+        metrics.reconcile_failed(self.namespace, self.name)
         problem = Problem("StepError", message)
         if problem != self._last_problem:
             self.log.warning(message, exc_info=exc_info)
@@ -150,7 +150,7 @@ class GatewayController:
         if result.outcome.applied:
             self._inputs = result.inputs  # None after a problem: observation passes read again until fixed
         if result.outcome.applied:
-            metrics.RECONCILE_SECONDS.labels(self.namespace, self.name).observe(time.monotonic() - started)
+            metrics.reconcile_took(self.namespace, self.name, time.monotonic() - started)
         return result
 
     def _settle(self, body: Mapping[str, Any], outcome: Outcome, requeue_after: float) -> Outcome:
@@ -159,8 +159,7 @@ class GatewayController:
         until the next full pass, so status does not flap between passes."""
         now = time.monotonic()
         if outcome.applied:
-            metrics.RECONCILES.labels(self.namespace, self.name).inc()
-            metrics.API_WRITES.labels(self.namespace, self.name).inc(outcome.writes)
+            metrics.reconciled(self.namespace, self.name, outcome.writes)
             self._dirty = False
             self._reconciled_generation = body["metadata"].get("generation")
             self._next_full = now + requeue_after
@@ -171,7 +170,7 @@ class GatewayController:
         elif outcome.problem is not None:
             self._next_full = min(self._next_full, now + requeue_after)
         if outcome.error is not None:
-            metrics.RECONCILE_ERRORS.labels(self.namespace, self.name).inc()
+            metrics.reconcile_failed(self.namespace, self.name)
         if outcome.problem != self._last_problem:
             if outcome.problem is not None:
                 self.log.warning("stalled: %s: %s", outcome.problem.reason, outcome.problem.message,
@@ -185,8 +184,7 @@ class GatewayController:
         targets = [health.Target(p.name, p.ip, api.GATEWAY_PORT) for p in self.pods()
                    if p.ready and p.ip and not p.deleting]
         results = await self.poller.poll(targets, health_spec.timeout_seconds, health_spec.max_concurrency)
-        for r in results:
-            metrics.HEALTH_POLLS.labels(self.namespace, self.name, r.state.value).inc()
+        metrics.polled(self.namespace, self.name, (r.state.value for r in results))
         return results
 
     async def _publish(self, body: Mapping[str, Any], facts: Facts, outcome: Outcome) -> None:
@@ -200,9 +198,9 @@ class GatewayController:
         if "redis" in previous and "redis" not in new:
             patch["redis"] = None
         written = await asyncio.to_thread(self.kube.patch_status, self.namespace, self.name, patch)
-        metrics.API_WRITES.labels(self.namespace, self.name).inc()
+        metrics.wrote(self.namespace, self.name)
         # the watch may still deliver events older than this write: remember where we are
-        self.body, self._rv_floor = written, _resource_version(written)
+        self.body, self._rv_floor = _kept(written), _resource_version(written)
         self._post_events(body, previous.get("conditions") or [], new["conditions"])
 
     def _post_events(self, body: Mapping[str, Any], before: Sequence[Mapping[str, Any]],
@@ -229,7 +227,7 @@ class GatewayController:
             return
         self._last_restart = time.monotonic()
         await asyncio.to_thread(self.kube.delete_pod, self.namespace, pod.name, pod.uid)
-        metrics.STALE_RESTARTS.labels(self.namespace, self.name).inc()
+        metrics.restarted_stale_replica(self.namespace, self.name)
         self.log.info("restarted pod %s: it kept the build-time SQLite fallback", pod.name)
         kopf.event(dict(self.body), type="Normal", reason="RestartedStaleReplica",
                    message=f"restarted pod {pod.name}: it kept the per-replica SQLite fallback after Redis "
@@ -251,6 +249,13 @@ def _spec_or_none(body: Mapping[str, Any]) -> GatewaySpec | None:
         return GatewaySpec.parse(body.get("spec") or {})
     except Exception:  # noqa: BLE001 - reconcile turns the same failure into InvalidSpec
         return None
+
+
+def _kept(body: Mapping[str, Any]) -> dict[str, Any]:
+    """The object as the loop keeps it between steps: without metadata.managedFields, which
+    the operator never reads and which is most of a GatewayDeployment's size in memory."""
+    meta = body.get("metadata") or {}
+    return {**body, "metadata": {k: v for k, v in meta.items() if k != "managedFields"}}
 
 
 def _resource_version(body: Mapping[str, Any]) -> int:
