@@ -19,6 +19,11 @@ monitoring-binaries:
 	@hack/build-binaries.sh --monitoring >/dev/null
 .PHONY: monitoring-binaries
 
+# kube-scheduler and kwok for bench/operator_bench.py (tests/test_bench.py runs a small one)
+bench-binaries:
+	@hack/build-binaries.sh --bench >/dev/null
+.PHONY: bench-binaries
+
 cluster-up: system-deps venv binaries
 	@hack/cluster.sh up
 
@@ -28,7 +33,7 @@ cluster-down:
 # Unit tests, then the integration suite on its own local control plane (started and
 # stopped by the test session) and real redis-servers. GWOP_TEST_KUBECONFIG=<path> runs
 # the integration suite against an existing cluster instead.
-test: system-deps venv binaries monitoring-binaries
+test: system-deps venv binaries monitoring-binaries bench-binaries
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 # The full fuzz run (issue 7): 500+ seeded adversarial GatewayDeployments through the real API

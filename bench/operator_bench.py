@@ -49,7 +49,7 @@ from kubernetes.client.rest import ApiException  # noqa: E402
 from gateway_operator import api as gw_api, render  # noqa: E402
 from gateway_operator.api import GatewaySpec  # noqa: E402
 from gateway_operator.redis_target import resolve  # noqa: E402
-from simulated_nodes import SimulatedNodes  # noqa: E402
+from simulated_nodes import POD_CIDR, SimulatedNodes  # noqa: E402
 from support import audit  # noqa: E402
 from support.cluster import Cluster, tool  # noqa: E402
 from support.operator import IDENTITY, OperatorProcess, gateway_deployment, redis_store  # noqa: E402
@@ -313,9 +313,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     os.environ["GWOP_STANDIN"] = "0"               # kwok plays the kubelets
     os.environ.setdefault("GWOP_SERVICE_CIDR", "198.19.0.0/16")  # a ClusterIP for each of thousands of Services
     t = time.monotonic()
-    cluster = Cluster.from_environment(".cluster/bench")
-    assert cluster.directory is not None or os.environ.get("GWOP_TEST_KUBECONFIG") is None
-    nodes = SimulatedNodes(cluster.kubeconfig, (cluster.directory or REPO / ".cluster/bench") / "kwok")
+    cluster = Cluster.from_environment(args.cluster_dir)
+    if cluster.directory is None:
+        raise SystemExit("the benchmark runs on a control plane of its own (unset GWOP_TEST_KUBECONFIG)")
+    nodes = SimulatedNodes(cluster.kubeconfig, cluster.directory / "kwok", args.pod_cidr)
     nodes.start(tool("kubectl"))
     print(f"control plane with simulated nodes up: {time.monotonic() - t:.1f}s", flush=True)
     redis = RedisServer(password="bench-password").start()
@@ -431,6 +432,9 @@ def main() -> None:
     parser.add_argument("--no-floor", action="store_true", help="skip the floor run (throughput and memory runs)")
     parser.add_argument("--json", type=Path, help="write the figures here as JSON")
     parser.add_argument("--keep", action="store_true", help="leave the control plane up")
+    parser.add_argument("--cluster-dir", default=".cluster/bench", help="its control plane's directory")
+    parser.add_argument("--pod-cidr", default=POD_CIDR, help="loopback range of the simulated pods' IPs "
+                        "(two runs at once need two ranges)")
     args = parser.parse_args()
     args.flips = min(args.flips, args.gateways)
     out = run(args)

@@ -50,6 +50,7 @@ def node_manifest(name: str, pod_cidr: str = POD_CIDR, pods: int = 10000) -> dic
 class SimulatedNodes:
     kubeconfig: Path
     directory: Path                      # logs and generated config go here
+    pod_cidr: str = POD_CIDR
     procs: list[subprocess.Popen[bytes]] = field(default_factory=list)
 
     def start(self, kubectl: str) -> "SimulatedNodes":
@@ -67,10 +68,10 @@ class SimulatedNodes:
                                        "--secure-port", "0", "--v", "1"])
         self._spawn("kwok", [str(bin_dir / "kwok"), "--kubeconfig", str(self.kubeconfig), "-c", str(stages),
                              "--manage-all-nodes=false", "--manage-nodes-with-label-selector=type=kwok",
-                             "--cidr", POD_CIDR, "--node-ip", "127.0.0.1", "--server-address", "127.0.0.1:0",
+                             "--cidr", self.pod_cidr, "--node-ip", "127.0.0.1", "--server-address", "127.0.0.1:0",
                              "--node-lease-duration-seconds", "40", "-v", "WARN"])  # heartbeats by Lease
         subprocess.run([kubectl, "--kubeconfig", str(self.kubeconfig), "apply", "-f", "-"], check=True,
-                       input=json.dumps(node_manifest("kwok-0")).encode(), stdout=subprocess.DEVNULL)
+                       input=json.dumps(node_manifest("kwok-0", self.pod_cidr)).encode(), stdout=subprocess.DEVNULL)
         subprocess.run([kubectl, "--kubeconfig", str(self.kubeconfig), "wait", "--for=condition=Ready",
                         "node/kwok-0", "--timeout=60s"], check=True, stdout=subprocess.DEVNULL)
         return self

@@ -8,6 +8,7 @@
 #   hack/build-binaries.sh --node   a real node's kubelet, kube-proxy and kube-scheduler too
 #                                   (hack/node.sh, opt-in; same module, same scheme)
 #   hack/build-binaries.sh --bench  kube-scheduler and kwok (hack/kwok) for the scale benchmark
+#                                   (flags combine: --monitoring --bench)
 #   hack/build-binaries.sh --monitoring
 #                                   prometheus and promtool (hack/prometheus) and the
 #                                   prometheus-operator CRDs ($GWOP_CACHE/crds/) for
@@ -97,8 +98,8 @@ fetch_layer_tools() {
 fetch_layer_tools
 build_etcd
 kube_components=(kube-apiserver kube-controller-manager)
-[[ ${1:-} == --node ]] && kube_components+=(kubelet kube-proxy kube-scheduler)
-if [[ ${1:-} == --bench ]]; then
+[[ " $* " == *" --node "* ]] && kube_components+=(kubelet kube-proxy kube-scheduler)
+if [[ " $* " == *" --bench "* ]]; then
   kube_components+=(kube-scheduler)
   build_kwok
   ln -sf "kwok-$KWOK_VERSION" "$bin/kwok"

@@ -48,7 +48,10 @@ def requests(cluster: Cluster, user: str, since: str = "") -> list[Request]:
     if cluster.audit_log is None:
         raise RuntimeError("the audit log exists only on the local control plane the session started")
     out = []
-    for line in cluster.audit_log.read_text().splitlines():
+    # the API server rotates the log at --audit-log-maxsize into audit-<time>.log (one backup
+    # kept): read that first, so a window spanning a rotation misses nothing
+    files = sorted(cluster.audit_log.parent.glob("audit-*.log")) + [cluster.audit_log]
+    for line in (line for f in files if f.exists() for line in f.read_text().splitlines()):
         if user not in line:  # cheap: most lines are someone else's
             continue
         event: dict[str, Any] = json.loads(line)
