@@ -38,6 +38,7 @@ class Chart:
     spans: Sequence[tuple[float, float, str]] = field(default_factory=list)  # shaded (start, end, short label)
     step: float | None = None  # "states": the width of one sample (default: the closest two samples)
     xlim: tuple[float, float] | None = None
+    ylim: tuple[float, float] | None = None
 
 
 def _draw(ax: plt.Axes, chart: Chart) -> None:
@@ -72,6 +73,8 @@ def _draw(ax: plt.Axes, chart: Chart) -> None:
         ax.grid(True, linewidth=0.3)
     if chart.xlim:
         ax.set_xlim(*chart.xlim)
+    if chart.ylim:
+        ax.set_ylim(*chart.ylim)
     ax.set_title(chart.title, fontsize=9, pad=10 if chart.spans else 4, loc="left")
     ax.set_xlabel(chart.xlabel, fontsize=7)
     ax.set_ylabel(chart.ylabel, fontsize=7)
