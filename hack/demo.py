@@ -52,6 +52,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests"))  # the sandbox harness: tests/support
 
 from support.cluster import Cluster, tool  # noqa: E402
+from support.operator import install_crd  # noqa: E402
 from support.pod_runner import LocalPodProcess, PodRunError, run_pod_locally  # noqa: E402
 from support.redis_server import free_port  # noqa: E402
 from support import wait  # noqa: E402
@@ -291,8 +292,7 @@ def cluster_id(cluster: Cluster) -> str:
 
 
 def install_operator_objects(cluster: Cluster) -> None:
-    cluster.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(REPO / "crds"))
-    cluster.kubectl("wait", "--for=condition=Established", "crd/gatewaydeployments.gateway-operator.dev")
+    install_crd(cluster)  # the harness's: it waits out the moment the new CRD has no conditions yet
     say("    CRD gatewaydeployments.gateway-operator.dev established")
     cluster.apply(json.dumps({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": SYSTEM_NAMESPACE}}))
     rendered = subprocess.run(
