@@ -122,16 +122,30 @@ class Observation(NamedTuple):
 
 
 class Prepared(NamedTuple):
-    """Inputs of one pass, read before the probe (the password never leaves this object)."""
+    """Inputs of one pass, read before the probe. ``inputs`` holds the Redis password: it
+    stays in the operator's memory (the loop keeps it for the observation passes), never in
+    status, events or logs."""
 
     owner: render.Owner
     spec: GatewaySpec | None = None
     target: RedisTarget | None = None
-    password: str | None = None
-    revision: str = ""
+    inputs: SecretInputs | None = None
     managed_ip: str | None = None
     problem: Problem | None = None
     writes: int = 0
+
+    @property
+    def password(self) -> str | None:
+        return self.inputs.password if self.inputs else None
+
+    @property
+    def revision(self) -> str:
+        return self.inputs.revision if self.inputs else ""
+
+
+class _Pass(NamedTuple):
+    outcome: Outcome
+    inputs: SecretInputs | None = None  # the Secret inputs the pass used, when it could read them all
 
 
 async def reconcile(kube: Kube, prober: Prober, settings: ReconcileSettings, body: Mapping[str, Any],
@@ -144,28 +158,27 @@ async def reconcile(kube: Kube, prober: Prober, settings: ReconcileSettings, bod
     that ended with a Problem (for the backoff)."""
     meta = body["metadata"]
     owner = render.Owner(meta["name"], meta["namespace"], meta["uid"])
-    inputs: list[SecretInputs] = []
     try:
-        outcome = await _reconcile(kube, prober, settings, owner, body.get("spec") or {}, pods, full, seen, inputs)
+        outcome, inputs = await _reconcile(kube, prober, settings, owner, body.get("spec") or {}, pods, full, seen)
     except Exception as e:  # noqa: BLE001 - the boundary: nothing escapes to the loop
-        outcome = Outcome(problem=_unexpected(e), applied=full, error=e)
-    read = inputs[0] if inputs and full and outcome.problem is None else None
+        outcome, inputs = Outcome(problem=_unexpected(e), applied=full, error=e), None
+    read = inputs if full and outcome.problem is None else None
     if outcome.problem is not None:
         return Result(outcome, settings.backoff(failures), read)
     return Result(outcome, settings.resync_after(), read)
 
 
 async def _reconcile(kube: Kube, prober: Prober, settings: ReconcileSettings, owner: render.Owner,
-                     raw_spec: Mapping[str, Any], pods: Sequence[PodView], full: bool, seen: Observation,
-                     inputs_read: list[SecretInputs]) -> Outcome:
+                     raw_spec: Mapping[str, Any], pods: Sequence[PodView], full: bool, seen: Observation) -> _Pass:
     cached = None if full else seen.inputs
-    prepared = await asyncio.to_thread(_prepare, kube, owner, raw_spec, full, cached, inputs_read)
+    prepared = await asyncio.to_thread(_prepare, kube, owner, raw_spec, full, cached)
     if full or seen.deployment is None:
         observed = await asyncio.to_thread(_observe, kube, owner)
     else:
         observed = _observed_if_ours(seen.deployment, owner)
     if prepared.problem is not None or prepared.spec is None:
-        return Outcome(prepared.target, prepared.problem, observed=observed, writes=prepared.writes, applied=full)
+        return _Pass(Outcome(prepared.target, prepared.problem, observed=observed, writes=prepared.writes,
+                             applied=full))
     spec, target = prepared.spec, prepared.target
     probe = None
     if target is not None:
@@ -186,11 +199,11 @@ async def _reconcile(kube: Kube, prober: Prober, settings: ReconcileSettings, ow
         except ApiException as e:
             problem = Problem(reasons.APPLY_FAILED, f"the API server refused a change: {_api_message(e)}")
         observed = await asyncio.to_thread(_observe, kube, owner)
-    return Outcome(target, problem or _pod_problem(pods), probe, observed, writes, apply)
+    return _Pass(Outcome(target, problem or _pod_problem(pods), probe, observed, writes, apply), prepared.inputs)
 
 
 def _prepare(kube: Kube, owner: render.Owner, raw_spec: Mapping[str, Any], full: bool,
-             cached: SecretInputs | None, inputs_read: list[SecretInputs]) -> Prepared:
+             cached: SecretInputs | None) -> Prepared:
     """Parse and check the spec, create the generated Secrets (full passes), read the ones
     the pods use (unless ``cached`` holds what the last full pass read). Every bad input
     becomes a Problem."""
@@ -214,7 +227,6 @@ def _prepare(kube: Kube, owner: render.Owner, raw_spec: Mapping[str, Any], full:
     try:
         writes = _ensure_generated_secrets(kube, owner, spec) if full else 0
         inputs = cached or _secret_inputs(kube, owner, spec, target)
-        inputs_read.append(inputs)
         managed_ip = _managed_redis_ip(kube, owner, target) if target is not None else None
     except NotOwned as e:
         return Prepared(owner, spec, target, problem=_not_owned(e))
@@ -223,7 +235,7 @@ def _prepare(kube: Kube, owner: render.Owner, raw_spec: Mapping[str, Any], full:
                                                              f"the API server refused a request: {_api_message(e)}"))
     if inputs.problem:  # keep what runs: pods referencing a missing Secret would not start
         return Prepared(owner, spec, target, problem=inputs.problem, writes=writes)
-    return Prepared(owner, spec, target, inputs.password, inputs.revision, managed_ip, writes=writes)
+    return Prepared(owner, spec, target, inputs, managed_ip, writes=writes)
 
 
 def _apply(kube: Kube, owner: render.Owner, spec: GatewaySpec, target: RedisTarget | None, replicas: int,
