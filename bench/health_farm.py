@@ -6,7 +6,7 @@ process answers ``GET /health`` at every such IP the way the gateway documents i
 process, so its CPU is neither charged to the operator nor in the benchmark's hot path.
 
 Commands arrive as JSON lines on stdin, one reply line each on stdout:
-  {"op": "serve", "ips": [...]}            listen on these IPs too (port 8765)
+  {"op": "serve", "ips": [...]}            listen on these IPs too (the gateway's port)
   {"op": "degrade", "ips": [...]}          /health reports durability:idempotency (runtime)
   {"op": "clear", "ips": [...]}            back to healthy
   {"op": "stats"}                          {"requests": total answered, "cpu_s": ...}
@@ -18,15 +18,13 @@ import json
 import resource
 import sys
 import time
+from pathlib import Path
 
-PORT = 8765
-_HEALTHY = json.dumps({"status": "healthy", "uptime": 1.0, "agents": 1, "sessions": 0, "clients": 0,
-                       "channels": {}, "last_inbound_at": None}).encode()
-_DEGRADED = json.dumps({"status": "degraded", "uptime": 1.0, "agents": 1, "sessions": 0, "clients": 0,
-                        "channels": {}, "last_inbound_at": None, "degraded_owners": [{
-                            "owner_kind": "gateway", "owner_id": "durability:idempotency", "state": "cold",
-                            "reason": "redis idempotency backend unreachable at runtime (dedup best-effort "
-                                      "until it recovers)", "retry_hint": "restore redis"}]}).encode()
+REPO = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(REPO / "tests"), str(REPO / "operator")]
+
+from gateway_operator.api import GATEWAY_PORT as PORT  # noqa: E402
+from support.standins import RUNTIME, health_body, idempotency_owner  # noqa: E402  - the one /health shape
 
 
 def _response(body: bytes) -> bytes:
@@ -34,7 +32,8 @@ def _response(body: bytes) -> bytes:
             + str(len(body)).encode() + b"\r\n\r\n" + body)
 
 
-_ANSWERS = {False: _response(_HEALTHY), True: _response(_DEGRADED)}
+_ANSWERS = {False: _response(json.dumps(health_body([])).encode()),
+            True: _response(json.dumps(health_body([idempotency_owner(RUNTIME)])).encode())}
 
 
 class Farm:
@@ -85,7 +84,10 @@ async def main() -> None:
         command = json.loads(line)
         op, ips = command["op"], command.get("ips", [])
         if op == "serve":
-            reply: dict[str, object] = {"serving": await farm.serve(ips)}
+            try:
+                reply: dict[str, object] = {"serving": await farm.serve(ips)}
+            except OSError as e:  # e.g. another run already listens there
+                reply = {"error": f"cannot listen on {ips}: {e}"}
         elif op == "degrade":
             farm.degraded.update(ips)
             reply = {"degraded": len(farm.degraded)}

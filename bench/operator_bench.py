@@ -90,7 +90,13 @@ class Farm:
             assert self.proc.stdin and self.proc.stdout
             self.proc.stdin.write(json.dumps({"op": op, "ips": ips or []}) + "\n")
             self.proc.stdin.flush()
-            return json.loads(self.proc.stdout.readline())
+            line = self.proc.stdout.readline()
+        if not line:
+            raise RuntimeError(f"the health stand-ins exited ({self.proc.poll()})")
+        reply = json.loads(line)
+        if "error" in reply:
+            raise RuntimeError(f"health stand-ins: {reply['error']} (is another benchmark using --pod-cidr?)")
+        return reply
 
     def close(self) -> None:
         self.proc.terminate()
@@ -102,6 +108,7 @@ class Watched:
     """What a list+watch of one resource kind in one namespace has seen, as it arrives."""
 
     summarize: Callable[[dict[str, Any]], Any]
+    error: Exception | None = None  # what stopped the watch for good (values() raises it)
     objects: dict[str, Any] = field(default_factory=dict)
     history: dict[str, list[tuple[float, Any]]] = field(default_factory=dict)  # name -> (arrival, summary)
     lock: threading.Lock = field(default_factory=threading.Lock)
@@ -117,6 +124,8 @@ class Watched:
             self.history.setdefault(name, []).append((time.time(), summary))
 
     def values(self) -> list[Any]:
+        if self.error is not None:
+            raise RuntimeError("a watch of the benchmark failed") from self.error
         with self.lock:
             return list(self.objects.values())
 
@@ -144,6 +153,9 @@ def start_watch(lister: Callable[..., Any], namespace: str, watched: Watched, st
             except ApiException as e:
                 if e.status != 410:
                     time.sleep(1)
+            except RuntimeError as e:  # the bench's own failure (the stand-ins): stop, say why
+                watched.error = e
+                return
             except Exception:  # noqa: BLE001 - a dropped watch restarts with a fresh list
                 time.sleep(1)
     thread = threading.Thread(target=loop, daemon=True)
@@ -226,7 +238,7 @@ class Bench:
         start_watch(self.core.list_namespaced_pod, ns, pods, self.stop, on_event=serve)
         return pods
 
-    def ready_pods(self, pods: Watched) -> int:
+    def ready_pod_count(self, pods: Watched) -> int:
         return sum(1 for p in pods.values() if p.ready and p.ip)
 
     def delete_namespace(self, ns: str) -> None:
@@ -252,7 +264,7 @@ class Bench:
         started = time.monotonic()
         with ThreadPoolExecutor(WORKERS) as pool:
             list(pool.map(self._create, objects))
-        until(lambda: self.ready_pods(pods) >= self.pods_expected, timeout=3600, interval=0.5,
+        until(lambda: self.ready_pod_count(pods) >= self.pods_expected, timeout=3600, interval=0.5,
               what="floor pods ready")
         elapsed = time.monotonic() - started
         self.delete_namespace(ns)
@@ -273,7 +285,7 @@ class Bench:
         with ThreadPoolExecutor(WORKERS) as pool:
             list(pool.map(lambda n: self.custom.create_namespaced_custom_object(
                 gw_api.GROUP, gw_api.VERSION, ns, gw_api.PLURAL, self.spec(n)), self.names))
-        until(lambda: self.ready_pods(pods) >= self.pods_expected, timeout=3600, interval=0.5,
+        until(lambda: self.ready_pod_count(pods) >= self.pods_expected, timeout=3600, interval=0.5,
               what="operator pods ready")
         pods_ready = time.monotonic() - started
         until(lambda: sum(1 for g in gateways.values() if g.get("Ready") == "True") >= self.args.gateways,
@@ -356,7 +368,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         time.sleep(args.idle)
         polls = farm.call("stats")["requests"] - polls0
         rss, cpu1 = proc_stat(pid)
-        out["polls_demanded_per_s"] = round(bench.ready_pods(pods) / args.interval, 1)
+        out["polls_demanded_per_s"] = round(bench.ready_pod_count(pods) / args.interval, 1)
         out["polls_achieved_per_s"] = round(polls / args.idle, 1)
         writes = audit.writes(cluster, IDENTITY, since)
         # renewing the leader Lease is the one write an idle leader must make

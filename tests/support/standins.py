@@ -16,6 +16,15 @@ BUILD_TIME = "redis idempotency backend not available (running per-replica)"
 RUNTIME = "redis idempotency backend unreachable at runtime (dedup best-effort until it recovers)"
 
 
+def health_body(degraded_owners: list[dict[str, Any]]) -> dict[str, Any]:
+    """``GET /health`` as the gateway documents it."""
+    body: dict[str, Any] = {"status": "healthy", "uptime": 1.0, "agents": 1, "sessions": 0, "clients": 0,
+                            "channels": {}, "last_inbound_at": None}
+    if degraded_owners:
+        body["degraded_owners"] = degraded_owners
+    return body
+
+
 def idempotency_owner(reason: str) -> dict[str, Any]:
     return {"owner_kind": "gateway", "owner_id": "durability:idempotency", "state": "cold",
             "reason": reason, "retry_hint": "restore redis"}
@@ -40,10 +49,7 @@ class HealthStandIn:
                         pass
                     return
                 if self.path == "/health":
-                    body: dict[str, Any] = {"status": "healthy", "uptime": 1.0, "agents": 1, "sessions": 0,
-                                            "clients": 0, "channels": {}, "last_inbound_at": None}
-                    if standin.degraded_owners:
-                        body["degraded_owners"] = standin.degraded_owners
+                    body = health_body(standin.degraded_owners)
                 elif self.path == "/ready":
                     body = {"ready": True, "failing": [], "uptime": 1.0}
                 else:
