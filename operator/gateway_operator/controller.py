@@ -65,7 +65,6 @@ class GatewayController:
     _failures: int = 0                  # consecutive passes that ended with a Problem or an error
     _last_problem: Problem | None = None  # the last one logged
     _sticky: Problem | None = None        # a problem of the last full pass that observation cannot see
-    _health: HealthSpec = field(default_factory=HealthSpec)  # the polling settings the last step read
     _last_restart: float = 0.0
     _rv_floor: int = 0
     _inputs: SecretInputs | None = None  # the last full pass's Secret inputs, reused until the next
@@ -118,7 +117,7 @@ class GatewayController:
     async def step(self) -> None:
         body = self.body
         spec = _spec_or_none(body)
-        health_spec = self._health = spec.health if spec else HealthSpec()
+        health_spec = spec.health if spec else HealthSpec()
         started = time.monotonic()
         # the second poll comes a random part of an interval after the first, so that
         # gateways found together (an operator start) do not poll in one burst for ever
@@ -149,7 +148,6 @@ class GatewayController:
                                  full, self._failures, Observation(self.deployment(), self._inputs))
         if result.outcome.applied:
             self._inputs = result.inputs  # None after a problem: observation passes read again until fixed
-        if result.outcome.applied:
             metrics.reconcile_took(self.namespace, self.name, time.monotonic() - started)
         return result
 
