@@ -18,7 +18,11 @@
 # GWOP_KCM_QPS=<n>: the controller manager's client QPS (default 20; the scale benchmark
 # raises it so that creating thousands of pods does not hide the operator's own time).
 # GWOP_STANDIN=0: do not start the kubelet stand-in (it binds every pending pod to its own
-# node), for a control plane that a real node joins (hack/node.sh). Default 1.
+# node). Default 1.
+# GWOP_NODE=1: a REAL node (hack/node.sh: containerd, kubelet, kube-proxy, CoreDNS; root): no
+# stand-in, Services in 198.19.0.0/16, and the API server bound to and advertising the node's
+# bridge address (198.18.0.1) so that pods reach it through the `kubernetes` Service; the admin
+# kubeconfig names that address too. `make cluster-up` runs this way.
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
 dir=${GWOP_CLUSTER_DIR:-$repo/.cluster/sandbox}
@@ -27,6 +31,13 @@ kubeconfig=$dir/kubeconfig
 python=${GWOP_PYTHON:-$repo/.venv/bin/python}
 service_cidr=${GWOP_SERVICE_CIDR:-10.0.0.0/24}
 standin=${GWOP_STANDIN:-1}
+real_node=${GWOP_NODE:-0}
+api_address=127.0.0.1
+if [[ $real_node == 1 ]]; then
+  standin=0
+  service_cidr=${GWOP_SERVICE_CIDR:-198.19.0.0/16}
+fi
+NODE_ADDRESS=198.18.0.1  # hack/node.sh's bridge address (the serving certificate names it)
 components=(etcd kube-apiserver kube-controller-manager)
 [[ $standin == 0 ]] || components+=(kubelet-standin)
 
@@ -41,7 +52,8 @@ readyz() { "$bin/kubectl" --kubeconfig "$kubeconfig" get --raw /readyz 2>/dev/nu
 status() {
   local c
   for c in "${components[@]}"; do alive "$c" || return 1; done
-  [[ $(readyz) == ok ]]
+  [[ $(readyz) == ok ]] || return 1
+  [[ $real_node == 0 ]] || "$repo/hack/node.sh" status >/dev/null 2>&1
 }
 
 first_service_ip() { python3 -c 'import ipaddress, sys; print(ipaddress.ip_network(sys.argv[1])[1])' "$service_cidr"; }
@@ -50,7 +62,7 @@ serving_cert() {  # the API server's serving certificate, for loopback and the f
   (
     cd "$pki"
     cat > serving.ext <<EXT
-subjectAltName=IP:127.0.0.1,IP:$(first_service_ip),DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local
+subjectAltName=IP:127.0.0.1,IP:$(first_service_ip),IP:$NODE_ADDRESS,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local
 extendedKeyUsage=serverAuth
 EXT
     openssl req -newkey rsa:2048 -nodes -subj "/CN=kube-apiserver" -keyout serving.key -out serving.csr 2>/dev/null
@@ -62,7 +74,7 @@ EXT
 make_pki() {
   if [[ -f $pki/admin.crt ]]; then
     # an earlier run with another GWOP_SERVICE_CIDR: only the serving certificate changes
-    grep -q "IP:$(first_service_ip)," "$pki/serving.ext" 2>/dev/null || serving_cert
+    grep -q "IP:$(first_service_ip),IP:$NODE_ADDRESS," "$pki/serving.ext" 2>/dev/null || serving_cert
     return
   fi
   log "generating a CA, serving, admin and service-account keys in $pki"
@@ -87,7 +99,7 @@ make_pki() {
 write_kubeconfig() {
   local port=$1 k=("$bin/kubectl" --kubeconfig "$kubeconfig.tmp")
   rm -f "$kubeconfig.tmp"
-  "${k[@]}" config set-cluster local --server "https://127.0.0.1:$port" \
+  "${k[@]}" config set-cluster local --server "https://$api_address:$port" \
     --certificate-authority "$pki/ca.crt" --embed-certs >/dev/null
   "${k[@]}" config set-credentials local-admin --client-certificate "$pki/admin.crt" \
     --client-key "$pki/admin.key" --embed-certs >/dev/null
@@ -115,6 +127,9 @@ up() {
   mkdir -p "$run" "$logs"
   for c in "${components[@]}"; do rm -f "$logs/$c.log"; done  # start appends (for restart)
   make_pki
+  if [[ $real_node == 1 ]]; then
+    api_address=$("$repo/hack/node.sh" network)  # the bridge, before the API server binds its address
+  fi
   local etcd_port etcd_peer api_port kcm_port
   etcd_port=$(free_port); etcd_peer=$(free_port); api_port=$(free_port); kcm_port=$(free_port)
 
@@ -142,7 +157,9 @@ POLICY
     --audit-policy-file "$dir/audit-policy.yaml" --audit-log-path "$logs/audit.log" \
     --audit-log-maxsize 200 --audit-log-maxbackup 1 \
     --etcd-servers "http://127.0.0.1:$etcd_port" \
-    --bind-address 127.0.0.1 --advertise-address 127.0.0.1 --secure-port "$api_port" \
+    --bind-address "$api_address" --advertise-address "$api_address" --secure-port "$api_port" \
+    --kubelet-preferred-address-types InternalIP \
+    --kubelet-client-certificate "$pki/admin.crt" --kubelet-client-key "$pki/admin.key" \
     --cert-dir "$dir/apiserver-certs" --tls-cert-file "$pki/serving.crt" --tls-private-key-file "$pki/serving.key" \
     --client-ca-file "$pki/ca.crt" \
     --authorization-mode RBAC \
@@ -169,6 +186,9 @@ POLICY
     wait_for "kubelet stand-in node" 60 bash -c "'$bin/kubectl' --kubeconfig '$kubeconfig' get node local-node-0 -o jsonpath='{.status.conditions[?(@.type==\"Ready\")].status}' | grep -qx True"
   fi
   wait_for "default service account" 60 "$bin/kubectl" --kubeconfig "$kubeconfig" -n default get serviceaccount default
+  if [[ $real_node == 1 ]]; then
+    "$repo/hack/node.sh" up
+  fi
   usage
 }
 
@@ -183,6 +203,7 @@ usage() {
 down_quiet() {
   local i
   local all=(etcd kube-apiserver kube-controller-manager kubelet-standin)  # whatever an earlier up started
+  if [[ -d $dir/node ]]; then "$repo/hack/node.sh" down; fi  # a real node first: its kubelet stops
   for (( i=${#all[@]}-1; i>=0; i-- )); do stop_pid "${all[$i]}"; done
   rm -rf "$dir/etcd-data" "$dir/pod-ips.json" "$dir/apiserver-certs"
 }

@@ -1,29 +1,27 @@
 #!/usr/bin/env bash
-# A REAL node joined to the local control plane (opt-in; issue 8 step 2): containerd + runc, a
-# CNI bridge, kube-scheduler, a real kubelet and kube-proxy (iptables), pods from the locally
-# built images (make images). Needs root.
+# A REAL node joined to the local control plane (issue 8): containerd + runc, a CNI bridge,
+# kube-scheduler, a real kubelet and kube-proxy (iptables), CoreDNS, pods from the locally built
+# images (make images). Needs root. hack/cluster.sh runs it when GWOP_NODE=1 (`make cluster-up`):
 #
-#   hack/node.sh up      start the node on the control plane in GWOP_CLUSTER_DIR (default
-#                        .cluster/sandbox), starting that control plane as below if none runs
-#   hack/node.sh down    stop it and remove exactly what up created
-#   hack/node.sh status  exit 0 when every node process runs and the node is Ready
-#
-# The control plane must be started for a real node (the defaults of hack/cluster.sh are for
-# the kubelet stand-in, which binds every pending pod to its own node, and a 10.0.0.0/24
-# Service range that containment forbids):
-#
-#   GWOP_STANDIN=0 GWOP_SERVICE_CIDR=198.19.0.0/16 hack/cluster.sh up && hack/node.sh up
+#   hack/node.sh network  clean a crashed run's leftovers, record the host's state, create the
+#                         bridge with the node's address (printed): the API server binds it so
+#                         that pods reach it (cluster.sh calls this before the API server)
+#   hack/node.sh up       start the node on the control plane in GWOP_CLUSTER_DIR (default
+#                         .cluster/sandbox); without one, starts it (GWOP_NODE=1 cluster.sh up)
+#   hack/node.sh down     stop it and remove exactly what network + up created
+#   hack/node.sh status   exit 0 when every node process runs and the node is Ready
 #
 # Network (containment: only loopback and the 198.18.0.0/15 addresses this bridge creates):
 # pods on bridge gwop0 in 198.18.0.0/16 (node 198.18.0.1), ipMasq off, Services 198.19.0.0/16
 # routed onto the bridge, forwarding between the bridge and any other interface dropped, no
-# NodePort outside the node IP, pods get a private resolv.conf that names no host resolver.
+# NodePort outside the node IP. Cluster DNS: CoreDNS on the node address (port 1053) behind the
+# kube-system/kube-dns Service at 198.19.0.10, answering cluster.local only and forwarding
+# nothing; host-network pods get a private resolv.conf that names no host resolver.
 # One node per host (the bridge, /run/netns and the iptables chains are host-global).
 #
 # Everything else lives in $GWOP_CLUSTER_DIR/node: containerd's root, state and socket, CNI
 # config and IPAM data, the kubelet's root and pod logs, certificates, logs, pids, and what
-# up recorded about the host (iptables chains, sysctls) so down can put it back. A crashed
-# run's leftovers are cleaned by the next up (or by down).
+# network recorded about the host (iptables chains, sysctls) so down can put it back.
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
 dir=${GWOP_CLUSTER_DIR:-$repo/.cluster/sandbox}
@@ -36,13 +34,15 @@ BRIDGE=gwop0
 NODE_IP=198.18.0.1
 POD_CIDR=198.18.0.0/16
 SERVICE_CIDR=198.19.0.0/16
+DNS_IP=198.19.0.10   # the kube-dns Service (the 10th address, as kubeadm does)
+DNS_PORT=1053        # CoreDNS on the node address; the Service maps 53 to it
 FWD_CHAIN=GWOP-NODE-FORWARD
 PAUSE_IMAGE=localhost/gateway-operator/pause:3
 OWNER=/run/gwop-node.owner  # the one cluster dir whose node holds the host-global names
 sock=$node_dir/containerd/containerd.sock
 cgroup_name=gwop-node
-sysctls=(net.ipv4.ip_forward vm.overcommit_memory vm.panic_on_oom kernel.panic kernel.panic_on_oops kernel.keys.root_maxkeys kernel.keys.root_maxbytes)
-components=(containerd kube-scheduler kubelet kube-proxy)
+sysctls=(net.ipv4.ip_forward net.bridge.bridge-nf-call-iptables vm.overcommit_memory vm.panic_on_oom kernel.panic kernel.panic_on_oops kernel.keys.root_maxkeys kernel.keys.root_maxbytes)
+components=(containerd kube-scheduler kubelet kube-proxy coredns)
 
 log() { echo "[node] $*" >&2; }
 source "$repo/hack/processes.sh"  # free_port, start, stop_pid, wait_for
@@ -272,7 +272,7 @@ teardown() {
   [[ -d $node_dir ]] || { [[ $(cat "$OWNER" 2>/dev/null) == "$dir" ]] && rm -f "$OWNER"; return 0; }
   mkdir -p "$rec"
   local c t0=$SECONDS
-  for c in kube-proxy kubelet kube-scheduler; do stop_pid "$c"; done
+  for c in coredns kube-proxy kubelet kube-scheduler; do stop_pid "$c"; done
   drain_containerd
   stop_pid containerd
   log "processes and containers gone in $((SECONDS - t0))s"
@@ -291,11 +291,91 @@ teardown() {
   if [[ -f $rec/created-var-lib-kubelet ]]; then rm -rf /var/lib/kubelet; fi
   if [[ -n ${bin:-} && -f $kubeconfig ]] && [[ $(kc get --raw /readyz 2>/dev/null) == ok ]]; then
     kc delete node "$NODE_NAME" --ignore-not-found --wait=false >/dev/null 2>&1 || true
-    kc delete clusterrolebinding gwop-node-kubelets --ignore-not-found >/dev/null 2>&1 || true
+    kc delete clusterrolebinding gwop-node-kubelets gwop-node-coredns --ignore-not-found >/dev/null 2>&1 || true
+    kc delete clusterrole gwop-node-coredns --ignore-not-found >/dev/null 2>&1 || true
+    kc delete service kube-dns -n kube-system --ignore-not-found >/dev/null 2>&1 || true
   fi
   rm -rf "$node_dir"
   [[ $(cat "$OWNER" 2>/dev/null) == "$dir" ]] && rm -f "$OWNER"
   log "node removed ($node_dir)"
+}
+
+# -- cluster DNS -----------------------------------------------------------------------------
+# CoreDNS runs on the node (node infrastructure here, like kube-proxy; no image to build) and
+# serves cluster.local from the API; anything else gets REFUSED (no forward plugin: no query
+# ever leaves for the host's resolver). The kube-dns Service has no selector: its EndpointSlice
+# names the node address and CoreDNS's port.
+write_corefile() {
+  cat >"$node_dir/Corefile" <<EOF
+cluster.local:$DNS_PORT in-addr.arpa:$DNS_PORT {
+    bind $NODE_IP
+    errors
+    kubernetes cluster.local in-addr.arpa {
+        kubeconfig $node_dir/coredns.kubeconfig local
+        pods insecure
+    }
+    cache 30
+}
+.:$DNS_PORT {
+    bind $NODE_IP
+    errors
+}
+EOF
+}
+
+cluster_dns_objects() {
+  write_corefile
+  kc apply -f - >/dev/null <<EOF
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata: {name: gwop-node-coredns}
+rules:
+- {apiGroups: [""], resources: [endpoints, services, pods, namespaces], verbs: [list, watch]}
+- {apiGroups: [discovery.k8s.io], resources: [endpointslices], verbs: [list, watch]}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata: {name: gwop-node-coredns}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: gwop-node-coredns}
+subjects: [{apiGroup: rbac.authorization.k8s.io, kind: User, name: "gwop-node:coredns"}]
+---
+apiVersion: v1
+kind: Service
+metadata:
+  name: kube-dns
+  namespace: kube-system
+  labels: {k8s-app: kube-dns, kubernetes.io/name: CoreDNS}
+spec:
+  clusterIP: $DNS_IP
+  ports:
+  - {name: dns, port: 53, protocol: UDP, targetPort: $DNS_PORT}
+  - {name: dns-tcp, port: 53, protocol: TCP, targetPort: $DNS_PORT}
+---
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata:
+  name: kube-dns-node
+  namespace: kube-system
+  labels: {kubernetes.io/service-name: kube-dns, endpointslice.kubernetes.io/managed-by: gwop-node}
+addressType: IPv4
+endpoints: [{addresses: ["$NODE_IP"], conditions: {ready: true}}]
+ports:
+- {name: dns, port: $DNS_PORT, protocol: UDP}
+- {name: dns-tcp, port: $DNS_PORT, protocol: TCP}
+EOF
+}
+
+dns_answers() {  # kubernetes.default resolves through the Service address, as a pod asks it
+  python3 - "$DNS_IP" <<'PY'
+import socket, struct, sys
+q = struct.pack(">HHHHHH", 0x4757, 0x0100, 1, 0, 0, 0)
+q += b"".join(bytes([len(p)]) + p.encode() for p in "kubernetes.default.svc.cluster.local".split(".")) + b"\0"
+q += struct.pack(">HH", 1, 1)
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.settimeout(1)
+s.sendto(q, (sys.argv[1], 53))
+r = s.recv(512)
+sys.exit(0 if (r[3] & 0x0F) == 0 and struct.unpack(">H", r[6:8])[0] >= 1 else 1)
+PY
 }
 
 # -- up ------------------------------------------------------------------------------------
@@ -387,6 +467,7 @@ resolvConf: $node_dir/resolv.conf
 podLogsDir: $node_dir/kubelet/pod-logs
 volumePluginDir: $node_dir/kubelet/volume-plugins
 clusterDomain: cluster.local
+clusterDNS: [$DNS_IP]
 evictionHard: {memory.available: "1Mi", nodefs.available: "1%", nodefs.inodesFree: "1%", imagefs.available: "1%", imagefs.inodesFree: "1%"}
 imageGCHighThresholdPercent: 100
 imageGCLowThresholdPercent: 99
@@ -425,6 +506,9 @@ network() {
   iptables -A "$FWD_CHAIN" -i "$BRIDGE" ! -o "$BRIDGE" -j DROP
   iptables -A "$FWD_CHAIN" ! -i "$BRIDGE" -o "$BRIDGE" -j DROP
   iptables -I FORWARD 1 -j "$FWD_CHAIN"
+  # a pod reaching a Service whose endpoint is a pod on the same bridge: the reply is bridged,
+  # and only bridge netfilter lets conntrack undo the DNAT (restored at down)
+  sysctl -qw net.bridge.bridge-nf-call-iptables=1
 }
 
 import_images() {
@@ -440,42 +524,51 @@ import_images() {
   log "imported $(wc -l <"$images_list") images in $((SECONDS - t0))s"
 }
 
-up() {
+network_up() {  # network: the bridge with the node's address, before the API server binds it
   [[ $(id -u) == 0 ]] || die "a real node needs root (containerd, the bridge, iptables, cgroups)"
-  bin=$("$repo/hack/build-binaries.sh")
-  if ! [[ -f $kubeconfig && $(kc get --raw /readyz 2>/dev/null) == ok ]]; then
-    log "no control plane answers in $dir: starting one for a real node"
-    GWOP_CLUSTER_DIR=$dir GWOP_STANDIN=0 GWOP_SERVICE_CIDR=$SERVICE_CIDR "$repo/hack/cluster.sh" up >/dev/null
-  fi
-  local cidr
-  cidr=$(kc get service kubernetes -n default -o jsonpath='{.spec.clusterIP}')
-  [[ $cidr == 198.19.* ]] || die "the control plane's Service range is not $SERVICE_CIDR (kubernetes Service at $cidr): restart it with GWOP_STANDIN=0 GWOP_SERVICE_CIDR=$SERVICE_CIDR hack/cluster.sh up"
-  kc get node local-node-0 >/dev/null 2>&1 && die "the kubelet stand-in's node local-node-0 is registered: start the control plane with GWOP_STANDIN=0"
-  if status 2>/dev/null; then log "already up"; return; fi
   local owner; owner=$(cat "$OWNER" 2>/dev/null || true)
   [[ -z $owner || $owner == "$dir" || ! -d $owner/node ]] \
     || die "the node of $owner holds this host's bridge: GWOP_CLUSTER_DIR=$owner hack/node.sh down"
   ensure_packages
-  local t0=$SECONDS
-  nbin=$("$repo/hack/build-binaries.sh" --node)
-  log "node binaries ready in $((SECONDS - t0))s"
   teardown  # a previous (crashed) run's leftovers
   ip link show "$BRIDGE" >/dev/null 2>&1 && die "bridge $BRIDGE exists and was not created by this directory's node"
-  t0=$SECONDS
   echo "$dir" >"$OWNER"
   mkdir -p "$run" "$logs" "$npki" "$rec"
   record_host
-  write_configs
   network
+  echo "$NODE_IP"
+}
+
+network_recorded() { [[ -f $rec/created-bridge ]] && ip link show "$BRIDGE" >/dev/null 2>&1; }
+
+up() {
+  [[ $(id -u) == 0 ]] || die "a real node needs root (containerd, the bridge, iptables, cgroups)"
+  bin=$("$repo/hack/build-binaries.sh")
+  if ! [[ -f $kubeconfig && $(kc get --raw /readyz 2>/dev/null) == ok ]] || ! network_recorded; then
+    log "no control plane for a real node in $dir: starting one (GWOP_NODE=1 hack/cluster.sh up)"
+    GWOP_CLUSTER_DIR=$dir GWOP_NODE=1 "$repo/hack/cluster.sh" up >/dev/null
+    return  # cluster.sh up ran `node.sh up` itself
+  fi
+  local endpoint
+  endpoint=$(kc get endpointslice -n default -l kubernetes.io/service-name=kubernetes -o jsonpath='{.items[0].endpoints[0].addresses[0]}')
+  [[ $endpoint == "$NODE_IP" ]] || die "the API server advertises $endpoint, not the node address $NODE_IP (pods could not reach it): restart it with GWOP_NODE=1 hack/cluster.sh up"
+  if status 2>/dev/null; then log "already up"; return; fi
+  local t0=$SECONDS
+  nbin=$("$repo/hack/build-binaries.sh" --node)
+  log "node binaries ready in $((SECONDS - t0))s"
+  t0=$SECONDS
+  write_configs
   make_cgroups
 
   client_cert kubelet "/O=system:nodes/CN=system:node:$NODE_NAME"
   client_cert kube-proxy "/CN=system:kube-proxy"
   client_cert kube-scheduler "/CN=system:kube-scheduler"
-  node_kubeconfig kubelet; node_kubeconfig kube-proxy; node_kubeconfig kube-scheduler
+  client_cert coredns "/CN=gwop-node:coredns"
+  node_kubeconfig kubelet; node_kubeconfig kube-proxy; node_kubeconfig kube-scheduler; node_kubeconfig coredns
   # RBAC only (no Node authorizer): the kubelets' group gets the system:node role
   kc create clusterrolebinding gwop-node-kubelets --clusterrole system:node --group system:nodes \
     --dry-run=client -o yaml | kc apply -f - >/dev/null
+  cluster_dns_objects
 
   start containerd containerd --config "$node_dir/containerd/config.toml"
   wait_for containerd 30 ctr -a "$sock" version
@@ -487,11 +580,14 @@ up() {
     --kubeconfig "$node_dir/kubelet.kubeconfig" --root-dir "$node_dir/kubelet/root" \
     --cert-dir "$node_dir/kubelet/pki" --hostname-override "$NODE_NAME" --node-ip "$NODE_IP" --v 1
   start kube-proxy "$nbin/kube-proxy" --config "$node_dir/kube-proxy.yaml" --v 1
+  start coredns "$nbin/coredns" -conf "$node_dir/Corefile"
   wait_for "node $NODE_NAME Ready" 120 node_ready
+  wait_for "cluster DNS" 30 dns_answers
   log "node $NODE_NAME Ready in $((SECONDS - t0))s (containerd socket $sock, logs $logs)"
 }
 
 case ${1:-} in
+  network) network_up ;;
   up) up ;;
   down)
     [[ $(id -u) == 0 ]] || die "needs root"
@@ -501,5 +597,5 @@ case ${1:-} in
   status)
     bin=$("$repo/hack/build-binaries.sh" 2>/dev/null)
     if status; then log "node $NODE_NAME up"; else log "node not up"; exit 1; fi ;;
-  *) echo "usage: $0 up|down|status" >&2; exit 2 ;;
+  *) echo "usage: $0 network|up|down|status" >&2; exit 2 ;;
 esac
