@@ -6,7 +6,8 @@
 # rebuilt only when missing. Prints the directory that holds them (symlinked by plain name).
 #
 #   hack/build-binaries.sh --node   a real node's kubelet, kube-proxy and kube-scheduler too
-#                                   (hack/node.sh, opt-in; same module, same scheme)
+#                                   (hack/node.sh, opt-in; same module, same scheme), and
+#                                   coredns (hack/coredns) for its cluster DNS
 #   hack/build-binaries.sh --bench  kube-scheduler and kwok (hack/kwok) for the scale benchmark
 #                                   (flags combine: --monitoring --bench)
 #   hack/build-binaries.sh --monitoring
@@ -47,6 +48,18 @@ build_kwok() {
   [[ -x $out ]] && return
   log "building kwok $KWOK_VERSION (one-off, about 2 minutes)"
   (cd "$here/kwok" && go build -trimpath -ldflags "-s -w" -o "$out.tmp" sigs.k8s.io/kwok/cmd/kwok && mv "$out.tmp" "$out")
+}
+
+# CoreDNS's own main with its standard plugin set (kubernetes, errors, cache, health, ...).
+build_coredns() {
+  local out=$bin/coredns-$COREDNS_VERSION
+  [[ -x $out ]] && return
+  grep -q "github.com/coredns/coredns $COREDNS_VERSION\$" "$here/coredns/go.mod" \
+    || { log "hack/coredns/go.mod does not pin coredns $COREDNS_VERSION (versions.env)"; return 1; }
+  log "building coredns $COREDNS_VERSION (one-off, minutes)"
+  (cd "$here/coredns" && go build -trimpath \
+     -ldflags "-s -w -X github.com/coredns/coredns/coremain.GitCommit=module-proxy-build" \
+     -o "$out.tmp" . && mv "$out.tmp" "$out")
 }
 
 # Prometheus's HTTP API and rule engine, without its web UI's assets (not embedded: no
@@ -98,7 +111,11 @@ fetch_layer_tools() {
 fetch_layer_tools
 build_etcd
 kube_components=(kube-apiserver kube-controller-manager)
-[[ " $* " == *" --node "* ]] && kube_components+=(kubelet kube-proxy kube-scheduler)
+if [[ " $* " == *" --node "* ]]; then
+  kube_components+=(kubelet kube-proxy kube-scheduler)
+  build_coredns
+  ln -sf "coredns-$COREDNS_VERSION" "$bin/coredns"
+fi
 if [[ " $* " == *" --bench "* ]]; then
   kube_components+=(kube-scheduler)
   build_kwok
