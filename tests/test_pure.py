@@ -327,6 +327,7 @@ def test_managed_redis_command_keeps_dedup_records_across_a_kill_only_with_persi
     s = spec(config=redis_store(), redis={"managed": managed})
     deployment = next(o for o in render.managed_redis(OWNER, s, render.OperatorIdentity()) if o["kind"] == "Deployment")
     command = deployment["spec"]["template"]["spec"]["containers"][0]["command"]
+    assert deployment["spec"]["template"]["spec"]["containers"][0]["image"] == render.DEFAULT_MANAGED_REDIS_IMAGE
     assert (deployment["spec"]["template"]["spec"]["volumes"][0].get("persistentVolumeClaim") is not None) == persistent
     port = free_port()
     script = command[2].replace("--port 6379", f"--port {port} --bind 127.0.0.1").replace("/data", str(tmp_path))
@@ -355,3 +356,16 @@ def test_managed_redis_command_keeps_dedup_records_across_a_kill_only_with_persi
     finally:
         proc.terminate()
         proc.wait()
+
+
+def test_a_managed_redis_runs_the_operators_default_image_unless_its_spec_names_one() -> None:
+    """The chart's managedRedis.image (--managed-redis-image) is the default; spec.redis.managed.image wins."""
+    local = render.OperatorIdentity(managed_redis_image="localhost/gateway-operator/redis:7")
+
+    def image(managed: dict) -> str:
+        s = spec(config=redis_store(), redis={"managed": {"enabled": True, **managed}})
+        deployment = next(o for o in render.managed_redis(OWNER, s, local) if o["kind"] == "Deployment")
+        return deployment["spec"]["template"]["spec"]["containers"][0]["image"]
+
+    assert image({}) == "localhost/gateway-operator/redis:7"
+    assert image({"image": "mirror.internal/redis:7.2"}) == "mirror.internal/redis:7.2"

@@ -61,7 +61,7 @@ class RedisSpec:
     prefix: str | None = None
     tls: bool = False
     managed: bool = False
-    managed_image: str = "redis:7.2-alpine"
+    managed_image: str | None = None   # None: the operator's default (OperatorIdentity)
     managed_resources: Mapping[str, Any] = field(default_factory=dict)
     managed_persistence: "PersistenceSpec | None" = None   # AOF on a PVC when set
 
@@ -82,7 +82,7 @@ class RedisSpec:
             prefix=raw.get("prefix") or None,
             tls=bool((raw.get("tls") or {}).get("enabled", False)),
             managed=bool(managed.get("enabled", False)),
-            managed_image=str(managed.get("image") or cls.managed_image),
+            managed_image=str(managed["image"]) if managed.get("image") else None,
             managed_resources=dict(managed.get("resources") or {}),
             managed_persistence=PersistenceSpec.parse(managed.get("persistence"))
             if (managed.get("persistence") or {}).get("enabled") else None,

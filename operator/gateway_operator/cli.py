@@ -18,6 +18,7 @@ from typing import Any, Sequence
 import yaml
 
 from . import api
+from .render import DEFAULT_MANAGED_REDIS_IMAGE
 
 
 class InputError(Exception):
@@ -89,7 +90,7 @@ def cmd_render(args: argparse.Namespace) -> int:
     """Renders nothing unless every document passes ``check`` (same messages)."""
     from .offline import Refused, render_objects
     from .render import OperatorIdentity
-    operator = OperatorIdentity(args.operator_namespace, args.operator_instance)
+    operator = OperatorIdentity(args.operator_namespace, args.operator_instance, args.managed_redis_image)
     rendered, failed = [], 0
     for _, doc in _documents(args.file):
         try:
@@ -149,7 +150,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.metrics_port:
         prometheus_client.start_http_server(args.metrics_port, addr=args.bind_address)
     reconcile_settings = ReconcileSettings(resync_seconds=args.resync_seconds, operator=OperatorIdentity(
-        args.operator_namespace, args.operator_instance))
+        args.operator_namespace, args.operator_instance, args.managed_redis_image))
     memo = kopf.Memo(kubeconfig=args.kubeconfig, controller_settings=ControllerSettings(
         reconcile=reconcile_settings, redis_allow=tuple(args.redis_allow or ())))
     if not args.redis_allow:
@@ -215,6 +216,8 @@ def _operator_identity_args(p: argparse.ArgumentParser) -> None:
                    help="namespace of the operator's pods (a managed Redis admits their probe)")
     p.add_argument("--operator-instance", default=os.environ.get("OPERATOR_INSTANCE", "gateway-operator"),
                    help="app.kubernetes.io/instance of the operator's pods (the Helm release)")
+    p.add_argument("--managed-redis-image", default=DEFAULT_MANAGED_REDIS_IMAGE,
+                   help="image of a managed Redis whose spec.redis.managed.image is empty")
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -266,8 +266,9 @@ def spec_schema() -> Schema:
                                 "Default: off.",
                                 "properties": {
                                     "enabled": _s("boolean", "Create and wire a Redis. Default false.", default=False),
-                                    "image": _s("string", "Redis image, at most 1024 characters. Default "
-                                                "redis:7.2-alpine.", default="redis:7.2-alpine", maxLength=1024),
+                                    "image": _s("string", "Redis image, at most 1024 characters. Default: the "
+                                                "operator's --managed-redis-image (chart value managedRedis.image, "
+                                                "redis:7.2-alpine unless set).", maxLength=1024),
                                     "resources": _resources(f"Resources of the Redis container: requests and limits, "
                                                             f"{_QUANTITIES}. Default none."),
                                     "persistence": {

@@ -33,15 +33,19 @@ REDIS_CLIENT_OPTIONS = "socket_timeout=0.3&socket_connect_timeout=1"
 # a managed Redis asked to persist: every write appended and fsynced each second to /data
 # (a restart loses at most the last second of dedup records)
 REDIS_AOF_ARGS = '--dir /data --appendonly yes --appendfsync everysec --save ""'
+# a managed Redis's image when neither its spec nor the operator's --managed-redis-image names one
+DEFAULT_MANAGED_REDIS_IMAGE = "redis:7.2-alpine"
 
 
 @dataclass(frozen=True)
 class OperatorIdentity:
     """Where the operator's own pods run (the chart's release), so that a managed Redis
-    admits the operator's probe and nobody else's pods."""
+    admits the operator's probe and nobody else's pods; and the image a managed Redis runs
+    when its spec names none."""
 
     namespace: str = "gateway-operator"
     instance: str = "gateway-operator"   # app.kubernetes.io/instance: the Helm release name
+    managed_redis_image: str = DEFAULT_MANAGED_REDIS_IMAGE
 
 
 @dataclass(frozen=True)
@@ -239,7 +243,7 @@ def managed_redis(owner: Owner, spec: GatewaySpec, operator: OperatorIdentity) -
     persistence = spec.redis.managed_persistence
     persistent = persistence is not None
     container = {
-        "name": "redis", "image": spec.redis.managed_image,
+        "name": "redis", "image": spec.redis.managed_image or operator.managed_redis_image,
         "command": ["sh", "-c", 'exec redis-server --port 6379 --requirepass "$REDIS_PASSWORD" '
                                 + (REDIS_AOF_ARGS if persistent else '--save "" --appendonly no')],
         "env": [{"name": "REDIS_PASSWORD",
