@@ -4,7 +4,9 @@ The gateway's agents reach it through ``OPENAI_BASE_URL`` (``base_url``), so hoo
 agent turns complete without network. ``GET /v1/models`` lists one model;
 ``POST /v1/chat/completions`` answers every request with the canned ``REPLY`` (plain JSON,
 or an SSE stream when the request asks for ``stream``). ``completions`` counts the turns
-it served, which is how tests see whether a replica ran an agent turn at all.
+it served, which is how tests see whether a replica ran an agent turn at all; as a pod
+(``python3 -m support.llm_standin --port 8080``, see support/llm_pod.py) it reports them at
+``GET /stats``.
 """
 from __future__ import annotations
 
@@ -25,10 +27,10 @@ class StandInLLM:
 
     REPLY = "stand-in reply"
 
-    def __init__(self, host: str = "127.0.0.1") -> None:
+    def __init__(self, host: str = "127.0.0.1", port: int = 0) -> None:
         self.completions = 0
         self._lock = threading.Lock()
-        self._server = ThreadingHTTPServer((host, 0), self._handler())
+        self._server = ThreadingHTTPServer((host, port), self._handler())
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
 
     @property
@@ -60,6 +62,9 @@ class StandInLLM:
                 pass
 
             def do_GET(self) -> None:  # noqa: N802
+                if self.path == "/stats":
+                    send_json(self, {"completions": llm.completions})
+                    return
                 send_json(self, {"object": "list", "data": [{"id": "gpt-4o-mini", "object": "model"}]})
 
             def do_POST(self) -> None:  # noqa: N802
@@ -90,3 +95,23 @@ def completion(text: str) -> Dict[str, Any]:
         "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}],
         "usage": {"prompt_tokens": 1, "completion_tokens": 2, "total_tokens": 3},
     }
+
+
+def main() -> None:
+    """Serve in the foreground until SIGTERM (the stand-in's pod)."""
+    import argparse
+    import signal
+    import sys
+
+    parser = argparse.ArgumentParser(description="LLM STAND-IN (offline, OpenAI-compatible)")
+    parser.add_argument("--host", default="0.0.0.0")
+    parser.add_argument("--port", type=int, default=8080)
+    args = parser.parse_args()
+    llm = StandInLLM(args.host, args.port).start()
+    print(f"LLM stand-in serving {llm.base_url}", flush=True)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    signal.pause()
+
+
+if __name__ == "__main__":
+    main()

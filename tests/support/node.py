@@ -1,0 +1,85 @@
+"""The operator on the REAL node (hack/cluster.sh with GWOP_NODE=1): the locally built images,
+the chart installed with Helm, and webhooks sent to gateway pods at their pod IPs (198.18.x.x,
+on the node's own bridge). Shared by `make demo` (hack/demo.py) and the node tests."""
+from __future__ import annotations
+
+import base64
+import json
+import os
+import subprocess
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any, NamedTuple
+
+from .cluster import REPO, Cluster
+
+CACHE = Path(os.environ.get("GWOP_CACHE") or Path.home() / ".cache/gateway-operator")
+IMAGES_LIST = CACHE / "images/images.txt"  # hack/images.sh: "NAME ARCHIVE" per line
+CHART = REPO / "charts/gateway-operator"
+SYSTEM_NAMESPACE = "gateway-operator-system"
+RELEASE = "gateway-operator"
+GATEWAY_PORT = 8765
+HOOK = "deploy"  # the examples' webhook path (/hooks/deploy)
+
+
+class Images(NamedTuple):
+    operator: str
+    gateway: str
+    redis: str
+
+
+def images() -> Images:
+    """The image references `make images` built (hack/images.sh lists them)."""
+    if not IMAGES_LIST.exists():
+        subprocess.run([str(REPO / "hack/images.sh")], check=True, stdout=subprocess.DEVNULL)
+    names = [line.split()[0] for line in IMAGES_LIST.read_text().splitlines() if line.strip()]
+
+    def named(part: str) -> str:
+        return next(n for n in names if n.rsplit("/", 1)[-1].split(":")[0] == part)
+    return Images(named("operator"), named("gateway"), named("redis"))
+
+
+def cluster_up(directory: Path) -> Cluster:
+    """The control plane with the real node in ``directory`` (started unless it runs)."""
+    env = dict(os.environ, GWOP_CLUSTER_DIR=str(directory), GWOP_NODE="1")
+    out = subprocess.run([str(REPO / "hack/cluster.sh"), "up"], env=env, check=True,
+                         stdout=subprocess.PIPE, text=True).stdout
+    return Cluster(Path(out.strip().splitlines()[-1]), owned=True, env=env, directory=directory)
+
+
+def install_operator(cluster: Cluster, *extra: str, release: str = RELEASE,
+                     namespace: str = SYSTEM_NAMESPACE) -> subprocess.CompletedProcess[str]:
+    """`helm upgrade --install` of the chart with the local images, in a namespace that enforces
+    the restricted Pod Security profile; waits for the operator pods."""
+    built = images()
+    repository, tag = built.operator.rsplit(":", 1)
+    cluster.apply(json.dumps({"apiVersion": "v1", "kind": "Namespace", "metadata": {
+        "name": namespace, "labels": {"pod-security.kubernetes.io/enforce": "restricted"}}}))
+    return cluster.helm(
+        "upgrade", "--install", release, str(CHART), "-n", namespace, "--wait", "--timeout", "180s",
+        "--set", f"image.repository={repository}", "--set", f"image.tag={tag}",
+        "--set", "image.pullPolicy=Never",  # imported into the node's containerd; no registry here
+        "--set", f"managedRedis.image={built.redis}", "--set", f"tests.image={built.operator}", *extra)
+
+
+def secret_value(cluster: Cluster, namespace: str, name: str, key: str) -> str:
+    return base64.b64decode(cluster.get_json("secret", name, "-n", namespace)["data"][key]).decode()
+
+
+class Answer(NamedTuple):
+    status: int
+    body: dict[str, Any]
+
+
+def webhook(pod_ip: str, token: str, delivery_id: str, text: str = "deployed", timeout: float = 60) -> Answer:
+    """POST /hooks/deploy to one gateway pod, as a webhook provider's retry would."""
+    request = urllib.request.Request(
+        f"http://{pod_ip}:{GATEWAY_PORT}/hooks/{HOOK}", method="POST",
+        data=json.dumps({"id": delivery_id, "text": text}).encode(),
+        headers={"Content-Type": "application/json", "Authorization": f"Bearer {token}"})
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as r:
+            return Answer(r.status, json.loads(r.read() or b"{}"))
+    except urllib.error.HTTPError as e:
+        return Answer(e.code, json.loads(e.read() or b"{}"))
