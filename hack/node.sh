@@ -17,6 +17,8 @@
 # NodePort outside the node IP. Cluster DNS: CoreDNS on the node address (port 1053) behind the
 # kube-system/kube-dns Service at 198.19.0.10, answering cluster.local only and forwarding
 # nothing; host-network pods get a private resolv.conf that names no host resolver.
+# PersistentVolumeClaims: the default StorageClass gwop-hostpath, served by our minimal hostPath
+# provisioner (hack/hostpath_provisioner.py) with directories under $GWOP_CLUSTER_DIR/node/volumes.
 # One node per host (the bridge, /run/netns and the iptables chains are host-global).
 #
 # Everything else lives in $GWOP_CLUSTER_DIR/node: containerd's root, state and socket, CNI
@@ -42,7 +44,8 @@ OWNER=/run/gwop-node.owner  # the one cluster dir whose node holds the host-glob
 sock=$node_dir/containerd/containerd.sock
 cgroup_name=gwop-node
 sysctls=(net.ipv4.ip_forward net.bridge.bridge-nf-call-iptables vm.overcommit_memory vm.panic_on_oom kernel.panic kernel.panic_on_oops kernel.keys.root_maxkeys kernel.keys.root_maxbytes)
-components=(containerd kube-scheduler kubelet kube-proxy coredns)
+components=(containerd kube-scheduler kubelet kube-proxy coredns hostpath-provisioner)
+python=${GWOP_PYTHON:-$repo/.venv/bin/python}
 
 log() { echo "[node] $*" >&2; }
 source "$repo/hack/processes.sh"  # free_port, start, stop_pid, wait_for
@@ -272,7 +275,7 @@ teardown() {
   [[ -d $node_dir ]] || { [[ $(cat "$OWNER" 2>/dev/null) == "$dir" ]] && rm -f "$OWNER"; return 0; }
   mkdir -p "$rec"
   local c t0=$SECONDS
-  for c in coredns kube-proxy kubelet kube-scheduler; do stop_pid "$c"; done
+  for c in hostpath-provisioner coredns kube-proxy kubelet kube-scheduler; do stop_pid "$c"; done
   drain_containerd
   stop_pid containerd
   log "processes and containers gone in $((SECONDS - t0))s"
@@ -294,6 +297,7 @@ teardown() {
     kc delete clusterrolebinding gwop-node-kubelets gwop-node-coredns --ignore-not-found >/dev/null 2>&1 || true
     kc delete clusterrole gwop-node-coredns --ignore-not-found >/dev/null 2>&1 || true
     kc delete service kube-dns -n kube-system --ignore-not-found >/dev/null 2>&1 || true
+    kc delete storageclass gwop-hostpath --ignore-not-found >/dev/null 2>&1 || true
   fi
   rm -rf "$node_dir"
   [[ $(cat "$OWNER" 2>/dev/null) == "$dir" ]] && rm -f "$OWNER"
@@ -569,6 +573,17 @@ up() {
   kc create clusterrolebinding gwop-node-kubelets --clusterrole system:node --group system:nodes \
     --dry-run=client -o yaml | kc apply -f - >/dev/null
   cluster_dns_objects
+  # PersistentVolumeClaims: our minimal hostPath provisioner (hack/hostpath_provisioner.py)
+  kc apply -f - >/dev/null <<EOF
+apiVersion: storage.k8s.io/v1
+kind: StorageClass
+metadata:
+  name: gwop-hostpath
+  annotations: {storageclass.kubernetes.io/is-default-class: "true"}
+provisioner: gateway-operator.dev/node-hostpath
+reclaimPolicy: Delete
+volumeBindingMode: Immediate
+EOF
 
   start containerd containerd --config "$node_dir/containerd/config.toml"
   wait_for containerd 30 ctr -a "$sock" version
@@ -581,6 +596,8 @@ up() {
     --cert-dir "$node_dir/kubelet/pki" --hostname-override "$NODE_NAME" --node-ip "$NODE_IP" --v 1
   start kube-proxy "$nbin/kube-proxy" --config "$node_dir/kube-proxy.yaml" --v 1
   start coredns "$nbin/coredns" -conf "$node_dir/Corefile"
+  start hostpath-provisioner "$python" "$repo/hack/hostpath_provisioner.py" --kubeconfig "$kubeconfig" \
+    --root "$node_dir/volumes" --node "$NODE_NAME"
   wait_for "node $NODE_NAME Ready" 120 node_ready
   wait_for "cluster DNS" 30 dns_answers
   log "node $NODE_NAME Ready in $((SECONDS - t0))s (containerd socket $sock, logs $logs)"
