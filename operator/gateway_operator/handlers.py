@@ -9,13 +9,14 @@ from typing import Any
 
 import kopf
 
-from . import api
+from . import api, reasons
 from .controller import ControllerSettings
 from .kube import Kube, load_config
 from .reconcile import LiveDeployment, Observed, PodView, live_deployment
 from .supervisor import Supervisor
 
 OWNED = {api.LABEL_MANAGED_BY: api.MANAGED_BY}
+WAITING_MESSAGE_LIMIT = 300  # characters of a kubelet waiting message kept per pod
 _pod_index: Any = None  # kopf's live index of gateway pods, captured on first use
 _deployment_index: Any = None  # and of gateway Deployments
 
@@ -68,13 +69,17 @@ def gateway_deployments(namespace: str, name: str, body: kopf.Body,
 def pod_view(name: str, uid: str, meta: Any, status: Any) -> PodView:
     conditions = status.get("conditions") or []
     containers = status.get("containerStatuses") or []
-    waiting = next((c["state"]["waiting"].get("reason") for c in containers
-                    if (c.get("state") or {}).get("waiting")), None)
+    state = next((c["state"]["waiting"] for c in containers if (c.get("state") or {}).get("waiting")), {})
+    waiting = state.get("reason")
+    # the kubelet's words for an image or config problem (stable across retries, unlike a
+    # crash loop's back-off countdown, so the status is not rewritten on every retry)
+    message = str(state.get("message") or "")[:WAITING_MESSAGE_LIMIT] if waiting in reasons.POD_WAITING else ""
     last_exit = next((c["lastState"]["terminated"].get("exitCode") for c in containers
                       if (c.get("lastState") or {}).get("terminated")), None)
     return PodView(name=name, uid=uid, ip=status.get("podIP"),
                    ready=any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions),
-                   deleting=bool(meta.get("deletionTimestamp")), waiting_reason=waiting, last_exit_code=last_exit)
+                   deleting=bool(meta.get("deletionTimestamp")), waiting_reason=waiting,
+                   waiting_message=message, last_exit_code=last_exit)
 
 
 @kopf.on.event(api.GROUP, api.VERSION, api.PLURAL)

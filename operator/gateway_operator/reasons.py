@@ -34,7 +34,8 @@ RECONCILE_ERROR = "ReconcileError"         #: an unexpected error; retried with 
 GATEWAY_CONFIG_REJECTED = "GatewayConfigRejected"  #: a replica exited 78 on its gateway.yaml
 CRASH_LOOP = "CrashLoop"                   #: a replica is in CrashLoopBackOff
 #: pod waiting reasons reported as they are
-POD_WAITING = ("ImagePullBackOff", "ErrImagePull", "CreateContainerConfigError", "InvalidImageName")
+POD_WAITING = ("ImagePullBackOff", "ErrImagePull", "ErrImageNeverPull", "CreateContainerConfigError",
+               "InvalidImageName")
 
 # -- RedisReachable ------------------------------------------------------------------------
 PROBE_SUCCEEDED = "ProbeSucceeded"         #: connect, auth and a SET NX PX round trip worked

@@ -44,6 +44,7 @@ class PodView:
     ready: bool
     deleting: bool
     waiting_reason: str | None = None
+    waiting_message: str = ""   # the kubelet's, for the POD_WAITING reasons only (bounded)
     last_exit_code: int | None = None
 
 
@@ -333,7 +334,8 @@ def _pod_problem(pods: Sequence[PodView]) -> Problem | None:
         if pod.waiting_reason == "CrashLoopBackOff":
             return Problem(reasons.CRASH_LOOP, f"pod {pod.name} is waiting: CrashLoopBackOff")
         if pod.waiting_reason in reasons.POD_WAITING:
-            return Problem(pod.waiting_reason, f"pod {pod.name} is waiting: {pod.waiting_reason}")
+            detail = f" ({pod.waiting_message})" if pod.waiting_message else ""
+            return Problem(pod.waiting_reason, f"pod {pod.name} is waiting: {pod.waiting_reason}{detail}")
     return None
 
 
