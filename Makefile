@@ -24,16 +24,23 @@ bench-binaries:
 	@hack/build-binaries.sh --bench >/dev/null
 .PHONY: bench-binaries
 
-cluster-up: system-deps venv binaries
-	@hack/cluster.sh up
+# The local control plane with a REAL node (hack/node.sh: containerd, runc, CNI bridge with pods in
+# 198.18.0.0/16 and Services in 198.19.0.0/16, kubelet, kube-scheduler, kube-proxy, CoreDNS, a
+# hostPath provisioner), running the images of `make images`. Root; one node per host.
+cluster-up: system-deps venv binaries node-binaries images
+	@GWOP_NODE=1 hack/cluster.sh up
 
+# Stops the control plane and its node, removing what they created (processes by pid, mounts,
+# netns, the bridge, iptables chains, cgroups, sysctls put back).
 cluster-down:
 	@hack/cluster.sh down
 
 # Unit tests, then the integration suite on its own local control plane (started and
-# stopped by the test session) and real redis-servers. GWOP_TEST_KUBECONFIG=<path> runs
-# the integration suite against an existing cluster instead.
-test: system-deps venv binaries monitoring-binaries bench-binaries
+# stopped by the test session) and real redis-servers; tests/test_node.py runs `make demo` on a
+# real node (.cluster/node-test) and tests its real pods (root; without root it skips in one
+# line, under CI it fails). GWOP_TEST_KUBECONFIG=<path> runs the integration suite against an
+# existing cluster instead.
+test: system-deps venv binaries monitoring-binaries bench-binaries node-binaries
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 # The full fuzz run (issue 7): 500+ seeded adversarial GatewayDeployments through the real API
@@ -69,17 +76,10 @@ images:
 	@hack/images.sh
 .PHONY: images
 
-# A REAL node (issue 8 step 2, opt-in): containerd, runc, CNI bridge (pods 198.18.0.0/16,
-# Services 198.19.0.0/16), kube-scheduler, kubelet and kube-proxy built from the pinned module
-# (hack/build-binaries.sh --node), images from `make images`. Root. The control plane in
-# GWOP_CLUSTER_DIR must run without the kubelet stand-in (node-up starts one so if none runs).
-# `pytest -m node tests/test_node.py` is the smoke test (not part of `make test`).
-node-up: system-deps venv binaries
-	@hack/node.sh up
-
-node-down:
-	@hack/node.sh down
-.PHONY: node-up node-down
+# The real node's kubelet, kube-proxy, kube-scheduler and CoreDNS (built from Go modules, cached)
+node-binaries:
+	@hack/build-binaries.sh --node >/dev/null
+.PHONY: node-binaries
 
 # docs/img/dashboard.png: the Grafana dashboard's panels evaluated by a real Prometheus over the
 # live scenario of tests/test_monitoring.py (on its own control plane, .cluster/monitoring).
