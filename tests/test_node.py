@@ -24,7 +24,7 @@ import pytest
 
 from support import llm_pod, node
 from support.cluster import REPO, Cluster
-from support.gateways import conditions, ready_pods, wait_condition, wait_ready_pods
+from support.gateways import conditions, events, ready_pods, wait_condition, wait_ready_pods
 from support.wait import until
 
 pytestmark = [pytest.mark.node, pytest.mark.cluster]
@@ -167,9 +167,31 @@ def test_a_webhook_fanned_to_every_ops_bot_pod_is_admitted_once(sandbox: Sandbox
     until(lambda: "every polled replica (3)" in conditions(cluster, NS, "ops-bot")["ExactlyOnceAdmission"]["message"],
           timeout=60, what="ExactlyOnceAdmission over 3 polled replicas")
 
-    turns, answers = deliver(cluster, "ops-bot", ips, f"deploy-{uuid.uuid4().hex[:8]}")
+    # the hook has no auth of its own: the gateway's token guards it
+    assert node.webhook(ips[0], None, "no-token").status == 401
+    assert node.webhook(ips[0], "not-the-token", "wrong-token").status == 403
+
+    delivery = f"deploy-{uuid.uuid4().hex[:8]}"
+    turns, answers = deliver(cluster, "ops-bot", ips, delivery)
     assert turns == 1, answers
-    assert sorted(str(a.body.get("action")) for a in answers) == ["None", "None", "agent"], answers
+    assert answers[0].body.get("action") == "agent" and not answers[0].body.get("deduplicated"), answers
+    assert [a.body for a in answers[1:]] == [{"ok": True, "deduplicated": True}] * 2, answers
+
+    # the records sit in the managed Redis under the operator's per-gateway prefix
+    keys = redis_cli(cluster, "--scan", "--pattern", f"gwop:{NS}:ops-bot:hookidem:*").split()
+    assert len(keys) >= 1 + 2 + len(ips), keys  # this delivery, the demo's fan-out and warm-ups, ours
+    # no secret reached a replica's log
+    password = node.secret_value(cluster, NS, "ops-bot-redis", "password")
+    for pod in ready_pods(cluster, NS, "ops-bot"):
+        logs = cluster.kubectl("logs", "-n", NS, pod["metadata"]["name"]).stdout
+        assert password not in logs and token(cluster, "ops-bot") not in logs
+
+
+def redis_cli(cluster: Cluster, *args: str) -> str:
+    """redis-cli in the managed Redis pod of ops-bot (kubectl exec), authenticated from its env."""
+    command = 'REDISCLI_AUTH="$REDIS_PASSWORD" exec redis-cli "$@"'
+    return cluster.kubectl("exec", "-n", NS, "deploy/ops-bot-redis", "--", "sh", "-c", command, "redis-cli",
+                           *args).stdout
 
 
 def test_warn_policy_runs_the_duplicate_and_the_service_keeps_one_client_on_one_replica(sandbox: Sandbox) -> None:
@@ -204,14 +226,29 @@ def test_a_redis_outage_on_the_managed_redis_pod_shows_and_clears(sandbox: Sandb
           timeout=60, what="the managed Redis pod Ready again")
     wait_condition(cluster, NS, "ops-bot", "RedisReachable", "True", "ProbeSucceeded", timeout=60)
 
-    # an outage the operator cannot undo: Redis stops answering clients for 20 s (kubectl exec)
-    cluster.kubectl("exec", "-n", NS, "deploy/ops-bot-redis", "--", "sh", "-c",
-                    'REDISCLI_AUTH="$REDIS_PASSWORD" redis-cli CLIENT PAUSE 20000 ALL')
-    down = wait_condition(cluster, NS, "ops-bot", "RedisReachable", "False", timeout=30)
-    assert down["reason"] == "ConnectionFailed", down
-    assert conditions(cluster, NS, "ops-bot")["ExactlyOnceAdmission"]["status"] == "False"
-    wait_condition(cluster, NS, "ops-bot", "RedisReachable", "True", "ProbeSucceeded", timeout=60)
-    wait_condition(cluster, NS, "ops-bot", "ExactlyOnceAdmission", "True", "SharedRedisStore", timeout=60)
+    # an outage the operator cannot undo: Redis stops answering clients for 30 s (kubectl exec)
+    ips = pod_ips(cluster, "ops-bot")
+    redis_cli(cluster, "CLIENT", "PAUSE", "30000", "ALL")
+    for i, ip in enumerate(ips):  # each replica notices on its next webhook, and fails open
+        answer = node.webhook(ip, token(cluster, "ops-bot"), f"during-outage-{i}-{uuid.uuid4().hex[:6]}", timeout=20)
+        assert answer.status == 200 and answer.body.get("ok") is True, answer
+    every = f"{len(ips)} of {len(ips)} replicas"  # each replica's /health, polled by the operator pod
+    until(lambda: (lambda c: c["status"] == "True" and c["reason"] == "RuntimeOutage" and every in c["message"])(
+        conditions(cluster, NS, "ops-bot")["IdempotencyDegraded"]), timeout=20, what=f"IdempotencyDegraded: {every}")
+    now = conditions(cluster, NS, "ops-bot")
+    assert now["ExactlyOnceAdmission"]["status"] == "False", now
+    assert (now["RedisReachable"]["status"], now["RedisReachable"]["reason"]) == ("False", "ConnectionFailed"), now
+
+    until(lambda: redis_cli(cluster, "PING").strip() == "PONG", timeout=45, interval=2, what="the pause to end")
+    for i, ip in enumerate(ips):  # the next Redis operation clears the degradation
+        answer = node.webhook(ip, token(cluster, "ops-bot"), f"after-outage-{i}-{uuid.uuid4().hex[:6]}")
+        assert (answer.status, answer.body.get("action")) == (200, "agent"), answer
+    wait_condition(cluster, NS, "ops-bot", "IdempotencyDegraded", "False", "NoDegradedReplicas", timeout=30)
+    wait_condition(cluster, NS, "ops-bot", "RedisReachable", "True", "ProbeSucceeded", timeout=30)
+    wait_condition(cluster, NS, "ops-bot", "ExactlyOnceAdmission", "True", "SharedRedisStore", timeout=30)
+    reasons = {(e["type"], e["reason"]) for e in events(cluster, NS, "ops-bot")}
+    assert {("Warning", "IdempotencyDegraded"), ("Normal", "IdempotencyRecovered"),
+            ("Warning", "RedisUnreachable"), ("Normal", "RedisReachable")} <= reasons, reasons
 
 
 @pytest.mark.parametrize("name, image, policy, reason", [

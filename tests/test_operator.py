@@ -4,7 +4,7 @@ Real parts: the kube-apiserver/etcd/kube-controller-manager of the local control
 operator CLI under the Helm chart's ServiceAccount and RBAC, real redis-server processes.
 Stand-ins: the kubelet (hack/kubelet_standin.py runs no process for a pod) and, where a
 replica's /health matters, the HEALTH ENDPOINT STAND-INS of support/standins.py at the pod
-IPs. The real gateway behind pods is in test_operator_real_gateway.py.
+IPs. The real gateway behind real pods is in test_node.py.
 """
 from __future__ import annotations
 

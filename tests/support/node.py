@@ -72,12 +72,13 @@ class Answer(NamedTuple):
     body: dict[str, Any]
 
 
-def webhook(pod_ip: str, token: str, delivery_id: str, text: str = "deployed", timeout: float = 60) -> Answer:
-    """POST /hooks/deploy to one gateway pod, as a webhook provider's retry would."""
+def webhook(address: str, token: str | None, delivery_id: str, text: str = "deployed", timeout: float = 60) -> Answer:
+    """POST /hooks/deploy to a gateway pod (or its Service's ClusterIP), as a webhook provider's
+    retry would; ``token`` None sends no Authorization header."""
+    headers = {"Content-Type": "application/json", **({"Authorization": f"Bearer {token}"} if token is not None else {})}
     request = urllib.request.Request(
-        f"http://{pod_ip}:{GATEWAY_PORT}/hooks/{HOOK}", method="POST",
-        data=json.dumps({"id": delivery_id, "text": text}).encode(),
-        headers={"Content-Type": "application/json", "Authorization": f"Bearer {token}"})
+        f"http://{address}:{GATEWAY_PORT}/hooks/{HOOK}", method="POST",
+        data=json.dumps({"id": delivery_id, "text": text}).encode(), headers=headers)
     try:
         with urllib.request.urlopen(request, timeout=timeout) as r:
             return Answer(r.status, json.loads(r.read() or b"{}"))

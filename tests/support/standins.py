@@ -2,7 +2,7 @@
 and /live the way the gateway documents them, with ``degraded_owners`` set by the test.
 
 Used where no real gateway process runs for a pod (the kubelet stand-in runs none); the
-real gateway is exercised in tests/test_operator_real_gateway.py.
+real gateway is exercised on the real node in tests/test_node.py.
 """
 from __future__ import annotations
 
