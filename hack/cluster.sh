@@ -130,6 +130,10 @@ up() {
   if [[ $real_node == 1 ]]; then
     api_address=$("$repo/hack/node.sh" network)  # the bridge, before the API server binds its address
   fi
+  # On loopback the kubernetes Service gets no endpoints (Endpoints reject 127/8), and since 1.37
+  # kube-apiserver refuses to start with a loopback --advertise-address and an endpoint reconciler.
+  local reconciler=()
+  [[ $api_address != 127.* ]] || reconciler=(--endpoint-reconciler-type none)
   local etcd_port etcd_peer api_port kcm_port
   etcd_port=$(free_port); etcd_peer=$(free_port); api_port=$(free_port); kcm_port=$(free_port)
 
@@ -167,7 +171,7 @@ POLICY
     --service-cluster-ip-range "$service_cidr" --allow-privileged=true \
     --service-account-issuer https://kubernetes.default.svc.cluster.local \
     --service-account-key-file "$pki/sa.pub" --service-account-signing-key-file "$pki/sa.key" \
-    --v 1
+    "${reconciler[@]}" --v 1
   write_kubeconfig "$api_port"
   wait_for kube-apiserver 90 bash -c "[[ \$('$bin/kubectl' --kubeconfig '$kubeconfig' get --raw /readyz 2>/dev/null) == ok ]]"
 

@@ -17,7 +17,7 @@ Invocation (no Makefile needed), against the local control plane:
 
 or from a saved document (``kubectl get --raw /openapi/v3/api/v1 > core-v1.json``):
 
-    .venv/bin/python hack/gen-pod-schemas.py --openapi core-v1.json --server-version v1.34.4
+    .venv/bin/python hack/gen-pod-schemas.py --openapi core-v1.json --server-version v1.37.2
 
 ``--check`` writes nothing and exits 1 when the committed module differs from what the
 server publishes.

@@ -49,7 +49,7 @@ def test_server_reports_real_version(cluster: Cluster) -> None:
     if not cluster.owned:
         pytest.skip("version pin applies to the local control plane only")
     version = json.loads(cluster.kubectl("version", "-o", "json").stdout)["serverVersion"]
-    assert version["gitVersion"].startswith("v1.34.")
+    assert version["gitVersion"].startswith("v1.37.")
     assert cluster.kubectl("get", "--raw", "/readyz").stdout.strip() == "ok"
 
 
