@@ -362,7 +362,8 @@ def check(doc: Mapping[str, Any]) -> list[str]:
     if any(e.blocking for e in found):  # the API server then skips the CEL rules, and says so
         return [e.text for e in found] + [MSG_CEL_SKIPPED]
     subject = Subject(name, spec)
-    errors = [e.text for e in found] + [f'{_where(rule.at)}: Invalid value: "object": {rule.message}'
+    # kube-apiserver >= 1.37 prints a failed CEL rule without the value (before: Invalid value: "object")
+    errors = [e.text for e in found] + [f"{_where(rule.at)}: Invalid value: {rule.message}"
                                         for rule in RULES if not rule.holds(subject)]
     return errors or [f"spec.config: {m}" for m in limit_violations(spec)]
 
