@@ -38,6 +38,7 @@ sys.path.insert(0, str(REPO / "tests"))  # the harness: tests/support
 
 from support import llm_pod, node, wait  # noqa: E402
 from support.cluster import Cluster, tool  # noqa: E402
+from support.gateways import ready_pods  # noqa: E402
 
 NAMESPACE = "gateway-demo"
 EXAMPLES = [  # (file, what is expected at kubectl apply)
@@ -167,13 +168,7 @@ def all_answered(gd: dict[str, Any]) -> bool:
 
 
 def gateway_pods(cluster: Cluster, name: str) -> list[dict[str, Any]]:
-    return ready(cluster.get_json("pods", "-n", NAMESPACE, "-l",
-                                       f"app.kubernetes.io/instance={name},app.kubernetes.io/component=gateway")["items"])
-
-
-def ready(pods: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    return [p for p in pods if not p["metadata"].get("deletionTimestamp") and (p.get("status") or {}).get("podIP")
-            and any(c["type"] == "Ready" and c["status"] == "True" for c in p["status"].get("conditions") or [])]
+    return ready_pods(cluster, NAMESPACE, name)
 
 
 def every_replica_ready(cluster: Cluster) -> bool:
@@ -273,7 +268,9 @@ def up() -> int:
     with timer.step("helm install", "operator: helm upgrade --install charts/gateway-operator (the local images)"):
         say(indent(node.install_operator(cluster).stdout.split("NOTES:")[0].strip()))
     with timer.step("LLM stand-in", f"the LLM STAND-IN (offline, OpenAI-compatible) as a pod in {NAMESPACE}"):
-        cluster.apply(json.dumps({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}}))
+        # the gateways, their managed Redis and the stand-in must pass the restricted profile too
+        cluster.apply(json.dumps({"apiVersion": "v1", "kind": "Namespace", "metadata": {
+            "name": NAMESPACE, "labels": {"pod-security.kubernetes.io/enforce": "restricted"}}}))
         llm_env = llm_pod.deploy(cluster, NAMESPACE, node.images().gateway)
         say(f"    {llm_env['OPENAI_BASE_URL']}")
     with timer.step("examples applied", f"examples, applied with kubectl in namespace {NAMESPACE}"):

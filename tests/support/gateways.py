@@ -39,11 +39,17 @@ def wait_event(cluster: Cluster, namespace: str, name: str, reason: str, type_: 
                  timeout=timeout, what=f"{type_} event {reason} for {name}")
 
 
+def is_ready(pod: dict[str, Any]) -> bool:
+    """The one pod-ready check: Ready, with an IP, not being deleted."""
+    status = pod.get("status") or {}
+    return (not pod["metadata"].get("deletionTimestamp") and bool(status.get("podIP"))
+            and any(c["type"] == "Ready" and c["status"] == "True" for c in status.get("conditions") or []))
+
+
 def ready_pods(cluster: Cluster, namespace: str, name: str) -> list[dict[str, Any]]:
     pods = cluster.get_json("-n", namespace, "pods", "-l",
                             f"app.kubernetes.io/instance={name},app.kubernetes.io/component=gateway")["items"]
-    return [p for p in pods if not p["metadata"].get("deletionTimestamp") and p["status"].get("podIP")
-            and any(c["type"] == "Ready" and c["status"] == "True" for c in p["status"].get("conditions", []))]
+    return [p for p in pods if is_ready(p)]
 
 
 def wait_ready_pods(cluster: Cluster, namespace: str, name: str, count: int, timeout: float = 60) -> list[dict[str, Any]]:

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from .cluster import Cluster
+from .gateways import is_ready
 from .llm_standin import API_KEY
 
 NAME = "llm-standin"
@@ -64,8 +65,7 @@ def deploy(cluster: Cluster, namespace: str, image: str, timeout: int = 120) -> 
 
 def pod_ip(cluster: Cluster, namespace: str) -> str:
     pods = cluster.get_json("pods", "-n", namespace, "-l", f"app.kubernetes.io/name={NAME}")["items"]
-    ready = [p for p in pods if any(c["type"] == "Ready" and c["status"] == "True"
-                                    for c in p["status"].get("conditions") or [])]
+    ready = [p for p in pods if is_ready(p)]
     assert ready, f"no ready {NAME} pod in {namespace}"
     return ready[0]["status"]["podIP"]
 

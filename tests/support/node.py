@@ -84,3 +84,12 @@ def webhook(address: str, token: str | None, delivery_id: str, text: str = "depl
             return Answer(r.status, json.loads(r.read() or b"{}"))
     except urllib.error.HTTPError as e:
         return Answer(e.code, json.loads(e.read() or b"{}"))
+
+
+def health(address: str, timeout: float = 10) -> Answer:
+    """GET /health of a gateway pod, unauthenticated, as the operator polls it."""
+    try:
+        with urllib.request.urlopen(f"http://{address}:{GATEWAY_PORT}/health", timeout=timeout) as r:
+            return Answer(r.status, json.loads(r.read() or b"{}"))
+    except urllib.error.HTTPError as e:
+        return Answer(e.code, json.loads(e.read() or b"{}"))
