@@ -76,7 +76,7 @@ images:
 	@hack/images.sh
 .PHONY: images
 
-# The real node's kubelet, kube-proxy, kube-scheduler and CoreDNS (built from Go modules, cached)
+# The real node's kubelet, kube-proxy, kube-scheduler, CoreDNS and containerd (built from Go modules, cached)
 node-binaries:
 	@hack/build-binaries.sh --node >/dev/null
 .PHONY: node-binaries

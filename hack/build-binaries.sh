@@ -6,8 +6,9 @@
 # rebuilt only when missing. Prints the directory that holds them (symlinked by plain name).
 #
 #   hack/build-binaries.sh --node   a real node's kubelet, kube-proxy and kube-scheduler too
-#                                   (hack/node.sh, opt-in; same module, same scheme), and
-#                                   coredns (hack/coredns) for its cluster DNS
+#                                   (hack/node.sh, opt-in; same module, same scheme),
+#                                   coredns (hack/coredns) for its cluster DNS, and containerd,
+#                                   containerd-shim-runc-v2 and ctr (hack/containerd)
 #   hack/build-binaries.sh --bench  kube-scheduler and kwok (hack/kwok) for the scale benchmark
 #                                   (flags combine: --monitoring --bench)
 #   hack/build-binaries.sh --monitoring
@@ -62,6 +63,21 @@ build_coredns() {
      -o "$out.tmp" . && mv "$out.tmp" "$out")
 }
 
+# containerd 2 for the real node: the daemon, its runc shim (containerd looks it up on PATH:
+# hack/node.sh puts this directory first) and ctr. CGO off, as upstream builds the shim; the
+# btrfs snapshotter needs cgo and is left out (no_btrfs; the node uses overlayfs).
+build_containerd() {
+  local name=$1 out=$bin/$1-$CONTAINERD_VERSION
+  [[ -x $out ]] && return
+  grep -q "github.com/containerd/containerd/v2 $CONTAINERD_VERSION\$" "$here/containerd/go.mod" \
+    || { log "hack/containerd/go.mod does not pin containerd $CONTAINERD_VERSION (versions.env)"; return 1; }
+  local pkg=github.com/containerd/containerd/v2/version
+  local ld="-s -w -X $pkg.Version=$CONTAINERD_VERSION -X $pkg.Revision=module-proxy-build"
+  log "building $name $CONTAINERD_VERSION (one-off, about 2 minutes for the three)"
+  (cd "$here/containerd" && go build -trimpath -tags "urfave_cli_no_docs no_btrfs" -ldflags "$ld" \
+     -o "$out.tmp" "github.com/containerd/containerd/v2/cmd/$name" && mv "$out.tmp" "$out")
+}
+
 # Prometheus's HTTP API and rule engine, without its web UI's assets (not embedded: no
 # `builtinassets` tag) and without the service-discovery plugins (`remove_all_sd`: static and
 # file targets only), which halves the build (cold: about 3.5 minutes on 2 cores).
@@ -114,6 +130,10 @@ if [[ " $* " == *" --node "* ]]; then
   kube_components+=(kubelet kube-proxy kube-scheduler)
   build_coredns
   ln -sf "coredns-$COREDNS_VERSION" "$bin/coredns"
+  for name in containerd containerd-shim-runc-v2 ctr; do
+    build_containerd "$name"
+    ln -sf "$name-$CONTAINERD_VERSION" "$bin/$name"
+  done
 fi
 if [[ " $* " == *" --bench "* ]]; then
   kube_components+=(kube-scheduler)

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# A REAL node joined to the local control plane (issue 8): containerd + runc, a CNI bridge,
+# A REAL node joined to the local control plane (issue 8): containerd 2 (containerd, its runc shim
+# and ctr built from the Go module proxy, hack/build-binaries.sh --node) + Debian's runc, a CNI bridge,
 # kube-scheduler, a real kubelet and kube-proxy (iptables), CoreDNS, pods from the locally built
 # images (make images). Needs root. hack/cluster.sh runs it when GWOP_NODE=1 (`make cluster-up`):
 #
@@ -23,7 +24,8 @@
 #
 # Everything else lives in $GWOP_CLUSTER_DIR/node: containerd's root, state and socket, CNI
 # config and IPAM data, the kubelet's root and pod logs, certificates, logs, pids, and what
-# network recorded about the host (iptables chains, sysctls) so down can put it back.
+# network recorded about the host (iptables chains, sysctls) so down can put it back. The one
+# exception, the runc shims' sockets, goes to $SHIM_SOCKETS (a unix socket path must stay short).
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
 dir=${GWOP_CLUSTER_DIR:-$repo/.cluster/sandbox}
@@ -42,6 +44,9 @@ FWD_CHAIN=GWOP-NODE-FORWARD
 PAUSE_IMAGE=localhost/gateway-operator/pause:3
 OWNER=/run/gwop-node.owner  # the one cluster dir whose node holds the host-global names
 sock=$node_dir/containerd/containerd.sock
+# containerd's shim_manager socket_dir: at most 42 characters (containerd 2.4's maxSocketDirLen),
+# which a path in $node_dir cannot promise; ours, not containerd's default /run/containerd/s
+SHIM_SOCKETS=/run/gwop-node/s
 cgroup_name=gwop-node
 sysctls=(net.ipv4.ip_forward net.bridge.bridge-nf-call-iptables vm.overcommit_memory vm.panic_on_oom kernel.panic kernel.panic_on_oops kernel.keys.root_maxkeys kernel.keys.root_maxbytes)
 components=(containerd kube-scheduler kubelet kube-proxy coredns hostpath-provisioner)
@@ -70,9 +75,8 @@ status() {
   node_ready
 }
 
-ensure_packages() {
-  local missing=() p
-  command -v containerd >/dev/null || missing+=(containerd)
+ensure_packages() {  # containerd itself is built (hack/containerd): Debian's 1.6 is not used
+  local missing=()
   command -v runc >/dev/null || missing+=(runc)
   [[ -x /usr/lib/cni/bridge && -x /usr/lib/cni/host-local ]] || missing+=(containernetworking-plugins)
   command -v iptables >/dev/null || missing+=(iptables)
@@ -80,9 +84,6 @@ ensure_packages() {
   log "installing ${missing[*]} with apt-get"
   apt-get update -qq
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
-  for p in containerd; do  # the package's own service is not this node's containerd
-    command -v systemctl >/dev/null && [[ -d /run/systemd/system ]] && systemctl disable --now "$p" >/dev/null 2>&1 || true
-  done
 }
 
 # -- certificates -------------------------------------------------------------------------
@@ -116,7 +117,6 @@ record_host() {
   local s; for s in "${sysctls[@]}"; do echo "$s=$(sysctl -n "$s" 2>/dev/null || echo)"; done >"$rec/sysctls"
   [[ -e /var/lib/kubelet ]] || touch "$rec/created-var-lib-kubelet"
   [[ -e /run/netns ]] || touch "$rec/created-run-netns"
-  [[ -e /run/containerd ]] || touch "$rec/created-run-containerd"  # containerd 1.6's shim sockets: /run/containerd/s
 }
 
 # Removes the iptables chains that appeared since up (kube-proxy's, the kubelet's, ours) and
@@ -191,18 +191,29 @@ remove_cgroups() {
 # -- teardown (down, and up after a crash) -------------------------------------------------
 containerd_config_exists() { [[ -f $node_dir/containerd/config.toml ]]; }
 
-ctr_() { ctr -a "$sock" -n k8s.io "$@"; }
+# this node's ctr on this node's socket; containerd 2 reports the host's cgroup v1 as a deprecation,
+# which ctr would print on every call (cmd/ctr/commands/client.go): containerd.log has it once
+nctr() { CONTAINERD_SUPPRESS_DEPRECATION_WARNINGS=1 "$nbin/ctr" -a "$sock" "$@"; }
+ctr_() { nctr -n k8s.io "$@"; }
+
+# containerd finds the runc shim (containerd-shim-runc-v2) on its PATH: this node's first, never
+# a containerd-shim-runc-v2 of Debian's containerd package in /usr/bin
+start_containerd() {
+  start containerd env PATH="$nbin:$PATH" "$nbin/containerd" --config "$node_dir/containerd/config.toml"
+}
 
 # Every container of this node's containerd (its own socket: nothing else runs there) killed
 # and deleted; prints the network namespaces their sandboxes used.
 drain_containerd() {
+  alive containerd || containerd_config_exists || return 0
+  [[ -x ${nbin:-}/ctr ]] || nbin=$("$repo/hack/build-binaries.sh" --node) \
+    || { log "no node binaries (hack/build-binaries.sh --node); skipping container cleanup"; return 0; }
   if ! alive containerd; then
-    containerd_config_exists || return 0
     mkdir -p "$logs" "$run"
-    start containerd containerd --config "$node_dir/containerd/config.toml"
-    local i; for i in $(seq 50); do ctr -a "$sock" version >/dev/null 2>&1 && break; sleep 0.2; done
+    start_containerd
+    local i; for i in $(seq 50); do nctr version >/dev/null 2>&1 && break; sleep 0.2; done
   fi
-  ctr -a "$sock" version >/dev/null 2>&1 || { log "containerd does not answer; skipping container cleanup"; return 0; }
+  nctr version >/dev/null 2>&1 || { log "containerd does not answer; skipping container cleanup"; return 0; }
   local ids id
   ids=$(ctr_ containers ls -q 2>/dev/null || true)
   for id in $ids; do
@@ -220,18 +231,24 @@ for ns in (spec.get("linux") or {}).get("namespaces") or []:
   done
 }
 
-kill_own_shims() {  # shims started for this node's socket (they outlive containerd), and their sockets
+# Shims started for this node's socket (they outlive containerd: their own process group), and
+# their sockets. containerd 2's runc shim runs as `<$nbin>/containerd-shim-runc-v2-<version>
+# -namespace k8s.io -id <id> -address <containerd socket>` (the cmdline's last NUL gives the
+# trailing space) and listens on $SHIM_SOCKETS/<sha256>; a containerd 1.6 node's leftover shims
+# look the same with their sockets in /run/containerd/s.
+kill_own_shims() {
   local p pids=() path
   for p in /proc/[0-9]*; do
     tr '\0' ' ' <"$p/cmdline" 2>/dev/null | grep -q -- "containerd-shim.*-address $sock " || continue
     pids+=("${p#/proc/}")
   done
   ((${#pids[@]})) || return 0
-  # the unix sockets a shim listens on (containerd 1.6: /run/containerd/s/<hash>), by inode
-  local paths; paths=$(python3 - "${pids[@]}" <<'PY'
+  # the unix sockets a shim listens on, by inode
+  local paths; paths=$(python3 - "$SHIM_SOCKETS" "${pids[@]}" <<'PY'
 import os, sys
+prefixes = (sys.argv[1] + "/", "/run/containerd/s/")
 inodes = set()
-for pid in sys.argv[1:]:
+for pid in sys.argv[2:]:
     try:
         for fd in os.listdir(f"/proc/{pid}/fd"):
             link = os.readlink(f"/proc/{pid}/fd/{fd}")
@@ -241,7 +258,7 @@ for pid in sys.argv[1:]:
         pass
 for line in open("/proc/net/unix").read().splitlines()[1:]:
     f = line.split()
-    if len(f) >= 8 and f[6] in inodes and f[7].startswith("/run/containerd/s/"):
+    if len(f) >= 8 and f[6] in inodes and f[7].startswith(prefixes):
         print(f[7])
 PY
 )
@@ -286,7 +303,8 @@ teardown() {
   if ip link show "$BRIDGE" >/dev/null 2>&1 && [[ -f $rec/created-bridge ]]; then
     ip link delete "$BRIDGE" && log "deleted bridge $BRIDGE"
   fi
-  if [[ -f $rec/created-run-containerd ]]; then
+  rmdir "$SHIM_SOCKETS" "${SHIM_SOCKETS%/*}" 2>/dev/null || true  # when empty: a shim made it
+  if [[ -f $rec/created-run-containerd ]]; then  # recorded by a node of containerd 1.6
     rmdir /run/containerd/s /run/containerd/runc/k8s.io /run/containerd/runc /run/containerd 2>/dev/null || true
   fi
   restore_iptables
@@ -294,8 +312,8 @@ teardown() {
   if [[ -f $rec/created-var-lib-kubelet ]]; then rm -rf /var/lib/kubelet; fi
   if [[ -n ${bin:-} && -f $kubeconfig ]] && [[ $(kc get --raw /readyz 2>/dev/null) == ok ]]; then
     kc delete node "$NODE_NAME" --ignore-not-found --wait=false >/dev/null 2>&1 || true
-    kc delete clusterrolebinding gwop-node-kubelets gwop-node-coredns --ignore-not-found >/dev/null 2>&1 || true
-    kc delete clusterrole gwop-node-coredns --ignore-not-found >/dev/null 2>&1 || true
+    kc delete clusterrolebinding gwop-node-kubelets gwop-node-coredns gwop-node-hostpath-provisioner --ignore-not-found >/dev/null 2>&1 || true
+    kc delete clusterrole gwop-node-coredns gwop-node-hostpath-provisioner --ignore-not-found >/dev/null 2>&1 || true
     kc delete service kube-dns -n kube-system --ignore-not-found >/dev/null 2>&1 || true
     kc delete storageclass gwop-hostpath --ignore-not-found >/dev/null 2>&1 || true
   fi
@@ -387,11 +405,15 @@ write_configs() {
   local cd=$node_dir/containerd
   mkdir -p "$cd/root" "$cd/state" "$cd/opt" "$node_dir/cni/net.d" "$node_dir/cni/ipam" \
     "$node_dir/kubelet/root" "$node_dir/kubelet/pod-logs" "$node_dir/kubelet/volume-plugins"
+  # containerd 2 config version 3 (docs/cri/config.md; containerd 2.4 migrates it to its version 4
+  # in memory at each start, with a warning): the CRI settings are split between the images,
+  # runtime and grpc (server) plugins; NRI (on by default in containerd 2, listening on the
+  # host-global /var/run/nri/nri.sock) is off, as containerd 1.6 had none
   cat >"$cd/config.toml" <<EOF
-version = 2
+version = 3
 root = "$cd/root"
 state = "$cd/state"
-disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshotter.v1.btrfs", "io.containerd.snapshotter.v1.zfs", "io.containerd.snapshotter.v1.devmapper", "io.containerd.tracing.processor.v1.otlp"]
+disabled_plugins = ["io.containerd.snapshotter.v1.zfs", "io.containerd.snapshotter.v1.devmapper", "io.containerd.tracing.processor.v1.otlp"]
 [grpc]
   address = "$sock"
 [ttrpc]
@@ -400,27 +422,35 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
   address = ""
 [metrics]
   address = ""
-[plugins."io.containerd.internal.v1.opt"]
-  path = "$cd/opt"
-[plugins."io.containerd.grpc.v1.cri"]
-  sandbox_image = "$PAUSE_IMAGE"
-  restrict_oom_score_adj = true
-  disable_apparmor = true
-  enable_selinux = false
-  stream_server_address = "127.0.0.1"
-  stream_server_port = "0"
-  [plugins."io.containerd.grpc.v1.cri".containerd]
+[plugins]
+  [plugins.'io.containerd.internal.v1.opt']
+    path = "$cd/opt"
+  [plugins.'io.containerd.nri.v1.nri']
+    disable = true
+  [plugins.'io.containerd.shim.v1.manager']
+    socket_dir = "$SHIM_SOCKETS"
+  [plugins.'io.containerd.cri.v1.images']
     snapshotter = "overlayfs"
-    default_runtime_name = "runc"
-    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
-      runtime_type = "io.containerd.runc.v2"
-      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
-        SystemdCgroup = false
-        Root = "$cd/runc"
-  [plugins."io.containerd.grpc.v1.cri".cni]
-    bin_dir = "/usr/lib/cni"
-    conf_dir = "$node_dir/cni/net.d"
-    max_conf_num = 1
+    [plugins.'io.containerd.cri.v1.images'.pinned_images]
+      sandbox = "$PAUSE_IMAGE"
+  [plugins.'io.containerd.cri.v1.runtime']
+    restrict_oom_score_adj = true
+    disable_apparmor = true
+    enable_selinux = false
+    [plugins.'io.containerd.cri.v1.runtime'.containerd]
+      default_runtime_name = "runc"
+      [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc]
+        runtime_type = "io.containerd.runc.v2"
+        [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc.options]
+          SystemdCgroup = false
+          Root = "$cd/runc"
+    [plugins.'io.containerd.cri.v1.runtime'.cni]
+      bin_dirs = ["/usr/lib/cni"]
+      conf_dir = "$node_dir/cni/net.d"
+      max_conf_num = 1
+  [plugins.'io.containerd.grpc.v1.cri']
+    stream_server_address = "127.0.0.1"
+    stream_server_port = "0"
 EOF
   cat >"$node_dir/cni/net.d/10-gwop.conflist" <<EOF
 {
@@ -568,7 +598,9 @@ up() {
   client_cert kube-proxy "/CN=system:kube-proxy"
   client_cert kube-scheduler "/CN=system:kube-scheduler"
   client_cert coredns "/CN=gwop-node:coredns"
+  client_cert hostpath-provisioner "/CN=gwop-node:hostpath-provisioner"
   node_kubeconfig kubelet; node_kubeconfig kube-proxy; node_kubeconfig kube-scheduler; node_kubeconfig coredns
+  node_kubeconfig hostpath-provisioner
   # RBAC only (no Node authorizer): the kubelets' group gets the system:node role
   kc create clusterrolebinding gwop-node-kubelets --clusterrole system:node --group system:nodes \
     --dry-run=client -o yaml | kc apply -f - >/dev/null
@@ -583,10 +615,23 @@ metadata:
 provisioner: gateway-operator.dev/node-hostpath
 reclaimPolicy: Delete
 volumeBindingMode: Immediate
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata: {name: gwop-node-hostpath-provisioner}
+rules:
+- {apiGroups: [""], resources: [persistentvolumeclaims], verbs: [list]}
+- {apiGroups: [""], resources: [persistentvolumes], verbs: [list, create, delete]}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata: {name: gwop-node-hostpath-provisioner}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: gwop-node-hostpath-provisioner}
+subjects: [{apiGroup: rbac.authorization.k8s.io, kind: User, name: "gwop-node:hostpath-provisioner"}]
 EOF
 
-  start containerd containerd --config "$node_dir/containerd/config.toml"
-  wait_for containerd 30 ctr -a "$sock" version
+  start_containerd
+  wait_for containerd 30 nctr version
   import_images
 
   start kube-scheduler "$nbin/kube-scheduler" --kubeconfig "$node_dir/kube-scheduler.kubeconfig" \
@@ -596,7 +641,7 @@ EOF
     --cert-dir "$node_dir/kubelet/pki" --hostname-override "$NODE_NAME" --node-ip "$NODE_IP" --v 1
   start kube-proxy "$nbin/kube-proxy" --config "$node_dir/kube-proxy.yaml" --v 1
   start coredns "$nbin/coredns" -conf "$node_dir/Corefile"
-  start hostpath-provisioner "$python" "$repo/hack/hostpath_provisioner.py" --kubeconfig "$kubeconfig" \
+  start hostpath-provisioner "$python" "$repo/hack/hostpath_provisioner.py" --kubeconfig "$node_dir/hostpath-provisioner.kubeconfig" \
     --root "$node_dir/volumes" --node "$NODE_NAME"
   wait_for "node $NODE_NAME Ready" 120 node_ready
   wait_for "cluster DNS" 30 dns_answers

@@ -126,6 +126,9 @@ def test_make_demo_runs_the_examples_in_real_containers(sandbox: Sandbox) -> Non
     # every pod is a container on the one real node, none restarted, at a pod-range IP
     nodes = cluster.get_json("nodes")["items"]
     assert [n["metadata"]["name"] for n in nodes] == ["gwop-node-0"]
+    info = nodes[0]["status"]["nodeInfo"]  # containerd 2 and the kubelet, both built here
+    assert info["containerRuntimeVersion"].startswith("containerd://v2."), info
+    assert info["kubeletVersion"] == json.loads(cluster.kubectl("get", "--raw", "/version").stdout)["gitVersion"], info
     pods = cluster.get_json("pods", "-A")["items"]
     by_ns: dict[str, int] = {}
     for pod in pods:
@@ -144,8 +147,9 @@ def test_make_demo_runs_the_examples_in_real_containers(sandbox: Sandbox) -> Non
     assert redis_pod["spec"]["containers"][0]["image"] == images.redis
 
     # the operator's namespace enforces the restricted profile; helm test runs its pod for real
-    ns = cluster.get_json("namespace", node.SYSTEM_NAMESPACE)
-    assert ns["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] == "restricted"
+    for namespace in (node.SYSTEM_NAMESPACE, NS):  # gateways and the managed Redis included
+        labels = cluster.get_json("namespace", namespace)["metadata"]["labels"]
+        assert labels["pod-security.kubernetes.io/enforce"] == "restricted", namespace
     tested = cluster.helm("test", node.RELEASE, "-n", node.SYSTEM_NAMESPACE, "--logs")
     assert "Phase:          Succeeded" in tested.stdout and f"GatewayDeployments served in {node.SYSTEM_NAMESPACE}" \
         in tested.stdout, tested.stdout
@@ -166,6 +170,10 @@ def test_a_webhook_fanned_to_every_ops_bot_pod_is_admitted_once(sandbox: Sandbox
         node.webhook(ip, token(cluster, "ops-bot"), f"warm-up-{uuid.uuid4().hex[:8]}", "warm-up")
     until(lambda: "every polled replica (3)" in conditions(cluster, NS, "ops-bot")["ExactlyOnceAdmission"]["message"],
           timeout=60, what="ExactlyOnceAdmission over 3 polled replicas")
+    for ip in ips:  # what the operator polls: the gateway image answering /health as a pod
+        answer = node.health(ip)
+        assert answer.status == 200 and answer.body["status"] == "healthy", answer
+        assert not [o for o in answer.body.get("degraded_owners") or [] if o["owner_id"] == "durability:idempotency"]
 
     # the hook has no auth of its own: the gateway's token guards it
     assert node.webhook(ips[0], None, "no-token").status == 401
@@ -314,8 +322,9 @@ def leftovers() -> list[str]:
                 continue
             if str(DIR) in cmd:
                 left.append(f"process {p.name} {cmd[:120]}")
-    if (DIR / "node").exists():
-        left.append(f"directory {DIR / 'node'}")
+    for directory in (DIR / "node", Path("/run/gwop-node")):  # the node's files, its shims' sockets
+        if directory.exists():
+            left.append(f"directory {directory}")
     return left
 
 
