@@ -303,7 +303,9 @@ teardown() {
   if ip link show "$BRIDGE" >/dev/null 2>&1 && [[ -f $rec/created-bridge ]]; then
     ip link delete "$BRIDGE" && log "deleted bridge $BRIDGE"
   fi
-  rmdir "$SHIM_SOCKETS" "${SHIM_SOCKETS%/*}" 2>/dev/null || true  # when empty: a shim made it
+  # the shims' socket directory is this node's alone (one node per host) and its shims are gone;
+  # a shim that exited on its own may not have removed its socket yet
+  rm -rf "${SHIM_SOCKETS%/*}"
   if [[ -f $rec/created-run-containerd ]]; then  # recorded by a node of containerd 1.6
     rmdir /run/containerd/s /run/containerd/runc/k8s.io /run/containerd/runc /run/containerd 2>/dev/null || true
   fi

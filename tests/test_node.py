@@ -18,13 +18,14 @@ import re
 import subprocess
 import uuid
 from pathlib import Path
-from typing import Any, Iterator, NamedTuple
+from typing import Iterator, NamedTuple
 
 import pytest
 
 from support import llm_pod, node
 from support.cluster import REPO, Cluster
 from support.gateways import conditions, events, ready_pods, wait_condition, wait_ready_pods
+from support.operator import gateway_deployment
 from support.wait import until
 
 pytestmark = [pytest.mark.node, pytest.mark.cluster]
@@ -95,13 +96,6 @@ def deliver(cluster: Cluster, name: str, ips: list[str], delivery: str) -> tuple
     answers = [node.webhook(ip, token(cluster, name), delivery) for ip in ips]
     assert all(a.status == 200 for a in answers), answers
     return llm_pod.completions(cluster, NS) - before, answers
-
-
-def gateway_deployment(name: str, image: str, **spec: Any) -> str:
-    return json.dumps({"apiVersion": "gateway-operator.dev/v1alpha1", "kind": "GatewayDeployment",
-                       "metadata": {"name": name, "namespace": NS},
-                       "spec": {"image": image, "config": {"agents": {"a": {"instructions": "x"}}, "channels": {}},
-                                **spec}})
 
 
 # -- the demo ------------------------------------------------------------------------------
@@ -268,7 +262,7 @@ def test_the_kubelets_waiting_reasons_are_stalled_reasons(sandbox: Sandbox, name
                                                           reason: str) -> None:
     cluster = sandbox.cluster
     image = node.images().redis if image == "redis" else image
-    cluster.apply(gateway_deployment(name, image, imagePullPolicy=policy))
+    cluster.apply(json.dumps(gateway_deployment(name, image=image, imagePullPolicy=policy)), "-n", NS)
     try:
         stalled = wait_condition(cluster, NS, name, "Stalled", "True", reason, timeout=120)
         assert stalled["message"].startswith(f"pod {name}-"), stalled
