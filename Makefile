@@ -71,7 +71,7 @@ chart-readme: venv
 # The node's container images (issue 8): base, operator, gateway, redis, pause as OCI archives in
 # $(GWOP_CACHE)/images (default ~/.cache/gateway-operator/images), built with mmdebstrap + buildah
 # and reused while their inputs are unchanged; images.txt there lists them. Needs root.
-# `pytest -m images tests/test_images.py` checks them (not part of `make test`).
+# tests/test_images.py (part of `make test`) checks them as a user of them would.
 images:
 	@hack/images.sh
 .PHONY: images
