@@ -327,7 +327,7 @@ def test_managed_redis_command_keeps_dedup_records_across_a_kill_only_with_persi
     s = spec(config=redis_store(), redis={"managed": managed})
     deployment = next(o for o in render.managed_redis(OWNER, s, render.OperatorIdentity()) if o["kind"] == "Deployment")
     command = deployment["spec"]["template"]["spec"]["containers"][0]["command"]
-    assert deployment["spec"]["template"]["spec"]["containers"][0]["image"] == render.DEFAULT_MANAGED_REDIS_IMAGE
+    assert deployment["spec"]["template"]["spec"]["containers"][0]["image"] == api.DEFAULT_MANAGED_REDIS_IMAGE
     assert (deployment["spec"]["template"]["spec"]["volumes"][0].get("persistentVolumeClaim") is not None) == persistent
     port = free_port()
     script = command[2].replace("--port 6379", f"--port {port} --bind 127.0.0.1").replace("/data", str(tmp_path))

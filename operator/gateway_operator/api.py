@@ -29,6 +29,8 @@ ANNOTATION_SECRETS_REVISION = f"{GROUP}/secrets-revision"
 
 
 GATEWAY_PORT = 8765
+# a managed Redis's image when neither its spec nor the operator's --managed-redis-image names one
+DEFAULT_MANAGED_REDIS_IMAGE = "redis:7.2-alpine"
 REDIS_PASSWORD_ENV = "GATEWAY_REDIS_PASSWORD"
 AUTH_TOKEN_ENV = "GATEWAY_AUTH_TOKEN"
 IDEMPOTENCY_OWNER = "durability:idempotency"

@@ -18,7 +18,6 @@ from typing import Any, Sequence
 import yaml
 
 from . import api
-from .render import DEFAULT_MANAGED_REDIS_IMAGE
 
 
 class InputError(Exception):
@@ -216,7 +215,7 @@ def _operator_identity_args(p: argparse.ArgumentParser) -> None:
                    help="namespace of the operator's pods (a managed Redis admits their probe)")
     p.add_argument("--operator-instance", default=os.environ.get("OPERATOR_INSTANCE", "gateway-operator"),
                    help="app.kubernetes.io/instance of the operator's pods (the Helm release)")
-    p.add_argument("--managed-redis-image", default=DEFAULT_MANAGED_REDIS_IMAGE,
+    p.add_argument("--managed-redis-image", default=api.DEFAULT_MANAGED_REDIS_IMAGE,
                    help="image of a managed Redis whose spec.redis.managed.image is empty")
 
 

@@ -33,8 +33,6 @@ REDIS_CLIENT_OPTIONS = "socket_timeout=0.3&socket_connect_timeout=1"
 # a managed Redis asked to persist: every write appended and fsynced each second to /data
 # (a restart loses at most the last second of dedup records)
 REDIS_AOF_ARGS = '--dir /data --appendonly yes --appendfsync everysec --save ""'
-# a managed Redis's image when neither its spec nor the operator's --managed-redis-image names one
-DEFAULT_MANAGED_REDIS_IMAGE = "redis:7.2-alpine"
 
 
 @dataclass(frozen=True)
@@ -45,7 +43,7 @@ class OperatorIdentity:
 
     namespace: str = "gateway-operator"
     instance: str = "gateway-operator"   # app.kubernetes.io/instance: the Helm release name
-    managed_redis_image: str = DEFAULT_MANAGED_REDIS_IMAGE
+    managed_redis_image: str = api.DEFAULT_MANAGED_REDIS_IMAGE
 
 
 @dataclass(frozen=True)
