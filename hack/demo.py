@@ -95,9 +95,9 @@ def until(what: str, condition: Callable[[], Any], timeout: float, interval: flo
     return wait.until(condition, timeout=timeout, interval=interval, what=what, tolerate=(AssertionError, OSError))
 
 
-def run_shown(*cmd: str, env: dict[str, str] | None = None) -> None:
+def run_shown(*cmd: str) -> None:
     """A hack/ script whose progress lines the user should see."""
-    proc = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     say(indent(proc.stdout))
     if proc.returncode != 0:
         raise SystemExit(f"{' '.join(cmd)} failed ({proc.returncode})")
@@ -167,13 +167,9 @@ def all_answered(gd: dict[str, Any]) -> bool:
     return not found or found.group(1) == found.group(2)
 
 
-def gateway_pods(cluster: Cluster, name: str) -> list[dict[str, Any]]:
-    return ready_pods(cluster, NAMESPACE, name)
-
-
 def every_replica_ready(cluster: Cluster) -> bool:
     gds = gateway_deployments(cluster)
-    return bool(gds) and all(len(gateway_pods(cluster, g["metadata"]["name"])) == int(g["spec"].get("replicas", 1))
+    return bool(gds) and all(len(ready_pods(cluster, NAMESPACE, g["metadata"]["name"])) == int(g["spec"].get("replicas", 1))
                              for g in gds)
 
 
@@ -181,8 +177,8 @@ def warm_up(cluster: Cluster) -> None:
     """0.1.16 builds a replica's idempotency store on its first webhook: one per replica."""
     for gd in gateway_deployments(cluster):
         name = gd["metadata"]["name"]
-        token = node.secret_value(cluster, NAMESPACE, f"{name}-gateway-auth", "token")
-        for pod in gateway_pods(cluster, name):
+        token = node.gateway_token(cluster, NAMESPACE, name)
+        for pod in ready_pods(cluster, NAMESPACE, name):
             answer = node.webhook(pod["status"]["podIP"], token, f"warm-up-{uuid.uuid4().hex[:8]}", "warm-up")
             say(f"    {name} {pod['metadata']['name']} ({pod['status']['podIP']}): HTTP {answer.status} "
                 f"action={answer.body.get('action')}")
@@ -190,17 +186,14 @@ def warm_up(cluster: Cluster) -> None:
 
 def fan_out(cluster: Cluster) -> None:
     """The duplicate a webhook provider's retry makes: the same delivery to every replica."""
-    token = node.secret_value(cluster, NAMESPACE, f"{SHOWCASE}-gateway-auth", "token")
-    pods = gateway_pods(cluster, SHOWCASE)
+    ips = [pod["status"]["podIP"] for pod in ready_pods(cluster, NAMESPACE, SHOWCASE)]
     delivery = f"deploy-{uuid.uuid4().hex[:8]}"
-    before = llm_pod.completions(cluster, NAMESPACE)
-    for pod in pods:
-        answer = node.webhook(pod["status"]["podIP"], token, delivery)
-        say(f"    POST http://{pod['status']['podIP']}:{node.GATEWAY_PORT}/hooks/{node.HOOK} id={delivery} "
+    sent = node.deliver(cluster, NAMESPACE, SHOWCASE, ips, delivery)
+    for ip, answer in zip(ips, sent.answers):
+        say(f"    POST http://{ip}:{node.GATEWAY_PORT}/hooks/{node.HOOK} id={delivery} "
             f"-> HTTP {answer.status} action={answer.body.get('action')}")
-    turns = llm_pod.completions(cluster, NAMESPACE) - before
-    say(f"    agent turns counted at the LLM stand-in: {turns} for {len(pods)} deliveries "
-        f"({'admitted exactly once' if turns == 1 else 'NOT exactly once'})")
+    say(f"    agent turns counted at the LLM stand-in: {sent.turns} for {len(ips)} deliveries "
+        f"({'admitted exactly once' if sent.turns == 1 else 'NOT exactly once'})")
 
 
 def condition_table(gd: dict[str, Any]) -> str:

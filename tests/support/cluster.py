@@ -44,8 +44,13 @@ class Cluster:
         if existing:
             return cls(Path(existing), owned=False)
         # GWOP_TEST_CLUSTER_DIR (relative to the repo): lets two test sessions run side by side
-        path = REPO / (directory or os.environ.get("GWOP_TEST_CLUSTER_DIR") or ".cluster/test")
-        env = dict(os.environ, GWOP_CLUSTER_DIR=str(path))
+        return cls.start(REPO / (directory or os.environ.get("GWOP_TEST_CLUSTER_DIR") or ".cluster/test"))
+
+    @classmethod
+    def start(cls, path: Path, **env: str) -> "Cluster":
+        """`hack/cluster.sh up` in ``path`` (started unless it runs), with ``env`` on top
+        (GWOP_NODE="1": the real node)."""
+        env = dict(os.environ, GWOP_CLUSTER_DIR=str(path), **env)
         out = subprocess.run([str(REPO / "hack/cluster.sh"), "up"], env=env, check=True,
                              stdout=subprocess.PIPE, text=True).stdout
         return cls(Path(out.strip().splitlines()[-1]), owned=True, env=env, directory=path)

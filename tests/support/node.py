@@ -10,8 +10,12 @@ import subprocess
 import urllib.error
 import urllib.request
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, NoReturn
 
+from gateway_operator.api import GATEWAY_PORT
+from gateway_operator.render import auth_secret_name
+
+from . import llm_pod
 from .cluster import REPO, Cluster
 
 CACHE = Path(os.environ.get("GWOP_CACHE") or Path.home() / ".cache/gateway-operator")
@@ -19,8 +23,16 @@ IMAGES_LIST = CACHE / "images/images.txt"  # hack/images.sh: "NAME ARCHIVE" per 
 CHART = REPO / "charts/gateway-operator"
 SYSTEM_NAMESPACE = "gateway-operator-system"
 RELEASE = "gateway-operator"
-GATEWAY_PORT = 8765
 HOOK = "deploy"  # the examples' webhook path (/hooks/deploy)
+
+
+def unavailable(message: str) -> NoReturn:
+    """A real part that cannot run on this machine: under CI a failure (never a silent
+    fallback), elsewhere a skip that says why in one line."""
+    import pytest
+    if os.environ.get("CI"):
+        pytest.fail(f"{message}; CI must run it")
+    pytest.skip(message)
 
 
 class Images(NamedTuple):
@@ -42,10 +54,7 @@ def images() -> Images:
 
 def cluster_up(directory: Path) -> Cluster:
     """The control plane with the real node in ``directory`` (started unless it runs)."""
-    env = dict(os.environ, GWOP_CLUSTER_DIR=str(directory), GWOP_NODE="1")
-    out = subprocess.run([str(REPO / "hack/cluster.sh"), "up"], env=env, check=True,
-                         stdout=subprocess.PIPE, text=True).stdout
-    return Cluster(Path(out.strip().splitlines()[-1]), owned=True, env=env, directory=directory)
+    return Cluster.start(directory, GWOP_NODE="1")
 
 
 def install_operator(cluster: Cluster, *extra: str, release: str = RELEASE,
@@ -67,18 +76,17 @@ def secret_value(cluster: Cluster, namespace: str, name: str, key: str) -> str:
     return base64.b64decode(cluster.get_json("secret", name, "-n", namespace)["data"][key]).decode()
 
 
+def gateway_token(cluster: Cluster, namespace: str, name: str) -> str:
+    """The bearer token of a GatewayDeployment's hooks (the Secret the operator generates)."""
+    return secret_value(cluster, namespace, auth_secret_name(name), "token")
+
+
 class Answer(NamedTuple):
     status: int
     body: dict[str, Any]
 
 
-def webhook(address: str, token: str | None, delivery_id: str, text: str = "deployed", timeout: float = 60) -> Answer:
-    """POST /hooks/deploy to a gateway pod (or its Service's ClusterIP), as a webhook provider's
-    retry would; ``token`` None sends no Authorization header."""
-    headers = {"Content-Type": "application/json", **({"Authorization": f"Bearer {token}"} if token is not None else {})}
-    request = urllib.request.Request(
-        f"http://{address}:{GATEWAY_PORT}/hooks/{HOOK}", method="POST",
-        data=json.dumps({"id": delivery_id, "text": text}).encode(), headers=headers)
+def _answer(request: urllib.request.Request | str, timeout: float) -> Answer:
     try:
         with urllib.request.urlopen(request, timeout=timeout) as r:
             return Answer(r.status, json.loads(r.read() or b"{}"))
@@ -86,10 +94,29 @@ def webhook(address: str, token: str | None, delivery_id: str, text: str = "depl
         return Answer(e.code, json.loads(e.read() or b"{}"))
 
 
+def webhook(address: str, token: str | None, delivery_id: str, text: str = "deployed", timeout: float = 60) -> Answer:
+    """POST /hooks/deploy to a gateway pod (or its Service's ClusterIP), as a webhook provider's
+    retry would; ``token`` None sends no Authorization header."""
+    headers = {"Content-Type": "application/json", **({"Authorization": f"Bearer {token}"} if token is not None else {})}
+    return _answer(urllib.request.Request(
+        f"http://{address}:{GATEWAY_PORT}/hooks/{HOOK}", method="POST",
+        data=json.dumps({"id": delivery_id, "text": text}).encode(), headers=headers), timeout)
+
+
 def health(address: str, timeout: float = 10) -> Answer:
     """GET /health of a gateway pod, unauthenticated, as the operator polls it."""
-    try:
-        with urllib.request.urlopen(f"http://{address}:{GATEWAY_PORT}/health", timeout=timeout) as r:
-            return Answer(r.status, json.loads(r.read() or b"{}"))
-    except urllib.error.HTTPError as e:
-        return Answer(e.code, json.loads(e.read() or b"{}"))
+    return _answer(f"http://{address}:{GATEWAY_PORT}/health", timeout)
+
+
+class Delivery(NamedTuple):
+    turns: int              # agent turns it caused, counted at the LLM stand-in
+    answers: list[Answer]   # one per address, in order
+
+
+def deliver(cluster: Cluster, namespace: str, name: str, addresses: list[str], delivery_id: str) -> Delivery:
+    """The same delivery to each address (pod IPs, or a ClusterIP repeated), as a provider's
+    retries fan it out; the LLM stand-in in ``namespace`` counts what ran."""
+    token = gateway_token(cluster, namespace, name)
+    before = llm_pod.completions(cluster, namespace)
+    answers = [webhook(address, token, delivery_id) for address in addresses]
+    return Delivery(llm_pod.completions(cluster, namespace) - before, answers)
