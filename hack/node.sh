@@ -226,7 +226,7 @@ for ns in (spec.get("linux") or {}).get("namespaces") or []:
   done
   for id in $ids; do ctr_ tasks kill -s SIGKILL "$id" >/dev/null 2>&1 || true; done
   for id in $ids; do
-    for _ in $(seq 20); do ctr_ tasks delete "$id" >/dev/null 2>&1 && break; ctr_ tasks ls -q 2>/dev/null | grep -qx "$id" || break; sleep 0.1; done
+    for _ in $(seq 20); do ctr_ tasks delete "$id" >/dev/null 2>&1 && break; grep -qx -- "$id" <<<"$(ctr_ tasks ls -q 2>/dev/null)" || break; sleep 0.1; done
     ctr_ containers delete "$id" >/dev/null 2>&1 || true
   done
 }
@@ -549,13 +549,16 @@ network() {
 
 import_images() {
   [[ -f $images_list ]] || die "no $images_list: run 'make images' first (the node's pause image comes from it)"
-  local image archive t0=$SECONDS
+  local image archive listed t0=$SECONDS
   grep -q "^$PAUSE_IMAGE " "$images_list" || die "$images_list lists no $PAUSE_IMAGE"
   while read -r image archive; do
     [[ -n $image ]] || continue
     [[ -f $archive ]] || die "$archive (listed in $images_list) is missing: run 'make images'"
     ctr_ images import "$archive" >>"$logs/images.log" 2>&1 || { tail -5 "$logs/images.log" >&2; die "import of $archive failed"; }
-    ctr_ images ls -q | grep -qx "$image" || die "$archive did not give $image (ctr images ls: $(ctr_ images ls -q | tr '\n' ' '))"
+    # the listing is read whole first: `ctr ... | grep -q` under pipefail fails when grep exits
+    # on the first line and ctr's next write meets a closed pipe
+    listed=$(ctr_ images ls -q)
+    grep -qx -- "$image" <<<"$listed" || die "$archive did not give $image (ctr images ls: $(tr '\n' ' ' <<<"$listed"))"
   done <"$images_list"
   log "imported $(wc -l <"$images_list") images in $((SECONDS - t0))s"
 }
