@@ -19,11 +19,6 @@ monitoring-binaries:
 	@hack/build-binaries.sh --monitoring >/dev/null
 .PHONY: monitoring-binaries
 
-# kube-scheduler and kwok for bench/operator_bench.py (tests/test_bench.py runs a small one)
-bench-binaries:
-	@hack/build-binaries.sh --bench >/dev/null
-.PHONY: bench-binaries
-
 # The local control plane with a REAL node (hack/node.sh: containerd, runc, CNI bridge with pods in
 # 198.18.0.0/16 and Services in 198.19.0.0/16, kubelet, kube-scheduler, kube-proxy, CoreDNS, a
 # hostPath provisioner), running the images of `make images`. Root; one node per host.
@@ -40,7 +35,7 @@ cluster-down:
 # real node (.cluster/node-test) and tests its real pods (root; without root it skips in one
 # line, under CI it fails). GWOP_TEST_KUBECONFIG=<path> runs the integration suite against an
 # existing cluster instead.
-test: system-deps venv binaries monitoring-binaries bench-binaries node-binaries
+test: system-deps venv binaries monitoring-binaries node-binaries
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 # The full fuzz run (issue 7): 500+ seeded adversarial GatewayDeployments through the real API

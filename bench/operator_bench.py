@@ -5,7 +5,7 @@
     .venv/bin/python bench/plot.py docs/img/bench.png FILE.json ...   (the README's figure)
 
 On its own control plane (.cluster/bench: etcd, kube-apiserver, kube-controller-manager),
-pods are SIMULATED by kwok (bench/simulated_nodes.py) and their ``/health`` answered by
+pods are SIMULATED by kwok (hack/cluster.sh's simulated node) and their ``/health`` answered by
 HEALTH ENDPOINT STAND-INS in a process of their own (bench/health_farm.py). Redis is a real
 redis-server; the operator is the real CLI under the chart's RBAC. In order:
 
@@ -41,6 +41,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests"))
 sys.path.insert(0, str(REPO / "operator"))
 sys.path.insert(0, str(REPO / "bench"))
+POD_CIDR = "127.40.0.0/16"  # loopback, apart from the test clusters' simulated pods (127.1/16)
 
 import kubernetes  # noqa: E402
 from kubernetes import watch  # noqa: E402
@@ -49,9 +50,8 @@ from kubernetes.client.rest import ApiException  # noqa: E402
 from gateway_operator import api as gw_api, render  # noqa: E402
 from gateway_operator.api import GatewaySpec  # noqa: E402
 from gateway_operator.redis_target import resolve  # noqa: E402
-from simulated_nodes import POD_CIDR, SimulatedNodes  # noqa: E402
 from support import audit  # noqa: E402
-from support.cluster import Cluster, tool  # noqa: E402
+from support.cluster import Cluster  # noqa: E402
 from support.operator import IDENTITY, OperatorProcess, gateway_deployment, redis_store  # noqa: E402
 from support.redis_server import RedisServer  # noqa: E402
 from support.wait import until  # noqa: E402
@@ -322,15 +322,13 @@ class Bench:
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
     os.environ.setdefault("GWOP_KCM_QPS", "200")  # pod creation is not what is measured
-    os.environ["GWOP_STANDIN"] = "0"               # kwok plays the kubelets
+    os.environ["GWOP_POD_NETWORK"] = args.pod_cidr  # the simulated node's pod IPs, where the farm answers
     os.environ.setdefault("GWOP_SERVICE_CIDR", "198.19.0.0/16")  # a ClusterIP for each of thousands of Services
     t = time.monotonic()
     cluster = Cluster.from_environment(args.cluster_dir)
     if cluster.directory is None:
         raise SystemExit("the benchmark runs on a control plane of its own (unset GWOP_TEST_KUBECONFIG)")
-    nodes = SimulatedNodes(cluster.kubeconfig, cluster.directory / "kwok", args.pod_cidr)
-    nodes.start(tool("kubectl"))
-    print(f"control plane with simulated nodes up: {time.monotonic() - t:.1f}s", flush=True)
+    print(f"control plane with its simulated node up: {time.monotonic() - t:.1f}s", flush=True)
     redis = RedisServer(password="bench-password").start()
     farm = Farm()
     bench = Bench(args, cluster, farm, redis)
@@ -402,7 +400,6 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             operator.stop()
         farm.close()
         redis.close()
-        nodes.stop()
         if not args.keep:
             cluster.stop()
     return out

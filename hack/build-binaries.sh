@@ -1,20 +1,21 @@
 #!/usr/bin/env bash
 # Builds (or reuses from cache) the pinned control-plane binaries:
 #   etcd, kube-apiserver, kube-controller-manager, kubectl  (Go modules, hack/etcd and hack/k8s)
+#   kube-scheduler and kwok (hack/kwok), with kwok's own "fast" stages beside it
+#                                                   (the SIMULATED node of clusters without a real one)
 #   helm                                            (the npm lambda-layer-kubectl package)
 # Binaries live in $GWOP_CACHE/bin/<name>-<version>, outside the work tree, and are
 # rebuilt only when missing. Prints the directory that holds them (symlinked by plain name).
 #
-#   hack/build-binaries.sh --node   a real node's kubelet, kube-proxy and kube-scheduler too
+#   hack/build-binaries.sh --node   a real node's kubelet and kube-proxy too
 #                                   (hack/node.sh, opt-in; same module, same scheme),
 #                                   coredns (hack/coredns) for its cluster DNS, and containerd,
 #                                   containerd-shim-runc-v2 and ctr (hack/containerd)
-#   hack/build-binaries.sh --bench  kube-scheduler and kwok (hack/kwok) for the scale benchmark
-#                                   (flags combine: --monitoring --bench)
 #   hack/build-binaries.sh --monitoring
 #                                   prometheus and promtool (hack/prometheus) and the
 #                                   prometheus-operator CRDs ($GWOP_CACHE/crds/) for
 #                                   tests/test_monitoring.py (`make test` and CI pass it)
+#                                   (flags combine: --node --monitoring)
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 source "$here/versions.env"
@@ -44,11 +45,21 @@ build_kube() {
   (cd "$here/k8s" && go build -trimpath -ldflags "$ld" -o "$out.tmp" "k8s.io/kubernetes/cmd/$name" && mv "$out.tmp" "$out")
 }
 
+# kwok and the stages it plays (kwok's own "fast" ones: a scheduled pod is Running and Ready at
+# once with an IP from the node's podCIDR; a deleted one goes at once), read from the pinned module.
+KWOK_STAGES=(node/fast/node-initialize.yaml node/heartbeat-with-lease/node-heartbeat-with-lease.yaml
+             pod/fast/pod-ready.yaml pod/fast/pod-complete.yaml pod/fast/pod-delete.yaml)
 build_kwok() {
-  local out=$bin/kwok-$KWOK_VERSION
-  [[ -x $out ]] && return
-  log "building kwok $KWOK_VERSION (one-off, about 2 minutes)"
-  (cd "$here/kwok" && go build -trimpath -ldflags "-s -w" -o "$out.tmp" sigs.k8s.io/kwok/cmd/kwok && mv "$out.tmp" "$out")
+  local out=$bin/kwok-$KWOK_VERSION stages=$bin/kwok-$KWOK_VERSION-stages.yaml
+  if [[ ! -x $out ]]; then
+    log "building kwok $KWOK_VERSION (one-off, about 2 minutes)"
+    (cd "$here/kwok" && go build -trimpath -ldflags "-s -w" -o "$out.tmp" sigs.k8s.io/kwok/cmd/kwok && mv "$out.tmp" "$out")
+  fi
+  [[ -f $stages ]] && return
+  local root stage
+  root=$(cd "$here/kwok" && go list -m -f '{{.Dir}}' sigs.k8s.io/kwok)/kustomize/stage
+  for stage in "${KWOK_STAGES[@]}"; do cat "$root/$stage"; echo "---"; done > "$stages.tmp"
+  mv "$stages.tmp" "$stages"
 }
 
 # CoreDNS's own main with its standard plugin set (kubernetes, errors, cache, health, ...).
@@ -125,20 +136,15 @@ fetch_layer_tools() {  # helm (the layer's kubectl is older than the control pla
 
 fetch_layer_tools
 build_etcd
-kube_components=(kube-apiserver kube-controller-manager kubectl)
+kube_components=(kube-apiserver kube-controller-manager kube-scheduler kubectl)
 if [[ " $* " == *" --node "* ]]; then
-  kube_components+=(kubelet kube-proxy kube-scheduler)
+  kube_components+=(kubelet kube-proxy)
   build_coredns
   ln -sf "coredns-$COREDNS_VERSION" "$bin/coredns"
   for name in containerd containerd-shim-runc-v2 ctr; do
     build_containerd "$name"
     ln -sf "$name-$CONTAINERD_VERSION" "$bin/$name"
   done
-fi
-if [[ " $* " == *" --bench "* ]]; then
-  kube_components+=(kube-scheduler)
-  build_kwok
-  ln -sf "kwok-$KWOK_VERSION" "$bin/kwok"
 fi
 if [[ " $* " == *" --monitoring "* ]]; then
   for name in prometheus promtool; do
@@ -152,6 +158,9 @@ for name in "${kube_components[@]}"; do
   ln -sf "$name-$KUBE_VERSION" "$bin/$name"
 done
 
+build_kwok
+ln -sf "kwok-$KWOK_VERSION" "$bin/kwok"
+ln -sf "kwok-$KWOK_VERSION-stages.yaml" "$bin/kwok-stages.yaml"
 ln -sf "etcd-$ETCD_VERSION" "$bin/etcd"
 ln -sf "helm-$LAYER_HELM_VERSION" "$bin/helm"
 echo "$bin"

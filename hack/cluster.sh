@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # The local control plane: etcd + kube-apiserver + kube-controller-manager on loopback
-# ports, plus the kubelet stand-in (hack/kubelet_standin.py) that binds pods to a node and
-# reports them Running/Ready with distinct 127.x pod IPs.
+# ports, plus kube-scheduler and a SIMULATED node: kwok (sigs.k8s.io/kwok, the Kubernetes
+# project's node simulator) plays the kubelet of node `kwok-0`, reporting each scheduled pod
+# Running and Ready with a distinct 127.x pod IP, and runs nothing. With GWOP_NODE=1 the node
+# is a real one instead (hack/node.sh).
 #
 #   hack/cluster.sh up      start (harmless when already up); prints the kubeconfig path
 #   hack/cluster.sh down    stop everything it started, by pid, and wipe cluster state
@@ -11,16 +13,15 @@
 #
 # GWOP_CLUSTER_DIR (default: <repo>/.cluster/sandbox) holds pki, etcd data, logs, pids and
 # the admin kubeconfig; tests use their own directory so they never touch the demo's.
-# GWOP_POD_NETWORK (default 127.1.0.0/16): the loopback range the kubelet stand-in takes pod
-# IPs from; give clusters that run at the same time different ranges (the demo uses 127.2/16).
+# GWOP_POD_NETWORK (default 127.1.0.0/16): the loopback range the simulated node's pod IPs
+# come from (its podCIDR); give clusters that run at the same time different ranges.
 # GWOP_SERVICE_CIDR (default 10.0.0.0/24): kube-apiserver's --service-cluster-ip-range; the
 # serving certificate names its first address. A real node (hack/node.sh) needs 198.19.0.0/16.
 # GWOP_KCM_QPS=<n>: the controller manager's client QPS (default 20; the scale benchmark
 # raises it so that creating thousands of pods does not hide the operator's own time).
-# GWOP_STANDIN=0: do not start the kubelet stand-in (it binds every pending pod to its own
-# node). Default 1.
+# GWOP_SIMULATED_NODE=0: no simulated node (pods stay Pending). Default 1.
 # GWOP_NODE=1: a REAL node (hack/node.sh: containerd, kubelet, kube-proxy, CoreDNS; root): no
-# stand-in, Services in 198.19.0.0/16, and the API server bound to and advertising the node's
+# simulated node, Services in 198.19.0.0/16, and the API server bound to and advertising the node's
 # bridge address (198.18.0.1) so that pods reach it through the `kubernetes` Service; the admin
 # kubeconfig names that address too. `make cluster-up` runs this way.
 set -euo pipefail
@@ -30,16 +31,17 @@ pki=$dir/pki; run=$dir/run; logs=$dir/logs
 kubeconfig=$dir/kubeconfig
 python=${GWOP_PYTHON:-$repo/.venv/bin/python}
 service_cidr=${GWOP_SERVICE_CIDR:-10.0.0.0/24}
-standin=${GWOP_STANDIN:-1}
+simulated=${GWOP_SIMULATED_NODE:-1}
 real_node=${GWOP_NODE:-0}
 api_address=127.0.0.1
 if [[ $real_node == 1 ]]; then
-  standin=0
+  simulated=0
   service_cidr=${GWOP_SERVICE_CIDR:-198.19.0.0/16}
 fi
 NODE_ADDRESS=198.18.0.1  # hack/node.sh's bridge address (the serving certificate names it)
 components=(etcd kube-apiserver kube-controller-manager)
-[[ $standin == 0 ]] || components+=(kubelet-standin)
+[[ $simulated == 0 ]] || components+=(kube-scheduler kwok)
+SIMULATED_NODE=kwok-0
 
 log() { echo "[cluster] $*" >&2; }
 source "$repo/hack/processes.sh"  # free_port, start, stop_pid, wait_for
@@ -184,16 +186,41 @@ POLICY
     --concurrent-deployment-syncs 10 --concurrent-replicaset-syncs 10 \
     ${GWOP_KCM_QPS:+--kube-api-qps "$GWOP_KCM_QPS" --kube-api-burst "$((GWOP_KCM_QPS * 2))"} --v 1
 
-  if [[ $standin != 0 ]]; then
-    start kubelet-standin "$python" "$repo/hack/kubelet_standin.py" --kubeconfig "$kubeconfig" \
-      --ip-pool-file "$dir/pod-ips.json" --pod-network "${GWOP_POD_NETWORK:-127.1.0.0/16}"
-    wait_for "kubelet stand-in node" 60 bash -c "'$bin/kubectl' --kubeconfig '$kubeconfig' get node local-node-0 -o jsonpath='{.status.conditions[?(@.type==\"Ready\")].status}' | grep -qx True"
-  fi
+  [[ $simulated == 0 ]] || simulated_node
   wait_for "default service account" 60 "$bin/kubectl" --kubeconfig "$kubeconfig" -n default get serviceaccount default
   if [[ $real_node == 1 ]]; then
     "$repo/hack/node.sh" up
   fi
   usage
+}
+
+simulated_node() {  # kube-scheduler binds pods to kwok-0; kwok reports them Running with 127.x IPs
+  local pod_network=${GWOP_POD_NETWORK:-127.1.0.0/16}
+  # a generous client rate: binding thousands of pods must not hide the operator's own time
+  cat > "$dir/scheduler.yaml" <<EOF
+apiVersion: kubescheduler.config.k8s.io/v1
+kind: KubeSchedulerConfiguration
+clientConnection: {kubeconfig: "$kubeconfig", qps: 500, burst: 1000}
+leaderElection: {leaderElect: false}
+EOF
+  start kube-scheduler "$bin/kube-scheduler" --config "$dir/scheduler.yaml" --secure-port 0 --v 1
+  start kwok "$bin/kwok" --kubeconfig "$kubeconfig" -c "$bin/kwok-stages.yaml" \
+    --manage-all-nodes=false --manage-nodes-with-label-selector=type=kwok \
+    --cidr "$pod_network" --node-ip 127.0.0.1 --server-address 127.0.0.1:0 \
+    --node-lease-duration-seconds 40 -v WARN
+  "$bin/kubectl" --kubeconfig "$kubeconfig" apply -f - >/dev/null <<EOF
+apiVersion: v1
+kind: Node
+metadata:
+  name: $SIMULATED_NODE
+  labels: {type: kwok, kubernetes.io/hostname: $SIMULATED_NODE}
+  annotations: {kwok.x-k8s.io/node: fake}
+spec: {podCIDR: "$pod_network"}
+status:
+  allocatable: {cpu: "1000", memory: 1Ti, pods: "10000"}
+  capacity: {cpu: "1000", memory: 1Ti, pods: "10000"}
+EOF
+  wait_for "simulated node $SIMULATED_NODE" 60 "$bin/kubectl" --kubeconfig "$kubeconfig" wait --for=condition=Ready "node/$SIMULATED_NODE" --timeout=1s
 }
 
 usage() {
@@ -206,10 +233,10 @@ usage() {
 
 down_quiet() {
   local i
-  local all=(etcd kube-apiserver kube-controller-manager kubelet-standin)  # whatever an earlier up started
+  local all=(etcd kube-apiserver kube-controller-manager kube-scheduler kwok)  # whatever an earlier up started
   if [[ -d $dir/node ]]; then "$repo/hack/node.sh" down; fi  # a real node first: its kubelet stops
   for (( i=${#all[@]}-1; i>=0; i-- )); do stop_pid "${all[$i]}"; done
-  rm -rf "$dir/etcd-data" "$dir/pod-ips.json" "$dir/apiserver-certs"
+  rm -rf "$dir/etcd-data" "$dir/apiserver-certs"
 }
 
 case ${1:-} in

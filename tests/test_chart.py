@@ -2,8 +2,9 @@
 
 The chart's ServiceMonitor and PrometheusRule are checked against prometheus-operator's own
 CRDs (from its Go module, hack/build-binaries.sh --monitoring) installed on the control plane.
-Stand-in: the operator image cannot run here (no container runtime), so the kubelet stand-in
-only reports its pod.
+Simulated: these installs run on the session's control plane, whose node is SIMULATED (kwok:
+it only reports the operator's pod Running); test_node.py installs the chart on the real node,
+where the operator runs from its image and `helm test` runs its pod.
 """
 from __future__ import annotations
 
@@ -470,8 +471,8 @@ def test_notes_commands_work(cluster: Cluster, release: tuple[str, str], operato
             command = command.replace(" CHART ", f" {CHART} ")
             result = subprocess.run(["bash", "-c", command], capture_output=True, text=True, env=env, timeout=330)
             if command.startswith("kubectl logs"):
-                # no container runs behind the kubelet STAND-IN: the API server resolves the
-                # Deployment to its pod's `operator` container and asks the (absent) kubelet
+                # no container runs on the SIMULATED node: the API server resolves the
+                # Deployment to its pod's `operator` container and asks kwok, which has no logs
                 assert result.returncode == 0 or re.search(rf"containerLogs/{ns}/{name}-[a-z0-9]+-[a-z0-9]+/operator\b",
                                                            result.stderr), result.stderr
                 continue

@@ -1,8 +1,9 @@
 """Smoke tests of the local control plane: what the operator relies on the API server for.
 
 Runs against the real kube-apiserver, etcd and kube-controller-manager built by
-hack/build-binaries.sh (or GWOP_TEST_KUBECONFIG). Pods are run by the kubelet STAND-IN
-(hack/kubelet_standin.py), as no kubelet or container runtime exists here.
+hack/build-binaries.sh (or GWOP_TEST_KUBECONFIG). Pods land on the SIMULATED node
+(kwok, hack/cluster.sh), which reports them Running with loopback IPs and runs nothing; the
+real node is tests/test_node.py's.
 """
 from __future__ import annotations
 

@@ -2,9 +2,9 @@
 
 Real parts: the kube-apiserver/etcd/kube-controller-manager of the local control plane, the
 operator CLI under the Helm chart's ServiceAccount and RBAC, real redis-server processes.
-Stand-ins: the kubelet (hack/kubelet_standin.py runs no process for a pod) and, where a
-replica's /health matters, the HEALTH ENDPOINT STAND-INS of support/standins.py at the pod
-IPs. The real gateway behind real pods is in test_node.py.
+Simulated: the node (kwok, hack/cluster.sh's SIMULATED node, runs no process for a pod) and,
+where a replica's /health matters, the HEALTH ENDPOINT STAND-INS of support/standins.py at the
+pod IPs. The real gateway behind real pods on a real node is in test_node.py.
 """
 from __future__ import annotations
 
@@ -325,8 +325,9 @@ def test_missing_secret_keeps_what_runs_and_recovers(cluster: Cluster, operator:
 
 def test_gateway_exit_78_is_reported_as_config_rejected(cluster: Cluster, operator: OperatorProcess,
                                                         namespace: str) -> None:
-    """The kubelet stand-in runs no process, so the test plays the kubelet reporting a
-    container that exited 78 (the gateway's fatal-config exit code) and now crash-loops."""
+    """The simulated node runs no process, so the test plays the kubelet reporting a
+    container that exited 78 (the gateway's fatal-config exit code) and now crash-loops
+    (test_node.py shows a real crash loop's Stalled reason)."""
     apply_gateway(cluster, namespace, gateway_deployment("rejected"))
     pod = wait_ready_pods(cluster, namespace, "rejected", 1)[0]
     status = {"status": {"containerStatuses": [{

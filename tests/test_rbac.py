@@ -4,8 +4,8 @@ none of the operator's requests.
 
 Real parts: the local control plane (its RBAC, and its audit log, which records every
 request - reads too - of the operator's test identities: hack/cluster.sh), the operator CLI
-under the chart's ServiceAccount and rendered RBAC, a real redis-server. Stand-ins: the
-kubelet (hack/kubelet_standin.py) and the HEALTH ENDPOINT STAND-INS at the pod IPs.
+under the chart's ServiceAccount and rendered RBAC, a real redis-server. Simulated: the
+node (kwok, hack/cluster.sh) and the HEALTH ENDPOINT STAND-INS at the pod IPs.
 """
 from __future__ import annotations
 

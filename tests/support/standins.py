@@ -1,7 +1,7 @@
 """HEALTH ENDPOINT STAND-INS: tiny HTTP servers at pod IPs that answer GET /health, /ready
 and /live the way the gateway documents them, with ``degraded_owners`` set by the test.
 
-Used where no real gateway process runs for a pod (the kubelet stand-in runs none); the
+Used where no real gateway process runs for a pod (the simulated node, kwok, runs none); the
 real gateway is exercised on the real node in tests/test_node.py.
 """
 from __future__ import annotations
