@@ -19,7 +19,7 @@ import pytest
 
 from gateway_operator import reasons
 from support.cluster import Cluster
-from support.gateways import apply_gateway, conditions, wait_condition, wait_ready_pods
+from support.gateways import apply_gateway, conditions, reconcile_latency, wait_condition, wait_ready_pods
 from support.operator import OperatorProcess, gateway_deployment, redis_store
 from support.standins import HealthStandIns
 from support.wait import until
@@ -40,17 +40,6 @@ def assert_operator_healthy(operator: OperatorProcess, pid: int) -> None:
         f"the operator exited:\n{operator.log_tail()}"
     log = operator.log_text()
     assert "Traceback" not in log, operator.log_tail(80)
-
-
-def reconcile_latency(cluster: Cluster, namespace: str, name: str, annotation: str) -> float:
-    """Seconds from a spec change of ``name`` until its status reports that generation."""
-    started = time.monotonic()
-    cluster.kubectl("-n", namespace, "patch", "gatewaydeployment", name, "--type=merge", "-p",
-                    json.dumps({"spec": {"podAnnotations": {"example.dev/touch": annotation}}}))
-    generation = cluster.get_json("-n", namespace, "gatewaydeployment", name)["metadata"]["generation"]
-    until(lambda: cluster.get_json("-n", namespace, "gatewaydeployment", name).get("status", {})
-          .get("observedGeneration") == generation, timeout=60, interval=0.1, what=f"{name} to observe {generation}")
-    return time.monotonic() - started
 
 
 @pytest.fixture

@@ -16,6 +16,8 @@ import json
 import os
 import re
 import subprocess
+import time
+import urllib.request
 import uuid
 from pathlib import Path
 from typing import Iterator, NamedTuple
@@ -24,7 +26,7 @@ import pytest
 
 from support import node
 from support.cluster import REPO, Cluster
-from support.gateways import conditions, events, ready_pods, wait_condition, wait_ready_pods
+from support.gateways import conditions, events, ready_pods, reconcile_latency, wait_condition, wait_ready_pods
 from support.node import unavailable
 from support.operator import gateway_deployment
 from support.wait import until
@@ -262,6 +264,53 @@ def test_the_kubelets_waiting_reasons_are_stalled_reasons(sandbox: Sandbox, name
         assert conditions(cluster, NS, name)["Ready"]["status"] == "False"
     finally:
         cluster.kubectl("delete", "gatewaydeployment", name, "-n", NS, "--timeout=60s")
+
+
+# -- a hostile tenant's image behind /health ----------------------------------------------
+
+def operator_restarts(cluster: Cluster) -> dict[str, int]:
+    """Each operator pod's container restarts (an OOM kill under the chart's limit is one)."""
+    return {p["metadata"]["name"]: sum(s["restartCount"] for s in p["status"]["containerStatuses"])
+            for p in cluster.get_json("pods", "-n", node.SYSTEM_NAMESPACE)["items"]}
+
+
+def hostile_mode(ip: str, mode: str) -> None:
+    """Tell the TEST IMAGE's server in one pod what its /health answers from now on."""
+    request = urllib.request.Request(f"http://{ip}:{node.GATEWAY_PORT}/mode/{mode}", method="PUT")
+    with urllib.request.urlopen(request, timeout=10) as answer:
+        assert answer.status == 200
+
+
+def test_a_tenant_image_answering_hostile_health_costs_the_operator_pod_nothing(sandbox: Sandbox) -> None:
+    """The image behind /health is the tenant's. Three real pods of the TEST IMAGE answer the
+    operator pod's polls with an endless body, 100 MiB and 60 KiB of nested JSON: the operator
+    (under the chart's 256 MiB limit) reads each only up to its cap, reports the unanswered
+    polls on that resource alone, is not restarted, and keeps serving another tenant."""
+    cluster = sandbox.cluster
+    restarts = operator_restarts(cluster)
+    hostile = cluster.new_namespace({"pod-security.kubernetes.io/enforce": "restricted"})
+    calm = cluster.new_namespace({"pod-security.kubernetes.io/enforce": "restricted"})
+    try:
+        cluster.apply(json.dumps(gateway_deployment("calm", replicas=0)), "-n", calm)
+        cluster.apply(json.dumps(gateway_deployment("loud", image=node.images().hostile_health, imagePullPolicy="Never",
+                                                    replicas=3, replicaPolicy="Warn")), "-n", hostile)
+        pods = wait_ready_pods(cluster, hostile, "loud", 3, timeout=120)
+        for pod, mode in zip(pods, ("endless", "huge", "deep")):
+            hostile_mode(pod["status"]["podIP"], mode)
+        until(lambda: "0 of 3 polled replicas answered" in
+              conditions(cluster, hostile, "loud")["IdempotencyDegraded"]["message"], timeout=60,
+              what="three unanswered polls on loud")
+        time.sleep(10)  # ten more poll intervals of hostile answers
+        latency = reconcile_latency(cluster, calm, "calm", "during-hostile-health")
+        print(f"\nanother tenant's reconcile latency while 3 pods answer hostile /health: {latency:.2f} s")
+        assert latency < 10
+        assert conditions(cluster, hostile, "loud")["Stalled"]["status"] == "False"
+        assert operator_restarts(cluster) == restarts, "the operator pod restarted (OOM-killed?)"
+        for pod in pods:  # the hostile pods were polled from the operator pod, over the pod network
+            assert ipaddress.ip_address(pod["status"]["podIP"]) in POD_RANGE
+    finally:
+        for namespace in (hostile, calm):
+            cluster.kubectl("delete", "namespace", namespace, "--wait=false", check=False)
 
 
 def test_solo_bots_sqlite_state_on_its_pvc_survives_a_pod_restart(sandbox: Sandbox) -> None:

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import time
 from typing import Any
 
 from .cluster import Cluster
@@ -37,6 +38,17 @@ def wait_event(cluster: Cluster, namespace: str, name: str, reason: str, type_: 
     return until(lambda: next((e for e in events(cluster, namespace, name)
                                if e["reason"] == reason and e["type"] == type_), None),
                  timeout=timeout, what=f"{type_} event {reason} for {name}")
+
+
+def reconcile_latency(cluster: Cluster, namespace: str, name: str, annotation: str) -> float:
+    """Seconds from a spec change of ``name`` until its status reports that generation."""
+    started = time.monotonic()
+    cluster.kubectl("-n", namespace, "patch", "gatewaydeployment", name, "--type=merge", "-p",
+                    json.dumps({"spec": {"podAnnotations": {"example.dev/touch": annotation}}}))
+    generation = cluster.get_json("-n", namespace, "gatewaydeployment", name)["metadata"]["generation"]
+    until(lambda: cluster.get_json("-n", namespace, "gatewaydeployment", name).get("status", {})
+          .get("observedGeneration") == generation, timeout=60, interval=0.1, what=f"{name} to observe {generation}")
+    return time.monotonic() - started
 
 
 def is_ready(pod: dict[str, Any]) -> bool:

@@ -39,6 +39,7 @@ class Images(NamedTuple):
     operator: str
     gateway: str
     redis: str
+    hostile_health: str  # a TEST IMAGE: a hostile tenant's /health (images/test-hostile-health)
 
 
 def images() -> Images:
@@ -49,7 +50,7 @@ def images() -> Images:
 
     def named(part: str) -> str:
         return next(n for n in names if n.rsplit("/", 1)[-1].split(":")[0] == part)
-    return Images(named("operator"), named("gateway"), named("redis"))
+    return Images(named("operator"), named("gateway"), named("redis"), named("test-hostile-health"))
 
 
 def cluster_up(directory: Path) -> Cluster:
