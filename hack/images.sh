@@ -6,8 +6,8 @@
 #   gateway   images/gateway/Dockerfile (pinned lock)  -> localhost/gateway-operator/gateway:0.1.16
 #   redis     images/redis/Dockerfile (redis-server)   -> localhost/gateway-operator/redis:7
 #   pause     images/pause/pause.go, static, FROM scratch -> localhost/gateway-operator/pause:3
-#   test-hostile-health  images/test-hostile-health (a TEST IMAGE: a hostile tenant's /health,
-#             for tests/test_node.py)          -> localhost/gateway-operator/test-hostile-health:1
+#   test-health-standin  images/test-health-standin (a TEST IMAGE: the HEALTH ENDPOINT STAND-IN
+#             as a pod, for tests on the real node) -> localhost/gateway-operator/test-health-standin:1
 # Each image is an OCI archive in $GWOP_CACHE/images (default ~/.cache/gateway-operator/images)
 # named by a hash of its inputs; an archive that exists is reused, so a second run takes seconds.
 # $GWOP_CACHE/images/images.txt lists "NAME ARCHIVE", one image a line, for the node's import.
@@ -271,8 +271,8 @@ build_all() {
     "$repo/images/gateway/requirements.lock"
   build_bud redis "$REDIS_TAG" "$repo/images/redis" "$repo/images/redis/Dockerfile"
   build_pause
-  build_bud test-hostile-health 1 "$repo/images/test-hostile-health" "$repo/images/test-hostile-health/Dockerfile" \
-    "$repo/images/test-hostile-health/hostile_health.py" "$repo/images/test-hostile-health/python3"
+  build_bud test-health-standin 1 "$repo/images/test-health-standin" "$repo/images/test-health-standin/Dockerfile" \
+    "$repo/images/test-health-standin/health_standin.py" "$repo/images/test-health-standin/python3"
   printf '%s\n' "${built[@]}" >"$list.part" && mv "$list.part" "$list"
   prune
   log "all images in $((SECONDS - t0))s; list: $list"

@@ -405,8 +405,13 @@ PY
 # -- up ------------------------------------------------------------------------------------
 write_configs() {
   local cd=$node_dir/containerd
-  mkdir -p "$cd/root" "$cd/state" "$cd/opt" "$node_dir/cni/net.d" "$node_dir/cni/ipam" \
+  mkdir -p "$cd/root" "$cd/state" "$cd/opt" "$cd/certs.d/_default" "$node_dir/cni/net.d" "$node_dir/cni/ipam" \
     "$node_dir/kubelet/root" "$node_dir/kubelet/pod-logs" "$node_dir/kubelet/volume-plugins"
+  # Every registry is loopback port 1 (hosts.toml's `server` of the fallback namespace): an image
+  # that is not on the node fails to pull at once (ImagePullBackOff), and no pull ever resolves
+  # or reaches a host outside this machine, whatever image a pod names.
+  printf '# hack/node.sh: no registry is reachable from this node\nserver = "http://127.0.0.1:1"\n' \
+    >"$cd/certs.d/_default/hosts.toml"
   # containerd 2 config version 3 (docs/cri/config.md; containerd 2.4 migrates it to its version 4
   # in memory at each start, with a warning): the CRI settings are split between the images,
   # runtime and grpc (server) plugins; NRI (on by default in containerd 2, listening on the
@@ -433,6 +438,8 @@ disabled_plugins = ["io.containerd.snapshotter.v1.zfs", "io.containerd.snapshott
     socket_dir = "$SHIM_SOCKETS"
   [plugins.'io.containerd.cri.v1.images']
     snapshotter = "overlayfs"
+    [plugins.'io.containerd.cri.v1.images'.registry]
+      config_path = "$cd/certs.d"
     [plugins.'io.containerd.cri.v1.images'.pinned_images]
       sandbox = "$PAUSE_IMAGE"
   [plugins.'io.containerd.cri.v1.runtime']

@@ -3,7 +3,8 @@ operator, starve another namespace, or make it touch an object it does not own.
 
 Real parts: the local control plane's API server, the operator CLI under the chart's RBAC,
 real redis-server; a raw TCP listener stands for a Redis that never answers, and the
-HEALTH ENDPOINT STAND-INS (support/standins.py) serve hostile /health bodies at pod IPs.
+HEALTH ENDPOINT STAND-IN image (support/standins.py, a TEST IMAGE) serves hostile /health bodies
+from real pods on the real node. test_node.py does the same against the operator as a pod.
 """
 from __future__ import annotations
 
@@ -11,7 +12,6 @@ import base64
 import json
 import socket
 import time
-from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Iterator
 
@@ -19,12 +19,12 @@ import pytest
 
 from gateway_operator import reasons
 from support.cluster import Cluster
-from support.gateways import apply_gateway, conditions, reconcile_latency, wait_condition, wait_ready_pods
+from support.gateways import apply_gateway, conditions, reconcile_latency, runnable, wait_condition, wait_ready_pods
 from support.operator import OperatorProcess, gateway_deployment, redis_store
 from support.standins import HealthStandIns
 from support.wait import until
 
-pytestmark = pytest.mark.cluster
+pytestmark = [pytest.mark.cluster, pytest.mark.real_pods]
 
 
 def rss_mib(operator: OperatorProcess) -> float:
@@ -60,7 +60,7 @@ def nested_json(levels: int) -> str:
 def test_deeply_nested_config_stalls_that_object_alone(cluster: Cluster, operator: OperatorProcess,
                                                        namespace: str, bystander: tuple[str, str]) -> None:
     pid = operator.proc.pid  # type: ignore[union-attr]
-    doc = gateway_deployment("deep")
+    doc = runnable(cluster, gateway_deployment("deep"))
     text = json.dumps(doc).replace('"agents": {', f'"extra": {nested_json(9990)}, "agents": {{', 1)
     created = cluster.kubectl("-n", namespace, "create", "-f", "-", input=text, check=False)
     # 9990 levels: just under the API server's own decoding limit (10,000). CEL cannot see
@@ -90,32 +90,8 @@ def test_hostile_health_bodies_are_capped(cluster: Cluster, operator: OperatorPr
     pods = wait_ready_pods(cluster, namespace, "loud", 3)
     before = rss_mib(operator)
 
-    def endless(handler: BaseHTTPRequestHandler) -> None:
-        handler.send_response(200)
-        handler.send_header("Transfer-Encoding", "chunked")
-        handler.end_headers()
-        chunk = b"x" * 65536
-        deadline = time.monotonic() + 20
-        while time.monotonic() < deadline:
-            handler.wfile.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
-
-    def huge(handler: BaseHTTPRequestHandler) -> None:
-        body = b'{"status": "healthy", "pad": "' + b"y" * (100 * 1024 * 1024) + b'"}'
-        handler.send_response(200)
-        handler.send_header("Content-Length", str(len(body)))
-        handler.end_headers()
-        handler.wfile.write(body)
-
-    def deep(handler: BaseHTTPRequestHandler) -> None:
-        body = b"[" * 60000 + b"]" * 60000
-        body = body[:60 * 1024]  # under the cap: the parser, not the cap, must cope
-        handler.send_response(200)
-        handler.send_header("Content-Length", str(len(body)))
-        handler.end_headers()
-        handler.wfile.write(body)
-
-    for pod, writer in zip(pods, (endless, huge, deep)):
-        standins.at(pod["status"]["podIP"]).raw_health = writer
+    for pod, mode in zip(pods, ("endless", "huge", "deep")):  # the stand-in server's hostile answers
+        standins.at(pod["status"]["podIP"]).hostile(mode)
     until(lambda: "0 of 3 polled replicas answered" in
           conditions(cluster, namespace, "loud")["IdempotencyDegraded"]["message"], timeout=30,
           what="three unanswered polls")

@@ -17,7 +17,6 @@ import os
 import re
 import subprocess
 import time
-import urllib.request
 import uuid
 from pathlib import Path
 from typing import Iterator, NamedTuple
@@ -29,6 +28,7 @@ from support.cluster import REPO, Cluster
 from support.gateways import conditions, events, ready_pods, reconcile_latency, wait_condition, wait_ready_pods
 from support.node import unavailable
 from support.operator import gateway_deployment
+from support.standins import HealthStandIns
 from support.wait import until
 
 pytestmark = [pytest.mark.node, pytest.mark.cluster]
@@ -47,14 +47,6 @@ def demo(*args: str, timeout: float) -> subprocess.CompletedProcess[str]:
                           timeout=timeout)
 
 
-def why_no_real_node() -> str | None:
-    if os.geteuid() != 0:
-        return "not root"
-    if "overlay" not in Path("/proc/filesystems").read_text():
-        return "no overlayfs in this kernel"
-    return None
-
-
 class Sandbox(NamedTuple):
     cluster: Cluster
     output: str
@@ -62,7 +54,7 @@ class Sandbox(NamedTuple):
 
 @pytest.fixture(scope="module")
 def sandbox() -> Iterator[Sandbox]:
-    missing = why_no_real_node()
+    missing = node.why_no_real_node()
     if missing:
         unavailable(f"the real node cannot run here ({missing}): tests/test_node.py needs root and overlayfs")
     demo("down", timeout=300)  # whatever an earlier run left
@@ -274,16 +266,9 @@ def operator_restarts(cluster: Cluster) -> dict[str, int]:
             for p in cluster.get_json("pods", "-n", node.SYSTEM_NAMESPACE)["items"]}
 
 
-def hostile_mode(ip: str, mode: str) -> None:
-    """Tell the TEST IMAGE's server in one pod what its /health answers from now on."""
-    request = urllib.request.Request(f"http://{ip}:{node.GATEWAY_PORT}/mode/{mode}", method="PUT")
-    with urllib.request.urlopen(request, timeout=10) as answer:
-        assert answer.status == 200
-
-
 def test_a_tenant_image_answering_hostile_health_costs_the_operator_pod_nothing(sandbox: Sandbox) -> None:
-    """The image behind /health is the tenant's. Three real pods of the TEST IMAGE answer the
-    operator pod's polls with an endless body, 100 MiB and 60 KiB of nested JSON: the operator
+    """The image behind /health is the tenant's. Three real pods of the HEALTH ENDPOINT
+    STAND-IN image (a TEST IMAGE) answer the operator pod's polls with an endless body, 100 MiB and 60 KiB of nested JSON: the operator
     (under the chart's 256 MiB limit) reads each only up to its cap, reports the unanswered
     polls on that resource alone, is not restarted, and keeps serving another tenant."""
     cluster = sandbox.cluster
@@ -292,11 +277,12 @@ def test_a_tenant_image_answering_hostile_health_costs_the_operator_pod_nothing(
     calm = cluster.new_namespace({"pod-security.kubernetes.io/enforce": "restricted"})
     try:
         cluster.apply(json.dumps(gateway_deployment("calm", replicas=0)), "-n", calm)
-        cluster.apply(json.dumps(gateway_deployment("loud", image=node.images().hostile_health, imagePullPolicy="Never",
+        cluster.apply(json.dumps(gateway_deployment("loud", image=node.images().health_standin, imagePullPolicy="Never",
                                                     replicas=3, replicaPolicy="Warn")), "-n", hostile)
         pods = wait_ready_pods(cluster, hostile, "loud", 3, timeout=120)
+        standins = HealthStandIns(local=False)  # the pods are the stand-ins
         for pod, mode in zip(pods, ("endless", "huge", "deep")):
-            hostile_mode(pod["status"]["podIP"], mode)
+            standins.at(pod["status"]["podIP"]).hostile(mode)
         until(lambda: "0 of 3 polled replicas answered" in
               conditions(cluster, hostile, "loud")["IdempotencyDegraded"]["message"], timeout=60,
               what="three unanswered polls on loud")

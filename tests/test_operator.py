@@ -2,9 +2,10 @@
 
 Real parts: the kube-apiserver/etcd/kube-controller-manager of the local control plane, the
 operator CLI under the Helm chart's ServiceAccount and RBAC, real redis-server processes.
-Simulated: the node (kwok, hack/cluster.sh's SIMULATED node, runs no process for a pod) and,
-where a replica's /health matters, the HEALTH ENDPOINT STAND-INS of support/standins.py at the
-pod IPs. The real gateway behind real pods on a real node is in test_node.py.
+Its pods run on the REAL node (real_pods: containerd, kubelet, kube-proxy): each replica is
+the HEALTH ENDPOINT STAND-IN image (a TEST IMAGE, support/standins.py), whose /health the test
+steers, except where a test runs the real gateway image. The real gateway serving webhooks is
+in test_node.py.
 """
 from __future__ import annotations
 
@@ -17,15 +18,16 @@ import yaml
 
 from support import audit
 from gateway_operator.render import REDIS_CLIENT_OPTIONS
+from support import node
 from support.cluster import REPO, Cluster
 from support.gateways import (apply_gateway, conditions, create_password_secret, events, redis_gateway,
-                              serve_health, wait_condition, wait_event, wait_ready_pods)
+                              serve_health, wait_condition, wait_event)
 from support.operator import IDENTITY, OperatorProcess, gateway_deployment
 from support.redis_server import RedisServer
 from support.standins import BUILD_TIME, RUNTIME, HealthStandIns, idempotency_owner
 from support.wait import until
 
-pytestmark = pytest.mark.cluster
+pytestmark = [pytest.mark.cluster, pytest.mark.real_pods]
 
 CONDITION_TYPES = {"Ready", "Reconciling", "Stalled", "RedisReachable", "IdempotencyDegraded",
                    "ExactlyOnceAdmission"}
@@ -325,20 +327,15 @@ def test_missing_secret_keeps_what_runs_and_recovers(cluster: Cluster, operator:
 
 def test_gateway_exit_78_is_reported_as_config_rejected(cluster: Cluster, operator: OperatorProcess,
                                                         namespace: str) -> None:
-    """The simulated node runs no process, so the test plays the kubelet reporting a
-    container that exited 78 (the gateway's fatal-config exit code) and now crash-loops
-    (test_node.py shows a real crash loop's Stalled reason)."""
-    apply_gateway(cluster, namespace, gateway_deployment("rejected"))
-    pod = wait_ready_pods(cluster, namespace, "rejected", 1)[0]
-    status = {"status": {"containerStatuses": [{
-        "name": "gateway", "image": pod["spec"]["containers"][0]["image"], "imageID": "", "ready": False,
-        "restartCount": 3, "started": False,
-        "state": {"waiting": {"reason": "CrashLoopBackOff", "message": "back-off restarting"}},
-        "lastState": {"terminated": {"exitCode": 78, "reason": "Error", "startedAt": None, "finishedAt": None}}}]}}
-    cluster.kubectl("-n", namespace, "patch", "pod", pod["metadata"]["name"], "--subresource=status",
-                    "--type=merge", "-p", json.dumps(status))
-    stalled = wait_condition(cluster, namespace, "rejected", "Stalled", "True", "GatewayConfigRejected")
+    """The real gateway image with a key 0.1.16 does not know: its launcher exits 78 (fatal
+    config) and the kubelet restarts it into a crash loop."""
+    rejected = gateway_deployment("rejected", image=node.images().gateway, imagePullPolicy="Never")
+    rejected["spec"]["config"]["gateway"] = {"drain_timout": 5}
+    apply_gateway(cluster, namespace, rejected)
+    stalled = wait_condition(cluster, namespace, "rejected", "Stalled", "True", "GatewayConfigRejected", timeout=120)
+    pod = cluster.get_json("-n", namespace, "pods", "-l", "app.kubernetes.io/instance=rejected")["items"][0]
     assert pod["metadata"]["name"] in stalled["message"]
+    assert pod["status"]["containerStatuses"][0]["lastState"]["terminated"]["exitCode"] == 78
     assert operator.proc is not None and operator.proc.poll() is None
 
 

@@ -4,8 +4,8 @@ none of the operator's requests.
 
 Real parts: the local control plane (its RBAC, and its audit log, which records every
 request - reads too - of the operator's test identities: hack/cluster.sh), the operator CLI
-under the chart's ServiceAccount and rendered RBAC, a real redis-server. Simulated: the
-node (kwok, hack/cluster.sh) and the HEALTH ENDPOINT STAND-INS at the pod IPs.
+under the chart's ServiceAccount and rendered RBAC, a real redis-server. The pods run on the
+real node: the HEALTH ENDPOINT STAND-IN image (a TEST IMAGE), steered at the pod IPs.
 """
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ from support.redis_server import RedisServer
 from support.standins import BUILD_TIME, HealthStandIns, idempotency_owner
 from support.wait import WaitTimeout, until
 
-pytestmark = pytest.mark.cluster
+pytestmark = [pytest.mark.cluster, pytest.mark.real_pods]
 
 Grant = tuple[str, str, str]  # (apiGroup, resource[/subresource], verb)
 

@@ -4,8 +4,8 @@ on an application chart that ships a GatewayDeployment (tests/charts/gwd-app), `
 on the Ready condition and on status.observedGeneration, and the Argo CD health check
 (docs/argocd-health.lua) run on the objects the API server returned.
 
-Real parts: helm v4.1.4, kubectl, the local control plane, the operator CLI. Stand-in: the
-kubelet (it reports the gateway pods Running and Ready)."""
+Real parts: helm v4.1.4, kubectl, the local control plane with the real node, the operator CLI.
+Each replica is the HEALTH ENDPOINT STAND-IN image (a TEST IMAGE) as a real pod."""
 from __future__ import annotations
 
 import json
@@ -15,19 +15,22 @@ import uuid
 import pytest
 
 from gateway_operator import reasons
+from support import node
 from support.argocd import ARGOCD_CM_KEY, health, readme_argocd_cm
 from support.cluster import REPO, Cluster
-from support.gateways import conditions, wait_condition
+from support.gateways import conditions, runnable, wait_condition
 from support.operator import OperatorProcess, gateway_deployment
 
-pytestmark = pytest.mark.cluster
+pytestmark = [pytest.mark.cluster, pytest.mark.real_pods]
 APP_CHART = str(REPO / "tests/charts/gwd-app")
 GWD = "gatewaydeployment.gateway-operator.dev"
 
 
 def install(cluster: Cluster, namespace: str, release: str, *args: str, wait: str = "--wait",
             timeout: str = "90s"):
-    return cluster.helm("install", release, APP_CHART, "-n", namespace, wait, "--timeout", timeout, *args,
+    # on the real node the replicas run the HEALTH ENDPOINT STAND-IN image (present: never pulled)
+    image = ("--set", f"image={node.images().health_standin}") if cluster.real_node else ()
+    return cluster.helm("install", release, APP_CHART, "-n", namespace, wait, "--timeout", timeout, *image, *args,
                         check=False)
 
 
@@ -143,7 +146,7 @@ def test_a_new_object_reads_as_not_yet_observed(cluster: Cluster, operator: Oper
     Progressing (without it, kstatus calls an object with no conditions Current)."""
     name = f"fresh-{uuid.uuid4().hex[:4]}"
     created = json.loads(cluster.kubectl("-n", namespace, "create", "-o", "json", "-f", "-",
-                                         input=json.dumps(gateway_deployment(name))).stdout)
+                                         input=json.dumps(runnable(cluster, gateway_deployment(name)))).stdout)
     assert (created["metadata"]["generation"], created["status"]) == (1, {"observedGeneration": 0})
     assert health(created) == ("Progressing", "waiting for the gateway-operator to report status")
     # and a status written by the operator replaces it

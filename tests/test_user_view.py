@@ -1,7 +1,8 @@
 """What a user sees day to day (issue 11): a blocker that stays visible, the scale
 subresource with the replica guard holding through it, an HPA, printer columns, Events
 from gateway-operator. Real API server, kube-controller-manager (its HPA controller),
-the operator under the chart's RBAC; the kubelet is the stand-in."""
+the operator under the chart's RBAC; the replicas are real pods on the real node (the HEALTH
+ENDPOINT STAND-IN image, a TEST IMAGE)."""
 from __future__ import annotations
 
 import json
@@ -20,7 +21,7 @@ from support.operator import OperatorProcess, gateway_deployment, redis_store
 from support.redis_server import RedisServer
 from support.wait import until
 
-pytestmark = pytest.mark.cluster
+pytestmark = [pytest.mark.cluster, pytest.mark.real_pods]
 
 
 @pytest.fixture

@@ -37,12 +37,13 @@ class Cluster:
     owned: bool  # started by this test session (and so stopped by it)
     env: dict[str, str] = field(default_factory=dict)
     directory: Path | None = None  # hack/cluster.sh's directory (logs/audit.log) when owned
+    real_node: bool = False  # pods run (hack/node.sh, or a cluster of GWOP_TEST_KUBECONFIG), not simulated
 
     @classmethod
     def from_environment(cls, directory: str | None = None) -> "Cluster":
         existing = os.environ.get("GWOP_TEST_KUBECONFIG")
         if existing:
-            return cls(Path(existing), owned=False)
+            return cls(Path(existing), owned=False, real_node=True)
         # GWOP_TEST_CLUSTER_DIR (relative to the repo): lets two test sessions run side by side
         return cls.start(REPO / (directory or os.environ.get("GWOP_TEST_CLUSTER_DIR") or ".cluster/test"))
 
@@ -53,7 +54,8 @@ class Cluster:
         env = dict(os.environ, GWOP_CLUSTER_DIR=str(path), **env)
         out = subprocess.run([str(REPO / "hack/cluster.sh"), "up"], env=env, check=True,
                              stdout=subprocess.PIPE, text=True).stdout
-        return cls(Path(out.strip().splitlines()[-1]), owned=True, env=env, directory=path)
+        return cls(Path(out.strip().splitlines()[-1]), owned=True, env=env, directory=path,
+                   real_node=env.get("GWOP_NODE") == "1")
 
     @property
     def audit_log(self) -> Path | None:

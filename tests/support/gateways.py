@@ -1,12 +1,14 @@
 """Reading GatewayDeployments and their objects the way a user does: through kubectl."""
 from __future__ import annotations
 
+import copy
 import json
 import time
 from typing import Any
 
 from .cluster import Cluster
-from .operator import gateway_deployment, redis_store
+from . import node
+from .operator import PLACEHOLDER_IMAGE, gateway_deployment, redis_store
 from .redis_server import RedisServer
 from .standins import HealthStandIn, HealthStandIns
 from .wait import until
@@ -69,7 +71,19 @@ def wait_ready_pods(cluster: Cluster, namespace: str, name: str, count: int, tim
                  timeout=timeout, what=f"{count} ready pods of {name}")
 
 
+def runnable(cluster: Cluster, manifest: dict[str, Any]) -> dict[str, Any]:
+    """A GatewayDeployment as ``cluster`` can run it: on a real node, one that names the
+    placeholder image runs the HEALTH ENDPOINT STAND-IN image (a TEST IMAGE, never pulled)."""
+    if not cluster.real_node or manifest["spec"].get("image") != PLACEHOLDER_IMAGE:
+        return manifest
+    manifest = copy.deepcopy(manifest)
+    manifest["spec"].update(image=node.images().health_standin, imagePullPolicy="Never")
+    return manifest
+
+
 def apply_gateway(cluster: Cluster, namespace: str, manifest: dict[str, Any], check: bool = True):
+    """kubectl apply of a GatewayDeployment (``runnable`` on ``cluster``)."""
+    manifest = runnable(cluster, manifest)
     return cluster.apply(json.dumps(manifest), "-n", namespace, check=check)
 
 

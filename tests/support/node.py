@@ -35,11 +35,20 @@ def unavailable(message: str) -> NoReturn:
     pytest.skip(message)
 
 
+def why_no_real_node() -> str | None:
+    """Why this machine cannot run the real node, or None."""
+    if os.geteuid() != 0:
+        return "not root"
+    if "overlay" not in Path("/proc/filesystems").read_text():
+        return "no overlayfs in this kernel"
+    return None
+
+
 class Images(NamedTuple):
     operator: str
     gateway: str
     redis: str
-    hostile_health: str  # a TEST IMAGE: a hostile tenant's /health (images/test-hostile-health)
+    health_standin: str  # a TEST IMAGE: the HEALTH ENDPOINT STAND-IN as a pod (images/test-health-standin)
 
 
 def images() -> Images:
@@ -50,7 +59,7 @@ def images() -> Images:
 
     def named(part: str) -> str:
         return next(n for n in names if n.rsplit("/", 1)[-1].split(":")[0] == part)
-    return Images(named("operator"), named("gateway"), named("redis"), named("test-hostile-health"))
+    return Images(named("operator"), named("gateway"), named("redis"), named("test-health-standin"))
 
 
 def cluster_up(directory: Path) -> Cluster:

@@ -130,15 +130,26 @@ class OperatorProcess:
     def log_text(self) -> str:
         return self.log_path.read_text(errors="replace")
 
+    def __enter__(self) -> "OperatorProcess":
+        return self.start()
+
+    def __exit__(self, *_: object) -> None:
+        self.stop()
+
     def stop(self) -> None:
         terminate(self.proc, grace=15)
         self.proc = None
 
 
+# no registry serves it: on a simulated node nothing pulls it, on a real node support.gateways
+# runs the HEALTH ENDPOINT STAND-IN image in its place
+PLACEHOLDER_IMAGE = "example.invalid/praisonai-gateway:0.1.16"
+
+
 def gateway_deployment(name: str, **spec: Any) -> dict[str, Any]:
     """A GatewayDeployment with a config the real gateway accepts, plus ``spec`` overrides."""
     body: dict[str, Any] = {
-        "image": "example.invalid/praisonai-gateway:0.1.16",
+        "image": PLACEHOLDER_IMAGE,
         "health": {"intervalSeconds": 1, "timeoutSeconds": 1, "restartCooldownSeconds": 2},
         "config": {
             "agents": {"assistant": {"instructions": "Reply in one short sentence.", "model": "gpt-4o-mini"}},

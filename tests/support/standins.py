@@ -1,28 +1,45 @@
-"""HEALTH ENDPOINT STAND-INS: tiny HTTP servers at pod IPs that answer GET /health, /ready
-and /live the way the gateway documents them, with ``degraded_owners`` set by the test.
+"""HEALTH ENDPOINT STAND-INS: a replica's /health, /ready and /live at its pod IP, answering
+the way the gateway documents them with ``degraded_owners`` set by the test, or the way a
+hostile tenant's image would.
 
-Used where no real gateway process runs for a pod (the simulated node, kwok, runs none); the
-real gateway is exercised on the real node in tests/test_node.py.
+One server does it (images/test-health-standin/health_standin.py). On the REAL node it is the
+pod itself: the TEST IMAGE runs it in place of the gateway. On a SIMULATED node (kwok runs no
+process) it runs here, bound to the pod's loopback IP. Either way the test steers it over HTTP.
+The real gateway behind real pods is exercised in tests/test_node.py.
 """
 from __future__ import annotations
 
+import importlib.util
+import json
 import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Callable
+import urllib.request
+from functools import cache
+from http.server import ThreadingHTTPServer
+from types import ModuleType
+from typing import Any
 
-from .http import send_json
+from gateway_operator.api import GATEWAY_PORT
 
+from .cluster import REPO
+
+SERVER = REPO / "images/test-health-standin/health_standin.py"
 BUILD_TIME = "redis idempotency backend not available (running per-replica)"
 RUNTIME = "redis idempotency backend unreachable at runtime (dedup best-effort until it recovers)"
 
 
+@cache
+def server_module() -> ModuleType:
+    """The stand-in server, the same file the TEST IMAGE runs."""
+    spec = importlib.util.spec_from_file_location("health_standin", SERVER)
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def health_body(degraded_owners: list[dict[str, Any]]) -> dict[str, Any]:
     """``GET /health`` as the gateway documents it."""
-    body: dict[str, Any] = {"status": "healthy", "uptime": 1.0, "agents": 1, "sessions": 0, "clients": 0,
-                            "channels": {}, "last_inbound_at": None}
-    if degraded_owners:
-        body["degraded_owners"] = degraded_owners
-    return body
+    return server_module().health_body(degraded_owners)
 
 
 def idempotency_owner(reason: str) -> dict[str, Any]:
@@ -31,56 +48,59 @@ def idempotency_owner(reason: str) -> dict[str, Any]:
 
 
 class HealthStandIn:
+    """One replica's stand-in, steered at ``ip:port``."""
+
     def __init__(self, ip: str, port: int) -> None:
         self.ip, self.port = ip, port
-        self.degraded_owners: list[dict[str, Any]] = []
-        self.requests = 0
-        # a HOSTILE /health (the tenant's image answers it): writes the whole raw response
-        self.raw_health: Callable[[BaseHTTPRequestHandler], None] | None = None
-        standin = self
+        self._owners: list[dict[str, Any]] = []
 
-        class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:  # noqa: N802
-                standin.requests += 1
-                if self.path == "/health" and standin.raw_health is not None:
-                    try:
-                        standin.raw_health(self)
-                    except OSError:  # the poller hung up, as it should
-                        pass
-                    return
-                if self.path == "/health":
-                    body = health_body(standin.degraded_owners)
-                elif self.path == "/ready":
-                    body = {"ready": True, "failing": [], "uptime": 1.0}
-                else:
-                    body = {"alive": True}
-                send_json(self, body)
+    def _call(self, method: str, body: dict[str, Any] | None = None) -> dict[str, Any]:
+        request = urllib.request.Request(f"http://{self.ip}:{self.port}/standin", method=method,
+                                         data=json.dumps(body).encode() if body is not None else None)
+        with urllib.request.urlopen(request, timeout=10) as answer:
+            return json.loads(answer.read())
 
-            def log_message(self, *args: Any) -> None:
-                pass
+    @property
+    def degraded_owners(self) -> list[dict[str, Any]]:
+        return self._owners
 
-        self.server = ThreadingHTTPServer((ip, port), Handler)
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-        self.thread.start()
+    @degraded_owners.setter
+    def degraded_owners(self, owners: list[dict[str, Any]]) -> None:
+        """From now on /health answers the documented body with these owners."""
+        self._call("PUT", {"mode": "answer", "degraded_owners": owners})
+        self._owners = list(owners)
 
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
+    def hostile(self, mode: str) -> None:
+        """From now on /health answers as a hostile image: "endless", "huge" or "deep"."""
+        self._call("PUT", {"mode": mode})
+
+    @property
+    def requests(self) -> int:
+        """The /health polls it has answered."""
+        return int(self._call("GET")["health_requests"])
 
 
 class HealthStandIns:
-    """One stand-in per pod IP, created on demand."""
+    """One stand-in per pod IP, created on demand: served here for a simulated node's pods
+    (``local``), already running as the pod on a real node."""
 
-    def __init__(self, port: int = 8765) -> None:
-        self.port = port
+    def __init__(self, local: bool = True, port: int = GATEWAY_PORT) -> None:
+        self.local, self.port = local, port
         self.by_ip: dict[str, HealthStandIn] = {}
+        self.servers: list[ThreadingHTTPServer] = []
 
     def at(self, ip: str) -> HealthStandIn:
         if ip not in self.by_ip:
+            if self.local:
+                server = server_module().make_server(ip, self.port)
+                threading.Thread(target=server.serve_forever, daemon=True).start()
+                self.servers.append(server)
             self.by_ip[ip] = HealthStandIn(ip, self.port)
         return self.by_ip[ip]
 
     def close(self) -> None:
-        for s in self.by_ip.values():
-            s.close()
+        for server in self.servers:
+            server.shutdown()
+            server.server_close()
+        self.servers.clear()
         self.by_ip.clear()
