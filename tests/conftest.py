@@ -89,9 +89,9 @@ def operator(cluster: Cluster, operators: dict[Path, "OperatorProcess"]) -> "Ope
 @pytest.fixture(scope="session")
 def node_cluster() -> Iterator[Cluster]:
     """The session's control plane with the REAL node (.cluster/test-node), for the modules whose
-    pods must run (marked ``real_pods``). One node per host,
-    so it starts after test_node.py's demo is down (pytest_collection_modifyitems); with
-    GWOP_TEST_KUBECONFIG it is that cluster, the images loaded there."""
+    pods must run (marked ``real_pods``). One node per host, so it starts after test_node.py's
+    demo is down (pytest_collection_modifyitems); with GWOP_TEST_KUBECONFIG it is that cluster,
+    the images loaded there."""
     import os
     from support import node
     if os.environ.get("GWOP_TEST_KUBECONFIG"):

@@ -7,7 +7,6 @@ import time
 from typing import Any
 
 from .cluster import Cluster
-from . import node
 from .operator import PLACEHOLDER_IMAGE, gateway_deployment, redis_store
 from .redis_server import RedisServer
 from .standins import HealthStandIn, HealthStandIns
@@ -76,6 +75,7 @@ def runnable(cluster: Cluster, manifest: dict[str, Any]) -> dict[str, Any]:
     placeholder image runs the HEALTH ENDPOINT STAND-IN image (a TEST IMAGE, never pulled)."""
     if not cluster.real_node or manifest["spec"].get("image") != PLACEHOLDER_IMAGE:
         return manifest
+    from . import node  # here: node imports llm_pod, which imports this module
     manifest = copy.deepcopy(manifest)
     manifest["spec"].update(image=node.images().health_standin, imagePullPolicy="Never")
     return manifest
