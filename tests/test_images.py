@@ -18,6 +18,7 @@ import socket
 import subprocess
 import tarfile
 import time
+import urllib.request
 import uuid
 from pathlib import Path
 
@@ -133,7 +134,8 @@ def stop_within(proc: subprocess.Popen, program: str, seconds: float) -> tuple[i
 
 
 def test_every_archive_is_an_oci_layout_with_its_name(images: dict[str, Path]) -> None:
-    assert {n.split(":")[0] for n in images} == {f"{PREFIX}/{s}" for s in ("operator", "gateway", "redis", "pause")}
+    assert {n.split(":")[0] for n in images} == {f"{PREFIX}/{s}" for s in ("operator", "gateway", "redis", "pause",
+                                                                          "test-health-standin")}
     for name, archive in images.items():
         with tarfile.open(archive) as tar:
             members = {m.name.lstrip("./"): m for m in tar.getmembers()}
@@ -251,3 +253,33 @@ def test_pause_image_sleeps_until_sigterm(images, rootfs) -> None:
     assert proc.poll() is None, "it sleeps"
     code, took = stop_within(proc, "pause", 5)
     assert code == 0 and took < 2
+
+
+def test_health_standin_image_answers_what_it_is_told_as_10001(images, rootfs) -> None:
+    """The TEST IMAGE the real-node tests run as replicas: whatever command the operator's pod
+    gives, `python3` is the HEALTH ENDPOINT STAND-IN; it answers as told and stops on SIGTERM."""
+    name, archive = image(images, "test-health-standin")
+    standin = rootfs(archive)
+    assert standin.config["User"] == "10001:10001"
+    port = free_port()  # the pod's 8765 may be taken on this host: same command otherwise
+    proc = standin.start(["python3", "/etc/gateway-operator/launch.py", "--config", "/etc/gateway-operator/gateway.yaml"],
+                         read_only=True, env={"GATEWAY_PORT": str(port)})
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                healthy = json.loads(urllib.request.urlopen(f"{base}/health", timeout=5).read())
+                break
+            except OSError:
+                assert proc.poll() is None and time.monotonic() < deadline, proc.stdout.read()
+                time.sleep(0.2)
+        assert healthy["status"] == "healthy" and "degraded_owners" not in healthy
+        owner = {"owner_kind": "gateway", "owner_id": "durability:idempotency", "state": "cold", "reason": "r"}
+        urllib.request.urlopen(urllib.request.Request(f"{base}/standin", method="PUT", data=json.dumps(
+            {"mode": "answer", "degraded_owners": [owner]}).encode()), timeout=5)
+        assert json.loads(urllib.request.urlopen(f"{base}/health", timeout=5).read())["degraded_owners"] == [owner]
+        assert "\nUid:\t10001\t" in Path(f"/proc/{pid1_of(proc, 'python3')}/status").read_text()
+    finally:
+        code, took = stop_within(proc, "python3", 5)
+    assert code == 0 and took < 2, (code, took)

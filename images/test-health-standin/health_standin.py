@@ -11,6 +11,7 @@ Standard library only: it runs on the image's own python3.
 from __future__ import annotations
 
 import json
+import os
 import signal
 import sys
 import threading
@@ -18,7 +19,7 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Callable
 
-PORT = 8765  # the gateway's port, which the operator polls
+PORT = int(os.environ.get("GATEWAY_PORT") or 8765)  # the gateway's port (and env), which the operator polls
 MODES = ("answer", "endless", "huge", "deep")
 
 
