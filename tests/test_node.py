@@ -242,7 +242,8 @@ def test_a_redis_outage_on_the_managed_redis_pod_shows_and_clears(sandbox: Sandb
 
 @pytest.mark.parametrize("name, image, policy, reason", [
     ("crashy", "redis", "IfNotPresent", "CrashLoop"),  # the Redis image has no python3: the container cannot start
-    ("unpullable", "localhost/gateway-operator/missing:0", "IfNotPresent", "ImagePullBackOff"),  # pull from loopback fails
+    # any registry: the node's containerd sends every pull to 127.0.0.1:1, never outside
+    ("unpullable", "registry.example.invalid/praisonai-gateway:0.1.16", "IfNotPresent", "ImagePullBackOff"),
     ("not-on-node", "localhost/gateway-operator/missing:0", "Never", "ErrImageNeverPull"),
 ])
 def test_the_kubelets_waiting_reasons_are_stalled_reasons(sandbox: Sandbox, name: str, image: str, policy: str,
@@ -254,6 +255,12 @@ def test_the_kubelets_waiting_reasons_are_stalled_reasons(sandbox: Sandbox, name
         stalled = wait_condition(cluster, NS, name, "Stalled", "True", reason, timeout=120)
         assert stalled["message"].startswith(f"pod {name}-"), stalled
         assert conditions(cluster, NS, name)["Ready"]["status"] == "False"
+        if reason == "ImagePullBackOff":  # the kubelet's own account of the pull
+            failed = [e["message"] for e in cluster.get_json("events", "-n", NS, "--field-selector",
+                                                             "involvedObject.kind=Pod,reason=Failed")["items"]
+                      if e["involvedObject"]["name"].startswith(f"{name}-")]
+            assert any("127.0.0.1:1" in m for m in failed), failed
+            print(f"\nthe kubelet on a pull from {image.split('/')[0]}: {failed[0][:300]}")
     finally:
         cluster.kubectl("delete", "gatewaydeployment", name, "-n", NS, "--timeout=60s")
 
