@@ -21,10 +21,13 @@ import time
 import urllib.request
 import uuid
 from pathlib import Path
+from typing import Callable, TypeVar
 
 import pytest
 
 from support.node import unavailable
+
+T = TypeVar("T")
 
 REPO = Path(__file__).resolve().parents[1]
 CACHE = Path(os.environ.get("GWOP_CACHE") or Path.home() / ".cache/gateway-operator")
@@ -126,6 +129,18 @@ def pid1_of(unshare: subprocess.Popen, program: str) -> int:
     raise AssertionError(f"PID 1 never became {program}")
 
 
+def first_answer(server: subprocess.Popen, probe: Callable[[], T], seconds: float = 20) -> T:
+    """What ``probe`` returns once the server answers (it raises OSError until then); the server
+    must keep running meanwhile."""
+    deadline = time.monotonic() + seconds
+    while True:
+        try:
+            return probe()
+        except OSError:
+            assert server.poll() is None and time.monotonic() < deadline, server.stdout.read()
+            time.sleep(0.2)
+
+
 def stop_within(proc: subprocess.Popen, program: str, seconds: float) -> tuple[int, float]:
     os.kill(pid1_of(proc, program), signal.SIGTERM)
     started = time.monotonic()
@@ -217,14 +232,7 @@ def test_redis_image_serves_as_999_with_a_read_only_root(images, rootfs, tmp_pat
     server = redis.start(["sh", "-c", command], user="999:999", read_only=True, binds={"/data": data},
                          env={"REDIS_PASSWORD": "s3cret"})
     try:
-        deadline = time.monotonic() + 20
-        while True:
-            try:
-                reply = resp(port, b"AUTH s3cret\r\n", b"PING\r\n", b"CONFIG GET dir\r\n")
-                break
-            except OSError:
-                assert server.poll() is None and time.monotonic() < deadline, server.stdout.read()
-                time.sleep(0.2)
+        reply = first_answer(server, lambda: resp(port, b"AUTH s3cret\r\n", b"PING\r\n", b"CONFIG GET dir\r\n"))
         assert reply.startswith(b"+OK\r\n+PONG\r\n") and b"/data" in reply, reply
         assert resp(port, b"PING\r\n").startswith(b"-NOAUTH"), "the password is required"
         owner = Path(f"/proc/{pid1_of(server, 'redis-server')}/status").read_text()
@@ -266,14 +274,7 @@ def test_health_standin_image_answers_what_it_is_told_as_10001(images, rootfs) -
                          read_only=True, env={"GATEWAY_PORT": str(port)})
     base = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 20
-        while True:
-            try:
-                healthy = json.loads(urllib.request.urlopen(f"{base}/health", timeout=5).read())
-                break
-            except OSError:
-                assert proc.poll() is None and time.monotonic() < deadline, proc.stdout.read()
-                time.sleep(0.2)
+        healthy = first_answer(proc, lambda: json.loads(urllib.request.urlopen(f"{base}/health", timeout=5).read()))
         assert healthy["status"] == "healthy" and "degraded_owners" not in healthy
         owner = {"owner_kind": "gateway", "owner_id": "durability:idempotency", "state": "cold", "reason": "r"}
         urllib.request.urlopen(urllib.request.Request(f"{base}/standin", method="PUT", data=json.dumps(

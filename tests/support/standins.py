@@ -73,6 +73,7 @@ class HealthStandIn:
     def hostile(self, mode: str) -> None:
         """From now on /health answers as a hostile image: "endless", "huge" or "deep"."""
         self._call("PUT", {"mode": mode})
+        self._owners = []  # the server dropped them with the documented body
 
     @property
     def requests(self) -> int:
