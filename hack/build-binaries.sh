@@ -9,8 +9,9 @@
 #
 #   hack/build-binaries.sh --node   a real node's kubelet and kube-proxy too
 #                                   (hack/node.sh, opt-in; same module, same scheme),
-#                                   coredns (hack/coredns) for its cluster DNS, and containerd,
-#                                   containerd-shim-runc-v2 and ctr (hack/containerd)
+#                                   coredns (hack/coredns) for its cluster DNS, containerd,
+#                                   containerd-shim-runc-v2 and ctr (hack/containerd), traefik (its
+#                                   ingress controller) and the Gateway API CRDs ($GWOP_CACHE/crds/)
 #   hack/build-binaries.sh --monitoring
 #                                   prometheus and promtool (hack/prometheus) and the
 #                                   prometheus-operator CRDs ($GWOP_CACHE/crds/) for
@@ -105,21 +106,55 @@ build_prometheus() {
      "github.com/prometheus/prometheus/cmd/$name" && mv "$out.tmp" "$out")
 }
 
+# A module's source as the Go proxy serves it, checked against the checksum pinned in versions.env;
+# prints its directory in the module cache (read-only).
+module_source() {  # module_source MODULE VERSION SUM
+  local info sum
+  info=$(cd / && GOFLAGS= go mod download -json "$1@$2")
+  sum=$(python3 -c 'import json,sys; print(json.load(sys.stdin)["Sum"])' <<<"$info")
+  [[ $sum == "$3" ]] || { log "$1@$2: module checksum $sum, want $3"; return 1; }
+  python3 -c 'import json,sys; print(json.load(sys.stdin)["Dir"])' <<<"$info"
+}
+
 # The ServiceMonitor and PrometheusRule CRDs as prometheus-operator publishes them (its module's
 # example/prometheus-operator-crd/), checked against the pinned module checksum.
 fetch_prometheus_operator_crds() {
   local dir=$cache/crds/prometheus-operator-$PROMETHEUS_OPERATOR_VERSION
   [[ -f $dir/monitoring.coreos.com_prometheusrules.yaml ]] && return
   log "fetching the prometheus-operator $PROMETHEUS_OPERATOR_VERSION CRDs (Go module)"
-  local info; info=$(cd / && GOFLAGS= go mod download -json \
-    "github.com/prometheus-operator/prometheus-operator@$PROMETHEUS_OPERATOR_VERSION")
-  local sum; sum=$(python3 -c 'import json,sys; print(json.load(sys.stdin)["Sum"])' <<<"$info")
-  [[ $sum == "$PROMETHEUS_OPERATOR_SUM" ]] || { log "module checksum $sum, want $PROMETHEUS_OPERATOR_SUM"; return 1; }
-  local src; src=$(python3 -c 'import json,sys; print(json.load(sys.stdin)["Dir"])' <<<"$info")
+  local src; src=$(module_source github.com/prometheus-operator/prometheus-operator "$PROMETHEUS_OPERATOR_VERSION" \
+    "$PROMETHEUS_OPERATOR_SUM")
   mkdir -p "$dir.tmp"
   for kind in servicemonitors prometheusrules; do
     install -m 0644 "$src/example/prometheus-operator-crd/monitoring.coreos.com_$kind.yaml" "$dir.tmp/"
   done
+  rm -rf "$dir" && mv "$dir.tmp" "$dir"
+}
+
+# Traefik, the real node's ingress controller (Ingress and Gateway API), built from its own module
+# (its go.mod carries replace directives, which a wrapper module cannot inherit: it is built in a
+# copy of that source, with its own go.sum). Its web UI's assets are not in the module (the
+# dashboard stays off). Cold: about 5 minutes on 2 cores.
+build_traefik() {
+  local out=$bin/traefik-$TRAEFIK_VERSION
+  [[ -x $out ]] && return
+  log "building traefik $TRAEFIK_VERSION (one-off, about 5 minutes)"
+  local src tmp; src=$(module_source github.com/traefik/traefik/v3 "$TRAEFIK_VERSION" "$TRAEFIK_SUM")
+  tmp=$(mktemp -d); cp -r "$src/." "$tmp/"; chmod -R u+w "$tmp"
+  local pkg=github.com/traefik/traefik/v3/pkg/version
+  (cd "$tmp" && go build -trimpath -ldflags "-s -w -X $pkg.Version=$TRAEFIK_VERSION -X $pkg.BuildDate=module-proxy-build" \
+     -o "$out.tmp" ./cmd/traefik) || { rm -rf "$tmp"; return 1; }
+  rm -rf "$tmp"; mv "$out.tmp" "$out"
+}
+
+# The Gateway API's standard-channel CRDs, as its module publishes them (config/crd/standard).
+fetch_gateway_api_crds() {
+  local dir=$cache/crds/gateway-api-$GATEWAY_API_VERSION
+  [[ -f $dir/gateway.networking.k8s.io_httproutes.yaml ]] && return
+  log "fetching the Gateway API $GATEWAY_API_VERSION CRDs (Go module)"
+  local src; src=$(module_source sigs.k8s.io/gateway-api "$GATEWAY_API_VERSION" "$GATEWAY_API_SUM")
+  mkdir -p "$dir.tmp"
+  install -m 0644 "$src"/config/crd/standard/*.yaml "$dir.tmp/"
   rm -rf "$dir" && mv "$dir.tmp" "$dir"
 }
 
@@ -145,6 +180,10 @@ if [[ " $* " == *" --node "* ]]; then
     build_containerd "$name"
     ln -sf "$name-$CONTAINERD_VERSION" "$bin/$name"
   done
+  build_traefik
+  ln -sf "traefik-$TRAEFIK_VERSION" "$bin/traefik"
+  fetch_gateway_api_crds
+  ln -sfn "../crds/gateway-api-$GATEWAY_API_VERSION" "$bin/gateway-api-crds"
 fi
 if [[ " $* " == *" --monitoring "* ]]; then
   for name in prometheus promtool; do

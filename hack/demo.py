@@ -206,7 +206,9 @@ def condition_table(gd: dict[str, Any]) -> str:
 
 def show_status(cluster: Cluster) -> None:
     say()
-    kubectl_shown(cluster, "get", "gatewaydeployments", "-n", NAMESPACE)
+    kubectl_shown(cluster, "get", "gatewaydeployments", "-n", NAMESPACE, "-o", "wide")
+    say()
+    kubectl_shown(cluster, "get", "ingresses,httproutes", "-n", NAMESPACE)
     for gd in gateway_deployments(cluster):
         spec = gd["spec"]
         store = "Redis (operator-managed)" if ((spec.get("redis") or {}).get("managed") or {}).get("enabled") \
@@ -230,7 +232,8 @@ def show_usage(cluster: Cluster) -> None:
   export PATH={bin_dir}:$PATH
 
   Try:
-    kubectl get gatewaydeployments -n {NAMESPACE} -o wide
+    kubectl get gatewaydeployments -n {NAMESPACE} -o wide   # ADDRESS: where spec.expose is served
+    curl -H 'Host: canary-bot.gateway.test' http://{node.EDGE}/health   # through the edge (Traefik)
     kubectl describe gatewaydeployment {SHOWCASE} -n {NAMESPACE}
     kubectl logs -n {node.SYSTEM_NAMESPACE} deploy/{node.RELEASE}
     kubectl delete pod -n {NAMESPACE} -l app.kubernetes.io/instance={SHOWCASE},app.kubernetes.io/component=redis

@@ -20,6 +20,10 @@
 # nothing; host-network pods get a private resolv.conf that names no host resolver.
 # PersistentVolumeClaims: the default StorageClass gwop-hostpath, served by our minimal hostPath
 # provisioner (hack/hostpath_provisioner.py) with directories under $GWOP_CLUSTER_DIR/node/volumes.
+# The edge: Traefik (hack/build-binaries.sh --node) on the node as its ingress controller, for
+# IngressClass traefik and, with the Gateway API CRDs installed, GatewayClass traefik and the
+# Gateway gwop-edge/edge; it listens on $EDGE_IP:80 (loopback: "outside" is this host) and
+# publishes that address in the status of the Ingresses and Gateways it serves.
 # One node per host (the bridge, /run/netns and the iptables chains are host-global).
 #
 # Everything else lives in $GWOP_CLUSTER_DIR/node: containerd's root, state and socket, CNI
@@ -49,7 +53,9 @@ sock=$node_dir/containerd/containerd.sock
 SHIM_SOCKETS=/run/gwop-node/s
 cgroup_name=gwop-node
 sysctls=(net.ipv4.ip_forward net.bridge.bridge-nf-call-iptables vm.overcommit_memory vm.panic_on_oom kernel.panic kernel.panic_on_oops kernel.keys.root_maxkeys kernel.keys.root_maxbytes)
-components=(containerd kube-scheduler kubelet kube-proxy coredns hostpath-provisioner)
+EDGE_IP=127.0.80.1    # Traefik's entry point (port 80), the address Ingresses and the Gateway get
+EDGE_NAMESPACE=gwop-edge
+components=(containerd kube-scheduler kubelet kube-proxy coredns hostpath-provisioner edge)
 python=${GWOP_PYTHON:-$repo/.venv/bin/python}
 
 log() { echo "[node] $*" >&2; }
@@ -292,7 +298,7 @@ teardown() {
   [[ -d $node_dir ]] || { [[ $(cat "$OWNER" 2>/dev/null) == "$dir" ]] && rm -f "$OWNER"; return 0; }
   mkdir -p "$rec"
   local c t0=$SECONDS
-  for c in hostpath-provisioner coredns kube-proxy kubelet kube-scheduler; do stop_pid "$c"; done
+  for c in edge hostpath-provisioner coredns kube-proxy kubelet kube-scheduler; do stop_pid "$c"; done
   drain_containerd
   stop_pid containerd
   log "processes and containers gone in $((SECONDS - t0))s"
@@ -314,8 +320,11 @@ teardown() {
   if [[ -f $rec/created-var-lib-kubelet ]]; then rm -rf /var/lib/kubelet; fi
   if [[ -n ${bin:-} && -f $kubeconfig ]] && [[ $(kc get --raw /readyz 2>/dev/null) == ok ]]; then
     kc delete node "$NODE_NAME" --ignore-not-found --wait=false >/dev/null 2>&1 || true
-    kc delete clusterrolebinding gwop-node-kubelets gwop-node-coredns gwop-node-hostpath-provisioner --ignore-not-found >/dev/null 2>&1 || true
-    kc delete clusterrole gwop-node-coredns gwop-node-hostpath-provisioner --ignore-not-found >/dev/null 2>&1 || true
+    kc delete clusterrolebinding gwop-node-kubelets gwop-node-coredns gwop-node-hostpath-provisioner gwop-node-edge --ignore-not-found >/dev/null 2>&1 || true
+    kc delete clusterrole gwop-node-coredns gwop-node-hostpath-provisioner gwop-node-edge --ignore-not-found >/dev/null 2>&1 || true
+    kc delete ingressclass traefik --ignore-not-found >/dev/null 2>&1 || true
+    kc delete gatewayclass traefik --ignore-not-found >/dev/null 2>&1 || true
+    kc delete namespace "$EDGE_NAMESPACE" --ignore-not-found --wait=false >/dev/null 2>&1 || true
     kc delete service kube-dns -n kube-system --ignore-not-found >/dev/null 2>&1 || true
     kc delete storageclass gwop-hostpath --ignore-not-found >/dev/null 2>&1 || true
   fi
@@ -401,6 +410,76 @@ r = s.recv(512)
 sys.exit(0 if (r[3] & 0x0F) == 0 and struct.unpack(">H", r[6:8])[0] >= 1 else 1)
 PY
 }
+
+# -- the edge: Traefik as the node's ingress controller ----------------------------------------
+# Its own client certificate and the ClusterRole Traefik documents for its kubernetesIngress and
+# kubernetesGateway providers; the Gateway API CRDs (standard channel) from their module.
+edge_objects() {
+  kc apply --server-side --field-manager gwop-node -f "$nbin/gateway-api-crds/" >/dev/null
+  kc wait --for condition=Established crd/gateways.gateway.networking.k8s.io crd/httproutes.gateway.networking.k8s.io --timeout 60s >/dev/null
+  kc apply -f - >/dev/null <<EOF
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata: {name: gwop-node-edge}
+rules:
+- {apiGroups: [""], resources: [services, secrets, configmaps, nodes, namespaces], verbs: [get, list, watch]}
+- {apiGroups: [discovery.k8s.io], resources: [endpointslices], verbs: [list, watch]}
+- {apiGroups: [networking.k8s.io], resources: [ingresses, ingressclasses], verbs: [get, list, watch]}
+- {apiGroups: [networking.k8s.io], resources: [ingresses/status], verbs: [update]}
+- {apiGroups: [gateway.networking.k8s.io], resources: [gatewayclasses, gateways, httproutes, grpcroutes, referencegrants, backendtlspolicies], verbs: [get, list, watch]}
+- {apiGroups: [gateway.networking.k8s.io], resources: [gatewayclasses/status, gateways/status, httproutes/status, grpcroutes/status, backendtlspolicies/status], verbs: [update]}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata: {name: gwop-node-edge}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: gwop-node-edge}
+subjects: [{apiGroup: rbac.authorization.k8s.io, kind: User, name: "gwop-node:edge"}]
+---
+apiVersion: networking.k8s.io/v1
+kind: IngressClass
+metadata: {name: traefik}
+spec: {controller: traefik.io/ingress-controller}
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: GatewayClass
+metadata: {name: traefik}
+spec: {controllerName: traefik.io/gateway-controller}
+---
+apiVersion: v1
+kind: Namespace
+metadata: {name: $EDGE_NAMESPACE}
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {name: edge, namespace: $EDGE_NAMESPACE}
+spec:
+  gatewayClassName: traefik
+  listeners:
+  - {name: web, protocol: HTTP, port: 80, allowedRoutes: {namespaces: {from: All}}}
+EOF
+  # Traefik's static configuration. The entry point reads a request (a webhook's body) for up to
+  # an hour; Traefik has no per-route timeout, and an upgraded WebSocket is not cut by it. No
+  # version check and no usage report: nothing leaves this host.
+  cat >"$node_dir/traefik.yaml" <<EOF
+global: {checkNewVersion: false, sendAnonymousUsage: false}
+entryPoints:
+  web:
+    address: "$EDGE_IP:80"
+    transport: {respondingTimeouts: {readTimeout: 3600s, writeTimeout: 0s, idleTimeout: 180s}}
+providers:
+  kubernetesIngress:
+    ingressClass: traefik
+    ingressEndpoint: {ip: $EDGE_IP}
+  kubernetesGateway:
+    statusAddress: {ip: $EDGE_IP}
+log: {level: INFO, noColor: true}
+# the access log names the replica behind each request; not the path (a WebSocket carries its token
+# in the query string) and no header
+accessLog: {filePath: "$logs/edge-access.log", format: json, fields: {names: {RequestPath: drop}, headers: {defaultMode: drop}}}
+EOF
+}
+
+edge_answers() { python3 -c 'import socket,sys; socket.create_connection((sys.argv[1], 80), 1).close()' "$EDGE_IP"; }
 
 # -- up ------------------------------------------------------------------------------------
 write_configs() {
@@ -611,12 +690,14 @@ up() {
   client_cert kube-scheduler "/CN=system:kube-scheduler"
   client_cert coredns "/CN=gwop-node:coredns"
   client_cert hostpath-provisioner "/CN=gwop-node:hostpath-provisioner"
+  client_cert edge "/CN=gwop-node:edge"
   node_kubeconfig kubelet; node_kubeconfig kube-proxy; node_kubeconfig kube-scheduler; node_kubeconfig coredns
-  node_kubeconfig hostpath-provisioner
+  node_kubeconfig hostpath-provisioner; node_kubeconfig edge
   # RBAC only (no Node authorizer): the kubelets' group gets the system:node role
   kc create clusterrolebinding gwop-node-kubelets --clusterrole system:node --group system:nodes \
     --dry-run=client -o yaml | kc apply -f - >/dev/null
   cluster_dns_objects
+  edge_objects
   # PersistentVolumeClaims: our minimal hostPath provisioner (hack/hostpath_provisioner.py)
   kc apply -f - >/dev/null <<EOF
 apiVersion: storage.k8s.io/v1
@@ -655,8 +736,10 @@ EOF
   start coredns "$nbin/coredns" -conf "$node_dir/Corefile"
   start hostpath-provisioner "$python" "$repo/hack/hostpath_provisioner.py" --kubeconfig "$node_dir/hostpath-provisioner.kubeconfig" \
     --root "$node_dir/volumes" --node "$NODE_NAME"
+  start edge env KUBECONFIG="$node_dir/edge.kubeconfig" "$nbin/traefik" --configFile="$node_dir/traefik.yaml"
   wait_for "node $NODE_NAME Ready" 120 node_ready
   wait_for "cluster DNS" 30 dns_answers
+  wait_for "the edge (traefik) on $EDGE_IP:80" 30 edge_answers
   log "node $NODE_NAME Ready in $((SECONDS - t0))s (containerd socket $sock, logs $logs)"
 }
 

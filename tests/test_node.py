@@ -203,6 +203,67 @@ def test_warn_policy_runs_the_duplicate_and_the_service_keeps_one_client_on_one_
     assert turns == 1, answers
 
 
+# -- from outside: through the node's edge (Traefik) -----------------------------------------
+OPS_HOST, CANARY_HOST = "ops-bot.gateway.test", "canary-bot.gateway.test"  # the examples' spec.expose
+
+
+def test_the_edge_publishes_an_address_that_the_resource_and_kubectl_show(sandbox: Sandbox) -> None:
+    cluster = sandbox.cluster
+    for name, url in (("ops-bot", f"http://{OPS_HOST}/"), ("canary-bot", f"http://{CANARY_HOST}/")):
+        until(lambda: cluster.get_json("gatewaydeployment", name, "-n", NS)["status"].get("expose", {}).get("address")
+              == node.EDGE, timeout=60, what=f"{name}'s status.expose.address")
+        assert cluster.get_json("gatewaydeployment", name, "-n", NS)["status"]["expose"]["url"] == url
+    wide = cluster.kubectl("get", "gwd", "-n", NS, "-o", "wide").stdout
+    header, *rows = wide.splitlines()
+    at = header.index("ADDRESS")  # kubectl's columns are fixed-width; REDIS may be empty
+    assert {r.split()[0]: r[at:].split()[0] for r in rows if not r.startswith("solo-bot")} == \
+        {"ops-bot": node.EDGE, "canary-bot": node.EDGE}, wide
+    # the controller accepted what the operator rendered: the route by its Gateway, the Ingress by its class
+    route = cluster.get_json("httproute", "ops-bot", "-n", NS)
+    accepted = {c["type"]: c["status"] for c in route["status"]["parents"][0]["conditions"]}
+    assert accepted == {"Accepted": "True", "ResolvedRefs": "True"}, route["status"]
+    assert route["metadata"]["ownerReferences"][0]["name"] == "ops-bot"
+    ingress = cluster.get_json("ingress", "canary-bot", "-n", NS)
+    assert ingress["status"]["loadBalancer"]["ingress"][0]["ip"] == node.EDGE, ingress["status"]
+
+
+def test_a_redelivery_through_the_httproute_reaches_every_replica_and_runs_once(sandbox: Sandbox) -> None:
+    """ops-bot (3 replicas, managed Redis) behind its HTTPRoute: a provider's retries, sent
+    without cookies as providers do, spread over every replica and run the agent once."""
+    cluster = sandbox.cluster
+    wait_ready_pods(cluster, NS, "ops-bot", 3, timeout=120)
+    ips = set(pod_ips(cluster, "ops-bot"))
+    since = len(node.edge_log(cluster))
+    turns, answers = deliver(cluster, "ops-bot", [OPS_HOST] * 6, f"edge-{uuid.uuid4().hex[:8]}")
+    assert turns == 1, answers
+    assert answers[0].body.get("action") == "agent", answers
+    assert [a.body for a in answers[1:]] == [{"ok": True, "deduplicated": True}] * 5, answers
+    assert set(node.edge_backends(cluster, OPS_HOST, since)) == ips  # the edge sent them to all 3
+
+
+def test_through_the_ingress_warn_runs_the_duplicate_and_a_websocket_client_keeps_its_replica(sandbox: Sandbox) -> None:
+    """canary-bot (2 replicas, each its own SQLite store, replicaPolicy Warn) behind its Ingress."""
+    cluster = sandbox.cluster
+    ips = set(pod_ips(cluster, "canary-bot"))
+    since = len(node.edge_log(cluster))
+    turns, answers = deliver(cluster, "canary-bot", [CANARY_HOST] * 4, f"edge-{uuid.uuid4().hex[:8]}")
+    assert set(node.edge_backends(cluster, CANARY_HOST, since)) == ips, answers
+    assert turns == 2, answers  # each replica ran it once: the duplicate the Warn condition warns about
+
+    # WebSocket clients: the edge pins one that keeps its cookie to one replica (each replica's
+    # /health counts its open connections); one without the cookie is balanced afresh each time
+    token = node.gateway_token(cluster, NS, "canary-bot")
+    pods = {p["metadata"]["name"]: p["status"]["podIP"] for p in ready_pods(cluster, NS, "canary-bot")}
+    fresh = [node.websocket_replica(CANARY_HOST, token, pods) for _ in range(4)]
+    assert {f.replica for f in fresh} == set(pods), fresh
+    cookie = fresh[0].cookie
+    assert cookie.startswith("gateway-replica="), fresh[0]
+    pinned = [node.websocket_replica(CANARY_HOST, token, pods, cookie).replica for _ in range(4)]
+    assert pinned == [fresh[0].replica] * 4, (fresh, pinned)
+    # no secret in the edge's access log (a WebSocket's token rides in its query string)
+    assert token not in "\n".join(node.edge_log(cluster))
+
+
 # -- faults from real kubelet status --------------------------------------------------------
 
 def test_a_redis_outage_on_the_managed_redis_pod_shows_and_clears(sandbox: Sandbox) -> None:

@@ -390,3 +390,85 @@ def test_a_waiting_pod_is_a_stalled_reason_with_the_kubelets_words(reason: str, 
     else:
         assert problem.message.startswith(f"pod p is waiting: {reason} (Back-off pulling image xxx")
         assert len(problem.message) < WAITING_MESSAGE_LIMIT + 50
+
+
+# -- spec.expose -----------------------------------------------------------------------------
+
+EDGE = {"ingress": {"className": "traefik", "host": "gw.example.test", "tlsSecretName": "gw-tls",
+                    "annotations": {"nginx.ingress.kubernetes.io/proxy-read-timeout": "90"}},
+        "httpRoute": {"parentRefs": [{"name": "edge", "namespace": "edge-system"}], "hostnames": ["gw.example.test"]}}
+
+
+def exposed(replicas: int) -> list[dict]:
+    s = spec(replicas=replicas, config=redis_store(), redis={"url": "redis://r:6379/0"}, expose=EDGE)
+    objects = render.desired_objects(OWNER, s, resolve(s.redis, OWNER.namespace, OWNER.name), replicas)
+    return objects
+
+
+def test_expose_renders_an_ingress_and_an_httproute_that_reach_every_replica() -> None:
+    objects = exposed(3)
+    kinds = [o["kind"] for o in objects]
+    assert kinds[-2:] == ["Ingress", "HTTPRoute"], kinds  # after what the replicas need
+    ingress, route = objects[-2:]
+    assert ingress["metadata"]["ownerReferences"] == [OWNER.reference()]
+    assert ingress["spec"]["ingressClassName"] == "traefik"
+    assert ingress["spec"]["tls"] == [{"hosts": ["gw.example.test"], "secretName": "gw-tls"}]
+    backend = ingress["spec"]["rules"][0]["http"]["paths"][0]["backend"]["service"]
+    assert backend == {"name": "gw", "port": {"number": api.GATEWAY_PORT}}
+    notes = ingress["metadata"]["annotations"]
+    # the user's annotation wins; the rest are the operator's WebSocket timeouts and cookie affinity
+    assert notes["nginx.ingress.kubernetes.io/proxy-read-timeout"] == "90"
+    assert notes["nginx.ingress.kubernetes.io/proxy-send-timeout"] == "3600"
+    assert notes["nginx.ingress.kubernetes.io/affinity"] == "cookie"
+    assert notes["nginx.ingress.kubernetes.io/session-cookie-name"] == api.DEFAULT_AFFINITY_COOKIE
+    service = next(o for o in objects if o["kind"] == "Service")
+    assert service["metadata"]["annotations"]["traefik.ingress.kubernetes.io/service.sticky.cookie.name"] == \
+        api.DEFAULT_AFFINITY_COOKIE
+    # the route: webhooks in a rule of their own, both with the edge timeout, parents spelled out
+    assert route["spec"]["parentRefs"] == [{"group": "gateway.networking.k8s.io", "kind": "Gateway",
+                                            "name": "edge", "namespace": "edge-system"}]
+    assert route["spec"]["hostnames"] == ["gw.example.test"]
+    prefixes = [r["matches"][0]["path"]["value"] for r in route["spec"]["rules"]]
+    assert prefixes == ["/hooks/", "/"]
+    assert all(r["timeouts"] == {"request": "3600s"} and r["backendRefs"] == [{"name": "gw", "port": api.GATEWAY_PORT}]
+               for r in route["spec"]["rules"])
+    # browsers on the exposed host may open the WebSocket
+    config = yaml.safe_load(objects[0]["data"]["gateway.yaml"])
+    assert {"https://gw.example.test", "http://gw.example.test"} <= set(config["gateway"]["allowed_origins"])
+
+
+def test_one_replica_needs_no_edge_affinity_and_no_expose_renders_no_route() -> None:
+    objects = exposed(1)
+    ingress = next(o for o in objects if o["kind"] == "Ingress")
+    assert "nginx.ingress.kubernetes.io/affinity" not in ingress["metadata"]["annotations"]
+    assert "annotations" not in next(o for o in objects if o["kind"] == "Service")["metadata"]
+    plain = render.desired_objects(OWNER, spec(), None, 1)
+    assert not {"Ingress", "HTTPRoute"} & {o["kind"] for o in plain}
+
+
+def test_exposure_reads_the_address_the_edge_published() -> None:
+    from gateway_operator.expose import exposure
+    e = spec(expose=EDGE).expose
+    assert exposure(e, None, None, {}).address == ""
+    assert "no address yet" in exposure(e, {"status": {}}, None, {}).message
+    ingress = {"status": {"loadBalancer": {"ingress": [{"ip": "192.0.2.7"}]}}}
+    assert exposure(e, ingress, None, {})[:2] == ("192.0.2.7", "https://gw.example.test/")
+    # a route counts only once a parent accepted it, and then gives that Gateway's address
+    route = {"metadata": {"namespace": "prod"}, "status": {"parents": [{
+        "parentRef": {"name": "edge", "namespace": "edge-system"},
+        "conditions": [{"type": "Accepted", "status": "False"}]}]}}
+    gateways = {("edge-system", "edge"): {"status": {"addresses": [{"type": "IPAddress", "value": "192.0.2.9"}]}}}
+    only_route = spec(expose={"httpRoute": EDGE["httpRoute"]}).expose
+    assert "accepted" in exposure(only_route, None, route, gateways).message
+    route["status"]["parents"][0]["conditions"][0]["status"] = "True"
+    assert exposure(only_route, None, route, gateways)[:2] == ("192.0.2.9", "http://gw.example.test/")
+
+
+def test_status_expose_appears_and_goes_with_the_spec() -> None:
+    from gateway_operator.expose import Exposure
+    facts = Facts(generation=1, desired_replicas=1, store_backend="sqlite", policy="Refuse", persistence=False,
+                  redis_configured=False)
+    with_address = status.build(None, facts, None, "t0", exposure=Exposure("192.0.2.7", "http://gw/"))
+    assert with_address["expose"] == {"address": "192.0.2.7", "url": "http://gw/"}
+    without = status.build(with_address, facts, None, "t1")
+    assert "expose" not in without and status.changed(with_address, without)

@@ -82,6 +82,17 @@ def exercise_every_permission(cluster: Cluster, namespace: str, redis: RedisServ
     apply_gateway(cluster, namespace, gateway_deployment("shared", replicas=1, **shared))
     until(lambda: cluster.kubectl(*ns, "get", "pdb/shared", check=False).returncode != 0,
           timeout=60, what="the PDB to be deleted")
+    # spec.expose: an Ingress and an HTTPRoute, the address of the node's edge read back (the
+    # Gateway that accepted the route is read too); dropped from the spec, both are deleted
+    edge = {"ingress": {"className": "traefik", "host": "exposed.rbac.test"},
+            "httpRoute": {"parentRefs": [{"name": "edge", "namespace": "gwop-edge"}]}}
+    apply_gateway(cluster, namespace, gateway_deployment("exposed", expose=edge))
+    until(lambda: cluster.get_json("gatewaydeployment", "exposed", *ns)["status"].get("expose", {}).get("address"),
+          timeout=60, what="status.expose.address")
+    apply_gateway(cluster, namespace, gateway_deployment("exposed"))
+    for obj in ("ingress/exposed", "httproute/exposed"):
+        until(lambda: cluster.kubectl(*ns, "get", obj, check=False).returncode != 0, timeout=60,
+              what=f"{obj} to be deleted")
 
 
 def test_every_granted_verb_is_used_and_nothing_is_refused(cluster: Cluster, operator: OperatorProcess,

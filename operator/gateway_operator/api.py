@@ -32,6 +32,9 @@ GATEWAY_PORT = 8765
 # a managed Redis's image when neither its spec nor the operator's --managed-redis-image names one
 DEFAULT_MANAGED_REDIS_IMAGE = "redis:7.2-alpine"
 REDIS_PASSWORD_ENV = "GATEWAY_REDIS_PASSWORD"
+# spec.expose: how long the edge lets a request or a WebSocket run, and its affinity cookie
+DEFAULT_EDGE_TIMEOUT_SECONDS = 3600
+DEFAULT_AFFINITY_COOKIE = "gateway-replica"
 AUTH_TOKEN_ENV = "GATEWAY_AUTH_TOKEN"
 IDEMPOTENCY_OWNER = "durability:idempotency"
 
@@ -125,6 +128,60 @@ class PersistenceSpec:
 
 
 @dataclass(frozen=True)
+class IngressExpose:
+    host: str
+    class_name: str | None = None
+    tls_secret: str | None = None
+    annotations: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class RouteExpose:
+    parent_refs: tuple[Mapping[str, Any], ...]
+    hostnames: tuple[str, ...] = ()
+    annotations: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class ExposeSpec:
+    """How webhooks and WebSocket clients reach the replicas from outside the cluster."""
+
+    ingress: IngressExpose | None = None
+    http_route: RouteExpose | None = None
+    timeout_seconds: int = DEFAULT_EDGE_TIMEOUT_SECONDS
+    affinity_cookie: str = DEFAULT_AFFINITY_COOKIE
+
+    @property
+    def enabled(self) -> bool:
+        return self.ingress is not None or self.http_route is not None
+
+    @property
+    def hosts(self) -> tuple[str, ...]:
+        """Every host name a client outside may use (for the gateway's allowed origins)."""
+        hosts = (self.ingress.host,) if self.ingress else ()
+        return tuple(dict.fromkeys(hosts + (self.http_route.hostnames if self.http_route else ())))
+
+    @classmethod
+    def parse(cls, raw: Mapping[str, Any] | None) -> "ExposeSpec":
+        raw = raw or {}
+        ingress, route = raw.get("ingress"), raw.get("httpRoute")
+        return cls(
+            ingress=IngressExpose(
+                host=str(ingress["host"]), class_name=ingress.get("className") or None,
+                tls_secret=ingress.get("tlsSecretName") or None,
+                annotations={str(k): str(v) for k, v in (ingress.get("annotations") or {}).items()},
+            ) if ingress else None,
+            http_route=RouteExpose(
+                parent_refs=tuple(dict(r) for r in route.get("parentRefs") or []),
+                hostnames=tuple(str(h) for h in route.get("hostnames") or []),
+                annotations={str(k): str(v) for k, v in (route.get("annotations") or {}).items()},
+            ) if route else None,
+            timeout_seconds=int(raw.get("timeoutSeconds", DEFAULT_EDGE_TIMEOUT_SECONDS)),
+            affinity_cookie=str(raw.get("affinityCookie") or DEFAULT_AFFINITY_COOKIE),
+        )
+
+
+@dataclass(frozen=True)
 class GatewaySpec:
     """The typed, defaulted view of a GatewayDeployment's spec."""
 
@@ -141,6 +198,7 @@ class GatewaySpec:
     service_type: str
     service_port: int
     pod: Mapping[str, Any] = field(default_factory=dict)  # resources, env, nodeSelector, ...
+    expose: ExposeSpec = field(default_factory=ExposeSpec)
 
     @property
     def store_backend(self) -> str:
@@ -178,6 +236,7 @@ class GatewaySpec:
             pod={k: spec[k] for k in ("resources", "env", "nodeSelector", "tolerations", "affinity",
                                        "topologySpreadConstraints", "priorityClassName",
                                        "podAnnotations", "podLabels") if spec.get(k)},
+            expose=ExposeSpec.parse(spec.get("expose")),
         )
 
 

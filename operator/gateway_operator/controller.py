@@ -22,12 +22,13 @@ from kubernetes.client.rest import ApiException
 from . import api, conditions, health, metrics, reasons, status
 from .api import GatewaySpec, HealthSpec
 from .conditions import Facts, Problem
+from .expose import Exposure
 from .kube import Kube
 from .reconcile import LiveDeployment, Observation, Outcome, PodView, ReconcileSettings, Result, SecretInputs, reconcile
 from .redis_probe import Prober
 
 log = logging.getLogger(__name__)
-_STICKY = (reasons.APPLY_FAILED, reasons.OBJECT_NOT_OWNED, reasons.RECONCILE_ERROR)
+_STICKY = (reasons.APPLY_FAILED, reasons.OBJECT_NOT_OWNED, reasons.RECONCILE_ERROR, reasons.EXPOSE_NOT_SERVED)
 
 
 @dataclass(frozen=True)
@@ -69,6 +70,7 @@ class GatewayController:
     _rv_floor: int = 0
     _inputs: SecretInputs | None = None  # the last full pass's Secret inputs, reused until the next
     _next_poll: float = 0.0               # polls keep a fixed cadence: one interval after the last began
+    _exposure: Exposure | None = None     # status.expose as last read (spec.expose)
 
     def __post_init__(self) -> None:
         self.log = ObjectLog(log, {"object": f"{self.namespace}/{self.name}"})
@@ -145,9 +147,11 @@ class GatewayController:
     async def _reconcile(self, body: Mapping[str, Any], full: bool) -> Result:
         started = time.monotonic()
         result = await reconcile(self.kube, self.prober, self.settings.reconcile, body, list(self.pods()),
-                                 full, self._failures, Observation(self.deployment(), self._inputs))
+                                 full, self._failures, Observation(self.deployment(), self._inputs, self._exposure))
         if result.outcome.applied:
             self._inputs = result.inputs  # None after a problem: observation passes read again until fixed
+        if result.outcome.exposure is not None or (result.outcome.applied and result.outcome.problem is None):
+            self._exposure = result.outcome.exposure
             metrics.reconcile_took(self.namespace, self.name, time.monotonic() - started)
         return result
 
@@ -188,13 +192,14 @@ class GatewayController:
     async def _publish(self, body: Mapping[str, Any], facts: Facts, outcome: Outcome) -> None:
         previous = body.get("status") or {}
         selector = ",".join(f"{k}={v}" for k, v in api.selector_for(self.name).items())
-        new = status.build(previous, facts, outcome.target, now_iso(), selector)
+        new = status.build(previous, facts, outcome.target, now_iso(), selector, self._exposure)
         metrics.observe_conditions(self.namespace, self.name, new["conditions"])
         if not status.changed(previous, new):
             return
         patch = dict(new)
-        if "redis" in previous and "redis" not in new:
-            patch["redis"] = None
+        for gone in status.REMOVABLE:  # a merge patch removes a key only by null
+            if gone in previous and gone not in new:
+                patch[gone] = None
         written = await asyncio.to_thread(self.kube.patch_status, self.namespace, self.name, patch)
         metrics.wrote(self.namespace, self.name)
         # the watch may still deliver events older than this write: remember where we are

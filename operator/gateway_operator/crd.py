@@ -327,6 +327,7 @@ def spec_schema() -> Schema:
                                maximum=65535, default=api.GATEWAY_PORT),
                 },
             },
+            "expose": _expose_schema(),
             "resources": _resources(f"Gateway container resources: requests and limits, {_QUANTITIES}. "
                                     "Default none."),
             "env": _env(),
@@ -345,6 +346,70 @@ def spec_schema() -> Schema:
                                "additionalProperties": {"type": "string"}},
             "podLabels": {"type": "object", "description": "Extra pod labels (the operator's own labels win). "
                           "Default none.", "additionalProperties": {"type": "string"}},
+        },
+    }
+
+
+# what the API server accepts as an Ingress host (a DNS name, optionally one leading '*.' label)
+HOSTNAME_PATTERN = r"^(\*\.)?[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
+COOKIE_NAME_PATTERN = r"^[A-Za-z0-9_.-]{1,64}$"
+
+
+def _annotations(description: str) -> Schema:
+    return {"type": "object", "description": description, "maxProperties": 64,
+            "additionalProperties": {"type": "string", "maxLength": 4096}}
+
+
+def _expose_schema() -> Schema:
+    host = _s("string", "Required. The host name clients outside use, e.g. gateway.example.com (a leading '*.' "
+              "allowed).", minLength=1, maxLength=253, pattern=HOSTNAME_PATTERN)
+    parent_ref = {"type": "object", "required": ["name"], "description": "A Gateway the route attaches to.",
+                  "properties": {
+                      "name": _s("string", "Required. Name of the Gateway.", minLength=1, maxLength=253),
+                      "namespace": _s("string", "Its namespace. Default: the GatewayDeployment's.", minLength=1,
+                                      maxLength=63),
+                      "sectionName": _s("string", "One listener of the Gateway. Default: every listener that "
+                                        "allows the route.", minLength=1, maxLength=253),
+                      "port": _s("integer", "Listener port, 1-65535. Default: any.", minimum=1, maximum=65535),
+                  }}
+    return {
+        "type": "object",
+        "description": ("Routes from outside the cluster to the replicas: an Ingress, a Gateway API HTTPRoute, or "
+                        "both, owned by this resource. With more than one replica the edge pins a client to one "
+                        "replica by cookie (webhook deliveries carry none and spread over every ready replica). "
+                        "status.expose shows the address once the controller publishes one. Default: none."),
+        "properties": {
+            "ingress": {"type": "object", "required": ["host"],
+                        "description": "A networking.k8s.io/v1 Ingress named like the resource. Default: none.",
+                        "properties": {
+                            "className": _s("string", "IngressClass. Default: the cluster's default class.",
+                                            minLength=1, maxLength=253),
+                            "host": host,
+                            "tlsSecretName": _s("string", "Secret (same namespace) with the TLS certificate for "
+                                                "host. Default: no TLS.", minLength=1, maxLength=253,
+                                                pattern=SECRET_NAME_PATTERN),
+                            "annotations": _annotations("Extra Ingress annotations; they win over the operator's "
+                                                        "(timeouts, affinity). Default none."),
+                        }},
+            "httpRoute": {"type": "object", "required": ["parentRefs"],
+                          "description": ("A gateway.networking.k8s.io/v1 HTTPRoute named like the resource "
+                                          "(the Gateway API CRDs must be installed). Default: none."),
+                          "properties": {
+                              "parentRefs": {"type": "array", "minItems": 1, "maxItems": 32, "items": parent_ref,
+                                             "description": "Required. The Gateways to attach to."},
+                              "hostnames": {"type": "array", "maxItems": 16, "description": "Host names the route "
+                                            "answers. Default: every host of the listener.",
+                                            "items": _s("string", "A host name.", minLength=1, maxLength=253,
+                                                        pattern=HOSTNAME_PATTERN)},
+                              "annotations": _annotations("HTTPRoute annotations. Default none."),
+                          }},
+            "timeoutSeconds": _s("integer", "How long the edge waits for an answer (a webhook's runs a whole agent "
+                                 "turn) and keeps an idle WebSocket, 1-86400 seconds. Default "
+                                 f"{api.DEFAULT_EDGE_TIMEOUT_SECONDS}.", minimum=1, maximum=86400,
+                                 default=api.DEFAULT_EDGE_TIMEOUT_SECONDS),
+            "affinityCookie": _s("string", "Name of the cookie that pins a client to one replica (more than one "
+                                 f"replica). Default {api.DEFAULT_AFFINITY_COOKIE}.", pattern=COOKIE_NAME_PATTERN,
+                                 default=api.DEFAULT_AFFINITY_COOKIE),
         },
     }
 
@@ -389,6 +454,12 @@ def status_schema() -> Schema:
             "degradedReplicas": _s("integer", "Replicas reporting durability:idempotency in degraded_owners."),
             "storeBackend": _s("string", "Effective idempotency store: sqlite or redis."),
             "exactlyOnce": _s("string", "Status of the ExactlyOnceAdmission condition (for columns)."),
+            "expose": {"type": "object", "description": "Where clients outside reach the replicas "
+                       "(spec.expose).", "properties": {
+                           "address": _s("string", "The address the ingress controller or Gateway published."),
+                           "url": _s("string", "The URL for webhooks and WebSocket clients."),
+                           "message": _s("string", "Why there is no address yet."),
+                       }},
             "redis": {"type": "object", "description": "Redis in use, without credentials.", "properties": {
                 "endpoint": _s("string", "host:port/db."),
                 "prefix": _s("string", "Key prefix."),
@@ -436,6 +507,7 @@ def crd() -> dict[str, Any]:
                     {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
                     {"name": "Degraded", "type": "integer", "jsonPath": ".status.degradedReplicas", "priority": 1},
                     {"name": "Redis", "type": "string", "jsonPath": ".status.redis.endpoint", "priority": 1},
+                    {"name": "Address", "type": "string", "jsonPath": ".status.expose.address", "priority": 1},
                     {"name": "Message", "type": "string", "priority": 1,
                      "jsonPath": '.status.conditions[?(@.type=="Ready")].message'},
                 ],

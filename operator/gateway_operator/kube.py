@@ -13,7 +13,7 @@ from typing import Any, Mapping
 from kubernetes import client, config
 from kubernetes.client.rest import ApiException
 from kubernetes.dynamic import DynamicClient
-from kubernetes.dynamic.exceptions import NotFoundError
+from kubernetes.dynamic.exceptions import NotFoundError, ResourceNotFoundError
 from kubernetes.utils import parse_quantity
 
 from . import api
@@ -32,6 +32,14 @@ class NotOwned(Exception):
     def __init__(self, kind: str, namespace: str, name: str) -> None:
         super().__init__(f"{kind} {namespace}/{name}")
         self.kind, self.namespace, self.name = kind, namespace, name
+
+
+class NotServed(Exception):
+    """The API server serves no such kind (e.g. HTTPRoute without the Gateway API CRDs)."""
+
+    def __init__(self, api_version: str, kind: str) -> None:
+        super().__init__(f"{kind} ({api_version})")
+        self.api_version, self.kind = api_version, kind
 
 
 class SecretUndecodable(ValueError):
@@ -92,10 +100,17 @@ class Kube:
         self.custom = client.CustomObjectsApi(api_client)
 
     def _resource(self, manifest: Mapping[str, Any]) -> Any:
-        return self.dynamic.resources.get(api_version=manifest["apiVersion"], kind=manifest["kind"])
+        return self._kind(manifest["apiVersion"], manifest["kind"])
+
+    def _kind(self, api_version: str, kind: str) -> Any:
+        try:  # a miss refreshes the cached discovery once: a kind installed later is found
+            return self.dynamic.resources.get(api_version=api_version, kind=kind)
+        except ResourceNotFoundError:
+            raise NotServed(api_version, kind) from None
 
     def get(self, api_version: str, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
-        resource = self.dynamic.resources.get(api_version=api_version, kind=kind)
+        """The object, or None when it does not exist. Raises NotServed for an unknown kind."""
+        resource = self._kind(api_version, kind)
         try:
             # plain JSON: the dynamic client's object wrappers cost more CPU than the request
             response = self.dynamic.request("get", resource.path(name=name, namespace=namespace), serialize=False,
@@ -153,7 +168,7 @@ class Kube:
         live = self.get(api_version, kind, namespace, name)
         if live is None or not controlled_by(live, owner_uid):
             return False
-        resource = self.dynamic.resources.get(api_version=api_version, kind=kind)
+        resource = self._kind(api_version, kind)
         resource.delete(name=name, namespace=namespace, _request_timeout=REQUEST_TIMEOUT)
         return True
 

@@ -30,6 +30,7 @@ SECRET_VALUE_INVALID = "SecretValueInvalid"  #: the Secret's value is not UTF-8 
 REPLICA_POLICY_VIOLATION = "ReplicaPolicyViolation"  #: replicas > 1 without Redis under Refuse
 OBJECT_NOT_OWNED = "ObjectNotOwned"        #: an object the operator would write belongs to someone else
 APPLY_FAILED = "ApplyFailed"               #: the API server refused a rendered object
+EXPOSE_NOT_SERVED = "ExposeNotServed"      #: spec.expose asks for a kind the cluster does not serve (HTTPRoute)
 RECONCILE_ERROR = "ReconcileError"         #: an unexpected error; retried with backoff
 GATEWAY_CONFIG_REJECTED = "GatewayConfigRejected"  #: a replica exited 78 on its gateway.yaml
 CRASH_LOOP = "CrashLoop"                   #: a replica is in CrashLoopBackOff

@@ -22,10 +22,11 @@ from typing import Any, Mapping, NamedTuple, Sequence
 
 from kubernetes.client.rest import ApiException
 
-from . import api, reasons, render
+from . import api, expose, reasons, render
 from .api import GatewaySpec, Policy
 from .conditions import Problem
-from .kube import Kube, NotOwned, SecretUndecodable
+from .expose import Exposure
+from .kube import Kube, NotOwned, NotServed, SecretUndecodable, controlled_by
 from .redis_probe import ProbeResult, Prober
 from .redis_target import InvalidRedisURL, RedisTarget, managed_redis_name, resolve
 from .replicas import replicas_to_run
@@ -106,6 +107,7 @@ class Outcome(NamedTuple):
     writes: int = 0
     applied: bool = False   # a full pass (apply) ran, not only observation
     error: Exception | None = None  # an unforeseen error behind the problem (its traceback is logged)
+    exposure: Exposure | None = None  # read this pass (spec.expose); None: not read, keep the last
 
 
 class Result(NamedTuple):
@@ -120,6 +122,7 @@ class Observation(NamedTuple):
 
     deployment: LiveDeployment | None = None
     inputs: SecretInputs | None = None
+    exposure: Exposure | None = None  # the last one read: an observation pass reads again until it has an address
 
 
 class Prepared(NamedTuple):
@@ -159,8 +162,11 @@ async def reconcile(kube: Kube, prober: Prober, settings: ReconcileSettings, bod
     that ended with a Problem (for the backoff)."""
     meta = body["metadata"]
     owner = render.Owner(meta["name"], meta["namespace"], meta["uid"])
+    # routes exist only once status.expose was written: nothing else needs a look for them
+    exposed_before = "expose" in (body.get("status") or {})
     try:
-        outcome, inputs = await _reconcile(kube, prober, settings, owner, body.get("spec") or {}, pods, full, seen)
+        outcome, inputs = await _reconcile(kube, prober, settings, owner, body.get("spec") or {}, pods, full, seen,
+                                           exposed_before)
     except Exception as e:  # noqa: BLE001 - the boundary: nothing escapes to the loop
         outcome, inputs = Outcome(problem=_unexpected(e), applied=full, error=e), None
     read = inputs if full and outcome.problem is None else None
@@ -170,7 +176,8 @@ async def reconcile(kube: Kube, prober: Prober, settings: ReconcileSettings, bod
 
 
 async def _reconcile(kube: Kube, prober: Prober, settings: ReconcileSettings, owner: render.Owner,
-                     raw_spec: Mapping[str, Any], pods: Sequence[PodView], full: bool, seen: Observation) -> _Pass:
+                     raw_spec: Mapping[str, Any], pods: Sequence[PodView], full: bool, seen: Observation,
+                     exposed_before: bool) -> _Pass:
     cached = None if full else seen.inputs
     prepared = await asyncio.to_thread(_prepare, kube, owner, raw_spec, full, cached)
     if full or seen.deployment is None:
@@ -191,16 +198,31 @@ async def _reconcile(kube: Kube, prober: Prober, settings: ReconcileSettings, ow
     # the scale-out gate just opened: grow now rather than at the next full pass (only a
     # Deployment that exists grows this way; creating one waits for a full pass and its backoff)
     apply = full or (observed.running > 0 and replicas > observed.running)
+    exposure = None
     if apply and (problem is None or problem.reason == reasons.REPLICA_POLICY_VIOLATION):
         try:
             writes += await asyncio.to_thread(_apply, kube, owner, spec, target, replicas, prepared.revision,
-                                              settings.operator)
+                                              settings.operator, exposed_before)
+            exposure = await asyncio.to_thread(_exposure, kube, owner, spec)
         except NotOwned as e:
             problem = _not_owned(e)
+        except NotServed as e:
+            problem = Problem(reasons.EXPOSE_NOT_SERVED, f"this cluster serves no {e.kind} ({e.api_version}): "
+                              f"{_EXPOSE_FIELD.get(e.kind, 'spec.expose')} needs it. Install its CRDs (Gateway "
+                              "API) or remove that field; the replicas run meanwhile.")
         except ApiException as e:
             problem = Problem(reasons.APPLY_FAILED, f"the API server refused a change: {_api_message(e)}")
         observed = await asyncio.to_thread(_observe, kube, owner)
-    return _Pass(Outcome(target, problem or _pod_problem(pods), probe, observed, writes, apply), prepared.inputs)
+    elif not full and spec.expose.enabled and not (seen.exposure and seen.exposure.address):
+        try:  # waiting for the controller to publish an address: a look each observation pass
+            exposure = await asyncio.to_thread(_exposure, kube, owner, spec)
+        except NotServed:
+            exposure = None  # the full pass reports it
+    return _Pass(Outcome(target, problem or _pod_problem(pods), probe, observed, writes, apply, exposure=exposure),
+                 prepared.inputs)
+
+
+_EXPOSE_FIELD = {expose.INGRESS_API[1]: "spec.expose.ingress", expose.ROUTE_API[1]: "spec.expose.httpRoute"}
 
 
 def _prepare(kube: Kube, owner: render.Owner, raw_spec: Mapping[str, Any], full: bool,
@@ -240,13 +262,46 @@ def _prepare(kube: Kube, owner: render.Owner, raw_spec: Mapping[str, Any], full:
 
 
 def _apply(kube: Kube, owner: render.Owner, spec: GatewaySpec, target: RedisTarget | None, replicas: int,
-           revision: str, operator: render.OperatorIdentity) -> int:
+           revision: str, operator: render.OperatorIdentity, exposed_before: bool = False) -> int:
     writes = 0
     for manifest in render.desired_objects(owner, spec, target, replicas, revision, operator):
         writes += kube.apply(manifest, owner.uid).written
     if spec.replicas <= 1:
         writes += kube.delete_if_present("policy/v1", "PodDisruptionBudget", owner.namespace, owner.name, owner.uid)
+    if exposed_before:  # a route the spec no longer asks for
+        for (api_version, kind), wanted in ((expose.INGRESS_API, spec.expose.ingress),
+                                            (expose.ROUTE_API, spec.expose.http_route)):
+            if wanted is None:
+                try:
+                    writes += kube.delete_if_present(api_version, kind, owner.namespace, owner.name, owner.uid)
+                except NotServed:
+                    pass  # never created here
     return writes
+
+
+def _exposure(kube: Kube, owner: render.Owner, spec: GatewaySpec) -> Exposure | None:
+    """The address the edge published for the routes of spec.expose (None: no spec.expose)."""
+    if not spec.expose.enabled:
+        return None
+    ingress = route = None
+    gateways: dict[tuple[str, str], Any] = {}
+    if spec.expose.ingress is not None:
+        ingress = _ours(kube.get(*expose.INGRESS_API, owner.namespace, owner.name), owner)
+    if spec.expose.http_route is not None:
+        route = _ours(kube.get(*expose.ROUTE_API, owner.namespace, owner.name), owner)
+        # only Gateways whose controller accepted the route (so they admit this namespace's
+        # routes), and only the first few
+        for key in expose.accepted_parents(route)[:4]:
+            try:
+                gateways[key] = kube.get(*expose.GATEWAY_API, *key)
+            except ApiException as e:
+                if e.status != 403:  # an operator limited to some namespaces may not read it
+                    raise
+    return expose.exposure(spec.expose, ingress, route, {k: v for k, v in gateways.items() if v})
+
+
+def _ours(live: dict[str, Any] | None, owner: render.Owner) -> dict[str, Any] | None:
+    return live if live is not None and controlled_by(live, owner.uid) else None
 
 
 def _ensure_generated_secrets(kube: Kube, owner: render.Owner, spec: GatewaySpec) -> int:

@@ -13,7 +13,7 @@ from typing import Any, Mapping
 
 import yaml
 
-from . import api
+from . import api, expose
 from .api import GatewaySpec, SecretKeyRef
 from .redis_target import RedisTarget, managed_redis_name
 
@@ -82,7 +82,8 @@ def gateway_config(owner: Owner, spec: GatewaySpec, redis: RedisTarget | None) -
     gateway["port"] = api.GATEWAY_PORT
     # a non-loopback bind needs allowed origins; default to the gateway's own Service names
     gateway.setdefault("allowed_origins", [f"http://{owner.name}.{owner.namespace}.svc",
-                                           f"http://{owner.name}.{owner.namespace}.svc.cluster.local"])
+                                           f"http://{owner.name}.{owner.namespace}.svc.cluster.local",
+                                           *expose.origins(spec.expose)])
     config["gateway"] = gateway
     if redis is not None:
         push = dict(config.get("push") or {})
@@ -221,7 +222,31 @@ def service(owner: Owner, spec: GatewaySpec) -> Manifest:
         # the gateway holds per-connection WebSocket state: keep a client on one replica
         "sessionAffinity": "ClientIP" if spec.replicas > 1 else "None",
     }
-    return _object("v1", "Service", owner.name, owner, spec=svc)
+    manifest = _object("v1", "Service", owner.name, owner, spec=svc)
+    annotations = expose.service_annotations(spec.expose, spec.replicas)
+    if annotations:
+        manifest["metadata"]["annotations"] = annotations
+    return manifest
+
+
+def ingress(owner: Owner, spec: GatewaySpec) -> Manifest | None:
+    if spec.expose.ingress is None:
+        return None
+    manifest = _object(*expose.INGRESS_API, owner.name, owner,
+                       spec=expose.ingress_spec(spec.expose, owner.name, spec.service_port))
+    manifest["metadata"]["annotations"] = expose.ingress_annotations(spec.expose, spec.replicas)
+    return manifest
+
+
+def http_route(owner: Owner, spec: GatewaySpec) -> Manifest | None:
+    route = spec.expose.http_route
+    if route is None:
+        return None
+    manifest = _object(*expose.ROUTE_API, owner.name, owner,
+                       spec=expose.http_route_spec(spec.expose, owner.name, spec.service_port, owner.namespace))
+    if route.annotations:
+        manifest["metadata"]["annotations"] = dict(route.annotations)
+    return manifest
 
 
 def disruption_budget(owner: Owner, spec: GatewaySpec) -> Manifest | None:
@@ -318,6 +343,8 @@ def desired_objects(owner: Owner, spec: GatewaySpec, redis: RedisTarget | None, 
     pdb = disruption_budget(owner, spec)
     if pdb:
         objects.append(pdb)
+    # last: a route to the replicas (or an API that is not served) never holds them back
+    objects += [m for m in (ingress(owner, spec), http_route(owner, spec)) if m]
     return objects
 
 

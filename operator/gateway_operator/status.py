@@ -5,12 +5,16 @@ from typing import Any, Mapping
 
 from . import conditions
 from .conditions import Facts
+from .expose import Exposure
 from .redis_target import RedisTarget
+
+REMOVABLE = ("redis", "expose")  # keys that go when the spec stops asking for them
 
 
 def build(previous: Mapping[str, Any] | None, facts: Facts, target: RedisTarget | None, now: str,
-          selector: str = "") -> dict[str, Any]:
-    """``selector``: the gateway pods' label selector (the scale subresource reads it)."""
+          selector: str = "", exposure: Exposure | None = None) -> dict[str, Any]:
+    """``selector``: the gateway pods' label selector (the scale subresource reads it);
+    ``exposure``: where clients outside reach the replicas (spec.expose), when set."""
     previous = previous or {}
     merged = conditions.merge(previous.get("conditions") or [], conditions.compute(facts), facts.generation, now)
     exactly_once = next(c["status"] for c in merged if c["type"] == conditions.EXACTLY_ONCE)
@@ -28,10 +32,12 @@ def build(previous: Mapping[str, Any] | None, facts: Facts, target: RedisTarget 
         status["selector"] = selector
     if target is not None:
         status["redis"] = {"endpoint": target.endpoint, "prefix": target.prefix}
+    if exposure is not None:
+        status["expose"] = exposure.status()
     return status
 
 
 def changed(previous: Mapping[str, Any] | None, new: Mapping[str, Any]) -> bool:
     """Write only when something a reader can see differs (kopf's own keys are ignored)."""
     previous = previous or {}
-    return any(previous.get(k) != v for k, v in new.items()) or ("redis" in previous and "redis" not in new)
+    return any(previous.get(k) != v for k, v in new.items()) or any(k in previous and k not in new for k in REMOVABLE)

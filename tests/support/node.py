@@ -6,17 +6,21 @@ from __future__ import annotations
 import base64
 import json
 import os
+import socket
 import subprocess
 import urllib.error
 import urllib.request
 from pathlib import Path
 from typing import Any, NamedTuple, NoReturn
 
+from websockets.sync.client import connect
+
 from gateway_operator.api import GATEWAY_PORT
 from gateway_operator.render import auth_secret_name
 
 from . import llm_pod
 from .cluster import REPO, Cluster
+from .wait import until
 
 CACHE = Path(os.environ.get("GWOP_CACHE") or Path.home() / ".cache/gateway-operator")
 IMAGES_LIST = CACHE / "images/images.txt"  # hack/images.sh: "NAME ARCHIVE" per line
@@ -24,6 +28,7 @@ CHART = REPO / "charts/gateway-operator"
 SYSTEM_NAMESPACE = "gateway-operator-system"
 RELEASE = "gateway-operator"
 HOOK = "deploy"  # the examples' webhook path (/hooks/deploy)
+EDGE = "127.0.80.1"  # the node's edge (Traefik, hack/node.sh): Ingresses and the Gateway gwop-edge/edge
 
 
 def unavailable(message: str) -> NoReturn:
@@ -104,18 +109,29 @@ def _answer(request: urllib.request.Request | str, timeout: float) -> Answer:
         return Answer(e.code, json.loads(e.read() or b"{}"))
 
 
+def base_url(address: str) -> tuple[str, dict[str, str]]:
+    """The URL and Host header for ``address``: a pod IP or ClusterIP (the gateway's port), or a
+    host name exposed at the node's edge (port 80 of EDGE, that name in the Host header)."""
+    if address[0].isdigit():
+        return f"http://{address}:{GATEWAY_PORT}", {}
+    return f"http://{EDGE}", {"Host": address}
+
+
 def webhook(address: str, token: str | None, delivery_id: str, text: str = "deployed", timeout: float = 60) -> Answer:
-    """POST /hooks/deploy to a gateway pod (or its Service's ClusterIP), as a webhook provider's
-    retry would; ``token`` None sends no Authorization header."""
-    headers = {"Content-Type": "application/json", **({"Authorization": f"Bearer {token}"} if token is not None else {})}
+    """POST /hooks/deploy to a gateway pod, its Service's ClusterIP or its exposed host name, as
+    a webhook provider's retry would; ``token`` None sends no Authorization header."""
+    url, headers = base_url(address)
+    headers.update({"Content-Type": "application/json",
+                    **({"Authorization": f"Bearer {token}"} if token is not None else {})})
     return _answer(urllib.request.Request(
-        f"http://{address}:{GATEWAY_PORT}/hooks/{HOOK}", method="POST",
+        f"{url}/hooks/{HOOK}", method="POST",
         data=json.dumps({"id": delivery_id, "text": text}).encode(), headers=headers), timeout)
 
 
 def health(address: str, timeout: float = 10) -> Answer:
-    """GET /health of a gateway pod, unauthenticated, as the operator polls it."""
-    return _answer(f"http://{address}:{GATEWAY_PORT}/health", timeout)
+    """GET /health of a gateway pod (or an exposed host name), unauthenticated, as the operator polls it."""
+    url, headers = base_url(address)
+    return _answer(urllib.request.Request(f"{url}/health", headers=headers), timeout)
 
 
 class Delivery(NamedTuple):
@@ -124,9 +140,47 @@ class Delivery(NamedTuple):
 
 
 def deliver(cluster: Cluster, namespace: str, name: str, addresses: list[str], delivery_id: str) -> Delivery:
-    """The same delivery to each address (pod IPs, or a ClusterIP repeated), as a provider's
-    retries fan it out; the LLM stand-in in ``namespace`` counts what ran."""
+    """The same delivery to each address (pod IPs, or a ClusterIP or exposed host repeated), as a
+    provider's retries fan it out; the LLM stand-in in ``namespace`` counts what ran."""
     token = gateway_token(cluster, namespace, name)
     before = llm_pod.completions(cluster, namespace)
     answers = [webhook(address, token, delivery_id) for address in addresses]
     return Delivery(llm_pod.completions(cluster, namespace) - before, answers)
+
+
+def edge_backends(cluster: Cluster, host: str, since: int, method: str = "POST") -> list[str]:
+    """The replica (pod IP) the edge sent each ``method`` request for ``host`` to, from line
+    ``since`` of its access log on (hack/node.sh writes it; its length is the next ``since``)."""
+    lines = edge_log(cluster)[since:]
+    entries = [json.loads(line) for line in lines if line.strip()]
+    return [e["ServiceAddr"].rsplit(":", 1)[0] for e in entries
+            if e.get("RequestHost") == host and e.get("RequestMethod") == method and e.get("ServiceAddr")]
+
+
+def edge_log(cluster: Cluster) -> list[str]:
+    return (Path(cluster.kubeconfig).parent / "node/logs/edge-access.log").read_text().splitlines()
+
+
+class WebSocketVisit(NamedTuple):
+    replica: str  # the pod that held the connection
+    cookie: str   # the affinity cookie the edge set ("" when it set none)
+
+
+def websocket_replica(host: str, token: str, pods: dict[str, str], cookie: str = "",
+                      timeout: float = 10) -> WebSocketVisit:
+    """Opens the gateway's WebSocket (/ws, its token in the query string, a browser's Origin) at
+    the edge as ``host``, finds the replica holding it (``pods``: name -> IP; the one whose
+    /health counts a client), closes it and waits until that replica counts it gone."""
+    def holding() -> list[str]:
+        return [name for name, ip in pods.items() if health(ip).body.get("clients")]
+
+    until(lambda: not holding(), timeout=timeout, what="no open WebSocket on any replica")
+    sock = socket.create_connection((EDGE, 80), timeout=timeout)
+    headers = {"Origin": f"http://{host}", **({"Cookie": cookie} if cookie else {})}
+    with connect(f"ws://{host}/ws?token={token}", sock=sock, additional_headers=headers,
+                 open_timeout=timeout) as ws:
+        set_cookie = (ws.response.headers.get("Set-Cookie") or "").split(";")[0]
+        replica = until(lambda: holding() or None, timeout=timeout, what="the replica holding the WebSocket")
+    until(lambda: not holding(), timeout=timeout, what="the WebSocket closed on its replica")
+    assert len(replica) == 1, replica
+    return WebSocketVisit(replica[0], set_cookie)

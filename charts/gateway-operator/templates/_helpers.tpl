@@ -79,6 +79,17 @@ missing the API server also checks `create`. */}}
 - apiGroups: [policy]
   resources: [poddisruptionbudgets]
   verbs: [get, create, patch, delete]
+# spec.expose: the Ingress and HTTPRoute, applied, read for their address, removed when the spec
+# drops them; a parent Gateway that accepted the route is read for its address
+- apiGroups: [networking.k8s.io]
+  resources: [ingresses]
+  verbs: [get, create, patch, delete]
+- apiGroups: [gateway.networking.k8s.io]
+  resources: [httproutes]
+  verbs: [get, create, patch, delete]
+- apiGroups: [gateway.networking.k8s.io]
+  resources: [gateways]
+  verbs: [get]
 # Events on the resource (kopf.event posts core v1 Events)
 - apiGroups: [""]
   resources: [events]
