@@ -4,6 +4,7 @@
 #   kube-scheduler and kwok (hack/kwok), with kwok's own "fast" stages beside it
 #                                                   (the SIMULATED node of clusters without a real one)
 #   helm                                            (the npm lambda-layer-kubectl package)
+#   the Flux and Argo CD CRDs of the GitOps examples ($GWOP_CACHE/crds/gitops-*, bin/gitops-crds)
 # Binaries live in $GWOP_CACHE/bin/<name>-<version>, outside the work tree, and are
 # rebuilt only when missing. Prints the directory that holds them (symlinked by plain name).
 #
@@ -158,6 +159,32 @@ fetch_gateway_api_crds() {
   rm -rf "$dir" && mv "$dir.tmp" "$dir"
 }
 
+# The CRDs the GitOps examples are checked against (tests/test_gitops.py), as the controllers'
+# modules publish them: Flux's Kustomization and sources, Argo CD's Application and AppProject.
+# helm-controller's root module is not served: its HelmRelease CRD is generated from its api
+# module's types with controller-gen, as Flux's own build does.
+fetch_gitops_crds() {
+  local dir=$cache/crds/gitops-$FLUX_KUSTOMIZE_VERSION-$FLUX_SOURCE_VERSION-$FLUX_HELM_API_VERSION-$ARGOCD_VERSION
+  [[ -f $dir/application-crd.yaml ]] && { echo "$dir"; return; }
+  log "fetching the Flux and Argo CD CRDs (Go modules; about a minute)"
+  rm -rf "$dir.tmp"; mkdir -p "$dir.tmp"
+  local src tmp
+  src=$(module_source github.com/fluxcd/kustomize-controller "$FLUX_KUSTOMIZE_VERSION" "$FLUX_KUSTOMIZE_SUM")
+  install -m 0644 "$src/config/crd/bases/kustomize.toolkit.fluxcd.io_kustomizations.yaml" "$dir.tmp/"
+  src=$(module_source github.com/fluxcd/source-controller "$FLUX_SOURCE_VERSION" "$FLUX_SOURCE_SUM")
+  for kind in gitrepositories ocirepositories helmrepositories; do
+    install -m 0644 "$src/config/crd/bases/source.toolkit.fluxcd.io_$kind.yaml" "$dir.tmp/"
+  done
+  src=$(module_source github.com/argoproj/argo-cd/v3 "$ARGOCD_VERSION" "$ARGOCD_SUM")
+  install -m 0644 "$src/manifests/crds/application-crd.yaml" "$src/manifests/crds/appproject-crd.yaml" "$dir.tmp/"
+  src=$(module_source github.com/fluxcd/helm-controller/api "$FLUX_HELM_API_VERSION" "$FLUX_HELM_API_SUM")
+  tmp=$(mktemp -d); cp -r "$src/." "$tmp/"; chmod -R u+w "$tmp"
+  (cd "$tmp" && go run "sigs.k8s.io/controller-tools/cmd/controller-gen@$CONTROLLER_TOOLS_VERSION" \
+     crd paths=./... output:crd:dir="$dir.tmp" >&2) || { rm -rf "$tmp"; return 1; }
+  rm -rf "$tmp" "$dir" && mv "$dir.tmp" "$dir"
+  echo "$dir"
+}
+
 fetch_layer_tools() {  # helm (the layer's kubectl is older than the control plane: kubectl is built)
   [[ -x $bin/helm-$LAYER_HELM_VERSION ]] && return
   log "unpacking helm from npm $LAYER_NPM_PACKAGE@$LAYER_NPM_VERSION"
@@ -199,6 +226,7 @@ done
 
 build_kwok
 ln -sf "kwok-$KWOK_VERSION" "$bin/kwok"
+ln -sfn "$(fetch_gitops_crds | sed "s|^$cache/|../|")" "$bin/gitops-crds"
 ln -sf "kwok-$KWOK_VERSION-stages.yaml" "$bin/kwok-stages.yaml"
 ln -sf "etcd-$ETCD_VERSION" "$bin/etcd"
 ln -sf "helm-$LAYER_HELM_VERSION" "$bin/helm"
