@@ -472,3 +472,8 @@ def test_status_expose_appears_and_goes_with_the_spec() -> None:
     assert with_address["expose"] == {"address": "192.0.2.7", "url": "http://gw/"}
     without = status.build(with_address, facts, None, "t1")
     assert "expose" not in without and status.changed(with_address, without)
+    assert status.merge_patch(with_address, without)["expose"] is None
+    # a merge patch keeps what it does not null: the waiting message goes once the address comes
+    waiting = status.build(None, facts, None, "t0", exposure=Exposure(message="no address yet"))
+    assert status.merge_patch(waiting, with_address)["expose"] == {"message": None, "address": "192.0.2.7",
+                                                                  "url": "http://gw/"}

@@ -196,11 +196,8 @@ class GatewayController:
         metrics.observe_conditions(self.namespace, self.name, new["conditions"])
         if not status.changed(previous, new):
             return
-        patch = dict(new)
-        for gone in status.REMOVABLE:  # a merge patch removes a key only by null
-            if gone in previous and gone not in new:
-                patch[gone] = None
-        written = await asyncio.to_thread(self.kube.patch_status, self.namespace, self.name, patch)
+        written = await asyncio.to_thread(self.kube.patch_status, self.namespace, self.name,
+                                          status.merge_patch(previous, new))
         metrics.wrote(self.namespace, self.name)
         # the watch may still deliver events older than this write: remember where we are
         self.body, self._rv_floor = _kept(written), _resource_version(written)

@@ -41,3 +41,18 @@ def changed(previous: Mapping[str, Any] | None, new: Mapping[str, Any]) -> bool:
     """Write only when something a reader can see differs (kopf's own keys are ignored)."""
     previous = previous or {}
     return any(previous.get(k) != v for k, v in new.items()) or any(k in previous and k not in new for k in REMOVABLE)
+
+
+def merge_patch(previous: Mapping[str, Any] | None, new: Mapping[str, Any]) -> dict[str, Any]:
+    """The JSON merge patch that turns ``previous`` into ``new``: a merge patch removes a key
+    only by null, inside the objects it merges too (status.expose's message goes once the
+    address comes)."""
+    previous = previous or {}
+    patch = dict(new)
+    for key in REMOVABLE:
+        old, now = previous.get(key), new.get(key)
+        if isinstance(old, Mapping) and now is None:
+            patch[key] = None
+        elif isinstance(old, Mapping) and isinstance(now, Mapping):
+            patch[key] = {**{k: None for k in old if k not in now}, **now}
+    return patch
