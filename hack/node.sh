@@ -333,6 +333,16 @@ teardown() {
   log "node removed ($node_dir)"
 }
 
+node_binding() {  # node_binding NAME: binds ClusterRole gwop-node-NAME to the client certificate gwop-node:NAME
+  cat <<EOF
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata: {name: gwop-node-$1}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: gwop-node-$1}
+subjects: [{apiGroup: rbac.authorization.k8s.io, kind: User, name: "gwop-node:$1"}]
+EOF
+}
+
 # -- cluster DNS -----------------------------------------------------------------------------
 # CoreDNS runs on the node (node infrastructure here, like kube-proxy; no image to build) and
 # serves cluster.local from the API; anything else gets REFUSED (no forward plugin: no query
@@ -366,11 +376,7 @@ rules:
 - {apiGroups: [""], resources: [endpoints, services, pods, namespaces], verbs: [list, watch]}
 - {apiGroups: [discovery.k8s.io], resources: [endpointslices], verbs: [list, watch]}
 ---
-apiVersion: rbac.authorization.k8s.io/v1
-kind: ClusterRoleBinding
-metadata: {name: gwop-node-coredns}
-roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: gwop-node-coredns}
-subjects: [{apiGroup: rbac.authorization.k8s.io, kind: User, name: "gwop-node:coredns"}]
+$(node_binding coredns)
 ---
 apiVersion: v1
 kind: Service
@@ -429,11 +435,7 @@ rules:
 - {apiGroups: [gateway.networking.k8s.io], resources: [gatewayclasses, gateways, httproutes, grpcroutes, referencegrants, backendtlspolicies], verbs: [get, list, watch]}
 - {apiGroups: [gateway.networking.k8s.io], resources: [gatewayclasses/status, gateways/status, httproutes/status, grpcroutes/status, backendtlspolicies/status], verbs: [update]}
 ---
-apiVersion: rbac.authorization.k8s.io/v1
-kind: ClusterRoleBinding
-metadata: {name: gwop-node-edge}
-roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: gwop-node-edge}
-subjects: [{apiGroup: rbac.authorization.k8s.io, kind: User, name: "gwop-node:edge"}]
+$(node_binding edge)
 ---
 apiVersion: networking.k8s.io/v1
 kind: IngressClass
@@ -716,11 +718,7 @@ rules:
 - {apiGroups: [""], resources: [persistentvolumeclaims], verbs: [list]}
 - {apiGroups: [""], resources: [persistentvolumes], verbs: [list, create, delete]}
 ---
-apiVersion: rbac.authorization.k8s.io/v1
-kind: ClusterRoleBinding
-metadata: {name: gwop-node-hostpath-provisioner}
-roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: gwop-node-hostpath-provisioner}
-subjects: [{apiGroup: rbac.authorization.k8s.io, kind: User, name: "gwop-node:hostpath-provisioner"}]
+$(node_binding hostpath-provisioner)
 EOF
 
   start_containerd
