@@ -69,16 +69,13 @@ def ingress_spec(expose: ExposeSpec, service: str, port: int) -> dict[str, Any]:
 def http_route_spec(expose: ExposeSpec, service: str, port: int, namespace: str) -> dict[str, Any]:
     route = expose.http_route
     assert route is not None
-    backend = [{"name": service, "port": port}]
-    timeouts = {"request": f"{expose.timeout_seconds}s"}
+    def rule(prefix: str) -> dict[str, Any]:  # each rule its own objects (no YAML anchors in `render`)
+        return {"matches": [{"path": {"type": "PathPrefix", "value": prefix}}],
+                "backendRefs": [{"name": service, "port": port}],
+                "timeouts": {"request": f"{expose.timeout_seconds}s"}}
     spec: dict[str, Any] = {
         "parentRefs": [_parent_ref(r, namespace) for r in route.parent_refs],
-        "rules": [
-            {"matches": [{"path": {"type": "PathPrefix", "value": HOOKS_PREFIX}}], "backendRefs": backend,
-             "timeouts": timeouts},
-            {"matches": [{"path": {"type": "PathPrefix", "value": "/"}}], "backendRefs": backend,
-             "timeouts": timeouts},
-        ],
+        "rules": [rule(HOOKS_PREFIX), rule("/")],
     }
     if route.hostnames:
         spec["hostnames"] = list(route.hostnames)
