@@ -459,15 +459,15 @@ spec:
   listeners:
   - {name: web, protocol: HTTP, port: 80, allowedRoutes: {namespaces: {from: All}}}
 EOF
-  # Traefik's static configuration. The entry point reads a request (a webhook's body) for up to
-  # an hour; Traefik has no per-route timeout, and an upgraded WebSocket is not cut by it. No
-  # version check and no usage report: nothing leaves this host.
+  # Traefik's static configuration. Its entry point's timeouts are Traefik v3's defaults, spelled
+  # out: a request is read within 60 s; the answer (a webhook's waits for an agent turn) and an
+  # upgraded WebSocket are not cut. No version check and no usage report: nothing leaves this host.
   cat >"$node_dir/traefik.yaml" <<EOF
 global: {checkNewVersion: false, sendAnonymousUsage: false}
 entryPoints:
   web:
     address: "$EDGE_IP:80"
-    transport: {respondingTimeouts: {readTimeout: 3600s, writeTimeout: 0s, idleTimeout: 180s}}
+    transport: {respondingTimeouts: {readTimeout: 60s, writeTimeout: 0s, idleTimeout: 180s}}
 providers:
   kubernetesIngress:
     ingressClass: traefik
