@@ -104,6 +104,16 @@ CASES = {
     "gateway.hooks_idempotency": (gateway_deployment("a", config={
         **redis_store(), "gateway": {"hooks_idempotency": {"store_backend": "sqlite"}}}, redis=REDIS),
         validation.MSG_IDEMPOTENCY_FORMS),
+    # spec.expose (issue 12): an Ingress's annotations are the user's, except raw controller configuration
+    "ingress with its own annotations": (gateway_deployment("a", expose={"ingress": {
+        "host": "bot.example.com", "annotations": {"nginx.ingress.kubernetes.io/proxy-body-size": "1m"}}}), None),
+    "ingress configuration-snippet": (gateway_deployment("a", expose={"ingress": {
+        "host": "bot.example.com", "annotations": {"nginx.ingress.kubernetes.io/configuration-snippet": "x"}}}),
+        validation.MSG_INGRESS_SNIPPETS),
+    "ingress host with a scheme": (gateway_deployment("a", expose={"ingress": {"host": "https://bot.example.com"}}),
+                                   "spec.expose.ingress.host"),
+    "route without parents": (gateway_deployment("a", expose={"httpRoute": {"parentRefs": []}}),
+                              "spec.expose.httpRoute.parentRefs"),
     "hooks_idempotency as text": (gateway_deployment("a", config={**redis_store(), "hooks_idempotency": "sqlite"},
                                                      redis=REDIS), "must be of type object"),
     "config.gateway as text": (gateway_deployment("a", config={**redis_store(), "gateway": "x"}, redis=REDIS),

@@ -148,10 +148,10 @@ class GatewayController:
         started = time.monotonic()
         result = await reconcile(self.kube, self.prober, self.settings.reconcile, body, list(self.pods()),
                                  full, self._failures, Observation(self.deployment(), self._inputs, self._exposure))
-        if result.outcome.applied:
-            self._inputs = result.inputs  # None after a problem: observation passes read again until fixed
         if result.outcome.exposure is not None or (result.outcome.applied and result.outcome.problem is None):
             self._exposure = result.outcome.exposure
+        if result.outcome.applied:
+            self._inputs = result.inputs  # None after a problem: observation passes read again until fixed
             metrics.reconcile_took(self.namespace, self.name, time.monotonic() - started)
         return result
 
