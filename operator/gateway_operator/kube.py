@@ -90,6 +90,7 @@ class ApplyResult:
     kind: str
     name: str
     written: bool
+    live: dict[str, Any]  # the object as the API server holds it after the call (status included)
 
 
 class Kube:
@@ -132,17 +133,18 @@ class Kube:
         if live is not None and not controlled_by(live, owner_uid):
             raise NotOwned(manifest["kind"], meta["namespace"], meta["name"])
         if live is not None and is_subset(desired, live):
-            return ApplyResult(manifest["kind"], meta["name"], written=False)
+            return ApplyResult(manifest["kind"], meta["name"], written=False, live=live)
         resource = self._resource(manifest)
         # the apply body is YAML to the API server, whose decoder refuses the JSON surrogate
         # escapes json.dumps writes for characters outside the BMP (an emoji in an annotation):
         # send UTF-8 as it is
-        self.dynamic.request("patch", resource.path(name=meta["name"], namespace=meta["namespace"]),
-                             body=json.dumps(desired, ensure_ascii=False).encode(),
-                             content_type="application/apply-patch+yaml", field_manager=api.FIELD_MANAGER,
-                             force_conflicts=live is not None, _request_timeout=REQUEST_TIMEOUT)
+        response = self.dynamic.request("patch", resource.path(name=meta["name"], namespace=meta["namespace"]),
+                                        body=json.dumps(desired, ensure_ascii=False).encode(),
+                                        content_type="application/apply-patch+yaml",
+                                        field_manager=api.FIELD_MANAGER, force_conflicts=live is not None,
+                                        serialize=False, _request_timeout=REQUEST_TIMEOUT)
         log.info("applied %s %s/%s", manifest["kind"], meta["namespace"], meta["name"])
-        return ApplyResult(manifest["kind"], meta["name"], written=True)
+        return ApplyResult(manifest["kind"], meta["name"], written=True, live=json.loads(response.data))
 
     def create_if_absent(self, manifest: Manifest, owner_uid: str) -> bool:
         """For generated Secrets: created once, never overwritten (a new token would lock

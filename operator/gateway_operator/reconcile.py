@@ -201,9 +201,10 @@ async def _reconcile(kube: Kube, prober: Prober, settings: ReconcileSettings, ow
     exposure = None
     if apply and (problem is None or problem.reason == reasons.REPLICA_POLICY_VIOLATION):
         try:
-            writes += await asyncio.to_thread(_apply, kube, owner, spec, target, replicas, prepared.revision,
+            applied = await asyncio.to_thread(_apply, kube, owner, spec, target, replicas, prepared.revision,
                                               settings.operator, exposed_before)
-            exposure = await asyncio.to_thread(_exposure, kube, owner, spec)
+            writes += applied.writes
+            exposure = await asyncio.to_thread(_exposure, kube, owner, spec, applied.routes)
         except NotOwned as e:
             problem = _not_owned(e)
         except NotServed as e:
@@ -261,11 +262,19 @@ def _prepare(kube: Kube, owner: render.Owner, raw_spec: Mapping[str, Any], full:
     return Prepared(owner, spec, target, inputs, managed_ip, writes=writes)
 
 
+class Applied(NamedTuple):
+    writes: int
+    routes: dict[str, dict[str, Any]]  # the Ingress and HTTPRoute as applied, by kind (their status included)
+
+
 def _apply(kube: Kube, owner: render.Owner, spec: GatewaySpec, target: RedisTarget | None, replicas: int,
-           revision: str, operator: render.OperatorIdentity, exposed_before: bool = False) -> int:
-    writes = 0
+           revision: str, operator: render.OperatorIdentity, exposed_before: bool = False) -> Applied:
+    writes, routes = 0, {}
     for manifest in render.desired_objects(owner, spec, target, replicas, revision, operator):
-        writes += kube.apply(manifest, owner.uid).written
+        result = kube.apply(manifest, owner.uid)
+        writes += result.written
+        if manifest["kind"] in _EXPOSE_FIELD:
+            routes[manifest["kind"]] = result.live
     if spec.replicas <= 1:
         writes += kube.delete_if_present("policy/v1", "PodDisruptionBudget", owner.namespace, owner.name, owner.uid)
     if exposed_before:  # a route the spec no longer asks for
@@ -276,19 +285,27 @@ def _apply(kube: Kube, owner: render.Owner, spec: GatewaySpec, target: RedisTarg
                     writes += kube.delete_if_present(api_version, kind, owner.namespace, owner.name, owner.uid)
                 except NotServed:
                     pass  # never created here
-    return writes
+    return Applied(writes, routes)
 
 
-def _exposure(kube: Kube, owner: render.Owner, spec: GatewaySpec) -> Exposure | None:
-    """The address the edge published for the routes of spec.expose (None: no spec.expose)."""
+def _exposure(kube: Kube, owner: render.Owner, spec: GatewaySpec,
+              applied: Mapping[str, dict[str, Any]] | None = None) -> Exposure | None:
+    """The address the edge published for the routes of spec.expose (None: no spec.expose).
+    ``applied``: the routes a full pass just applied (read here only when absent)."""
     if not spec.expose.enabled:
         return None
+    applied = applied or {}
+
+    def route_object(api_version: str, kind: str) -> dict[str, Any] | None:
+        live = applied[kind] if kind in applied else kube.get(api_version, kind, owner.namespace, owner.name)
+        return _ours(live, owner)
+
     ingress = route = None
     gateways: dict[tuple[str, str], Any] = {}
     if spec.expose.ingress is not None:
-        ingress = _ours(kube.get(*expose.INGRESS_API, owner.namespace, owner.name), owner)
+        ingress = route_object(*expose.INGRESS_API)
     if spec.expose.http_route is not None:
-        route = _ours(kube.get(*expose.ROUTE_API, owner.namespace, owner.name), owner)
+        route = route_object(*expose.ROUTE_API)
         # only Gateways whose controller accepted the route (so they admit this namespace's
         # routes), and only the first few
         for key in expose.accepted_parents(route)[:4]:
