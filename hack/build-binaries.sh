@@ -117,6 +117,16 @@ module_source() {  # module_source MODULE VERSION SUM
   python3 -c 'import json,sys; print(json.load(sys.stdin)["Dir"])' <<<"$info"
 }
 
+# Runs CMD inside a writable copy of a module's source (the module cache is read-only, and a
+# build there may write go.sum); the copy goes whatever CMD returns.
+in_module_copy() {  # in_module_copy SRC CMD...
+  local src=$1 tmp rc=0; shift
+  tmp=$(mktemp -d); cp -r "$src/." "$tmp/"; chmod -R u+w "$tmp"
+  (cd "$tmp" && "$@") || rc=$?
+  rm -rf "$tmp"
+  return "$rc"
+}
+
 # The ServiceMonitor and PrometheusRule CRDs as prometheus-operator publishes them (its module's
 # example/prometheus-operator-crd/), checked against the pinned module checksum.
 fetch_prometheus_operator_crds() {
@@ -140,12 +150,11 @@ build_traefik() {
   local out=$bin/traefik-$TRAEFIK_VERSION
   [[ -x $out ]] && return
   log "building traefik $TRAEFIK_VERSION (one-off, about 5 minutes)"
-  local src tmp; src=$(module_source github.com/traefik/traefik/v3 "$TRAEFIK_VERSION" "$TRAEFIK_SUM")
-  tmp=$(mktemp -d); cp -r "$src/." "$tmp/"; chmod -R u+w "$tmp"
+  local src; src=$(module_source github.com/traefik/traefik/v3 "$TRAEFIK_VERSION" "$TRAEFIK_SUM")
   local pkg=github.com/traefik/traefik/v3/pkg/version
-  (cd "$tmp" && go build -trimpath -ldflags "-s -w -X $pkg.Version=$TRAEFIK_VERSION -X $pkg.BuildDate=module-proxy-build" \
-     -o "$out.tmp" ./cmd/traefik) || { rm -rf "$tmp"; return 1; }
-  rm -rf "$tmp"; mv "$out.tmp" "$out"
+  in_module_copy "$src" go build -trimpath \
+    -ldflags "-s -w -X $pkg.Version=$TRAEFIK_VERSION -X $pkg.BuildDate=module-proxy-build" -o "$out.tmp" ./cmd/traefik
+  mv "$out.tmp" "$out"
 }
 
 # The Gateway API's standard-channel CRDs, as its module publishes them (config/crd/standard).
@@ -168,7 +177,7 @@ fetch_gitops_crds() {
   [[ -f $dir/application-crd.yaml ]] && { echo "$dir"; return; }
   log "fetching the Flux and Argo CD CRDs (Go modules; about a minute)"
   rm -rf "$dir.tmp"; mkdir -p "$dir.tmp"
-  local src tmp
+  local src
   src=$(module_source github.com/fluxcd/kustomize-controller "$FLUX_KUSTOMIZE_VERSION" "$FLUX_KUSTOMIZE_SUM")
   install -m 0644 "$src/config/crd/bases/kustomize.toolkit.fluxcd.io_kustomizations.yaml" "$dir.tmp/"
   src=$(module_source github.com/fluxcd/source-controller "$FLUX_SOURCE_VERSION" "$FLUX_SOURCE_SUM")
@@ -178,10 +187,9 @@ fetch_gitops_crds() {
   src=$(module_source github.com/argoproj/argo-cd/v3 "$ARGOCD_VERSION" "$ARGOCD_SUM")
   install -m 0644 "$src/manifests/crds/application-crd.yaml" "$src/manifests/crds/appproject-crd.yaml" "$dir.tmp/"
   src=$(module_source github.com/fluxcd/helm-controller/api "$FLUX_HELM_API_VERSION" "$FLUX_HELM_API_SUM")
-  tmp=$(mktemp -d); cp -r "$src/." "$tmp/"; chmod -R u+w "$tmp"
-  (cd "$tmp" && go run "sigs.k8s.io/controller-tools/cmd/controller-gen@$CONTROLLER_TOOLS_VERSION" \
-     crd paths=./... output:crd:dir="$dir.tmp" >&2) || { rm -rf "$tmp"; return 1; }
-  rm -rf "$tmp" "$dir" && mv "$dir.tmp" "$dir"
+  in_module_copy "$src" go run "sigs.k8s.io/controller-tools/cmd/controller-gen@$CONTROLLER_TOOLS_VERSION" \
+    crd paths=./... output:crd:dir="$dir.tmp" >&2
+  rm -rf "$dir" && mv "$dir.tmp" "$dir"
   echo "$dir"
 }
 
@@ -226,7 +234,8 @@ done
 
 build_kwok
 ln -sf "kwok-$KWOK_VERSION" "$bin/kwok"
-ln -sfn "$(fetch_gitops_crds | sed "s|^$cache/|../|")" "$bin/gitops-crds"
+gitops_crds=$(fetch_gitops_crds)  # an assignment, so that a failure stops the script
+ln -sfn "../${gitops_crds#"$cache/"}" "$bin/gitops-crds"
 ln -sf "kwok-$KWOK_VERSION-stages.yaml" "$bin/kwok-stages.yaml"
 ln -sf "etcd-$ETCD_VERSION" "$bin/etcd"
 ln -sf "helm-$LAYER_HELM_VERSION" "$bin/helm"
