@@ -51,10 +51,11 @@ demo-down:
 	@hack/demo.sh down
 
 # The CRD is generated from operator/gateway_operator/crd.py; both copies are checked by
-# tests/test_crd_admission.py.
+# tests/test_crd_admission.py. So is the chart's tenancy admission policy (tenancy.RULES).
 crds: venv
 	$(VENV)/bin/gateway-operator crd > crds/gatewaydeployments.yaml
 	cp crds/gatewaydeployments.yaml charts/gateway-operator/crds/gatewaydeployments.yaml
+	$(VENV)/bin/gateway-operator tenancy-policy > charts/gateway-operator/templates/tenancy-policy.yaml
 .PHONY: crds
 
 # The values table of charts/gateway-operator/README.md, generated from the chart's

@@ -104,12 +104,12 @@ CASES = {
     "gateway.hooks_idempotency": (gateway_deployment("a", config={
         **redis_store(), "gateway": {"hooks_idempotency": {"store_backend": "sqlite"}}}, redis=REDIS),
         validation.MSG_IDEMPOTENCY_FORMS),
-    # spec.expose (issue 12): an Ingress's annotations are the user's, except raw controller configuration
+    # spec.expose (issue 12): the CRD admits any Ingress annotation (the tenancy policy decides)
     "ingress with its own annotations": (gateway_deployment("a", expose={"ingress": {
         "host": "bot.example.com", "annotations": {"nginx.ingress.kubernetes.io/proxy-body-size": "1m"}}}), None),
-    "ingress configuration-snippet": (gateway_deployment("a", expose={"ingress": {
-        "host": "bot.example.com", "annotations": {"nginx.ingress.kubernetes.io/configuration-snippet": "x"}}}),
-        validation.MSG_INGRESS_SNIPPETS),
+    # edge annotations are the administrator's tenancy policy (tests/test_tenancy.py), not the CRD's
+    "blank image": (gateway_deployment("a", image="   "), validation.MSG_IMAGE_BLANK),
+    "image with a tab only": (gateway_deployment("a", image="\t"), validation.MSG_IMAGE_BLANK),
     "ingress host with a scheme": (gateway_deployment("a", expose={"ingress": {"host": "https://bot.example.com"}}),
                                    "spec.expose.ingress.host"),
     "route without parents": (gateway_deployment("a", expose={"httpRoute": {"parentRefs": []}}),

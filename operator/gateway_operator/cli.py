@@ -12,6 +12,7 @@ import logging
 import os
 import sys
 import threading
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -59,6 +60,12 @@ def _expand(paths: Sequence[str]) -> list[str]:
 def cmd_crd(_: argparse.Namespace) -> int:
     from .crd import crd
     sys.stdout.write(yaml.safe_dump(crd(), sort_keys=False, width=100))
+    return 0
+
+
+def cmd_tenancy_policy(_: argparse.Namespace) -> int:
+    from .crd import tenancy_policy_template
+    sys.stdout.write(tenancy_policy_template())
     return 0
 
 
@@ -150,6 +157,12 @@ def cmd_run(args: argparse.Namespace) -> int:
         prometheus_client.start_http_server(args.metrics_port, addr=args.bind_address)
     reconcile_settings = ReconcileSettings(resync_seconds=args.resync_seconds, operator=OperatorIdentity(
         args.operator_namespace, args.operator_instance, args.managed_redis_image))
+    from .tenancy import TenancyPolicy
+    try:
+        tenancy = TenancyPolicy.from_json(args.tenancy_policy)
+    except (ValueError, TypeError, AttributeError) as e:
+        raise InputError(f"--tenancy-policy: {e}") from None
+    reconcile_settings = replace(reconcile_settings, tenancy=tenancy)
     memo = kopf.Memo(kubeconfig=args.kubeconfig, controller_settings=ControllerSettings(
         reconcile=reconcile_settings, redis_allow=tuple(args.redis_allow or ())))
     if not args.redis_allow:
@@ -185,6 +198,9 @@ def parser() -> argparse.ArgumentParser:
     run.add_argument("--resync-seconds", type=float, default=60.0, help="full reconcile at least this often")
     run.add_argument("--redis-allow", action="append", metavar="CIDR|HOST|.DOMAIN",
                      help="where the Redis probe may connect (repeatable); default: anywhere")
+    run.add_argument("--tenancy-policy", metavar="JSON", default="",
+                     help="the administrator's tenancy policy, as the chart's tenancy values in JSON "
+                          "(allowedHosts, allowWildcardHosts, ...); default: the chart's defaults")
     _operator_identity_args(run)
     run.add_argument("--leader-election", action="store_true",
                      help="run only while holding the Lease <operator-instance>-leader in --operator-namespace")
@@ -207,6 +223,9 @@ def parser() -> argparse.ArgumentParser:
 
     crd = sub.add_parser("crd", help="print the CustomResourceDefinition")
     crd.set_defaults(func=cmd_crd)
+
+    tenancy = sub.add_parser("tenancy-policy", help="print the chart's tenancy admission policy template")
+    tenancy.set_defaults(func=cmd_tenancy_policy)
     return p
 
 

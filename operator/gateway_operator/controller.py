@@ -26,6 +26,7 @@ from .expose import Exposure
 from .kube import Kube
 from .reconcile import LiveDeployment, Observation, Outcome, PodView, ReconcileSettings, Result, SecretInputs, reconcile
 from .redis_probe import Prober
+from .tenancy import Claim
 
 log = logging.getLogger(__name__)
 _STICKY = (reasons.APPLY_FAILED, reasons.OBJECT_NOT_OWNED, reasons.RECONCILE_ERROR, reasons.EXPOSE_NOT_SERVED)
@@ -55,6 +56,7 @@ class GatewayController:
     name: str
     pods: Callable[[], Sequence[PodView]]  # live view of the pod index for this gateway
     deployment: Callable[[], LiveDeployment | None] = lambda: None  # its Deployment, as last watched
+    claims: Callable[[Sequence[str]], Mapping[str, Sequence[Claim]]] = lambda _: {}  # claimants of these hosts
     settings: ControllerSettings = field(default_factory=ControllerSettings)
     prober: Prober = field(default_factory=Prober)
     poller: health.Poller = field(default_factory=health.Poller)
@@ -128,7 +130,8 @@ class GatewayController:
         full = self._dirty or time.monotonic() >= self._next_full
         # polling runs beside the reconcile, so a slow Redis probe never delays what the
         # replicas report: a fact shows within one interval plus the poll timeout
-        result, replicas = await asyncio.gather(self._reconcile(body, full), self._poll(health_spec))
+        hosts = spec.expose.hosts if spec else ()
+        result, replicas = await asyncio.gather(self._reconcile(body, full, hosts), self._poll(health_spec))
         outcome = self._settle(body, result.outcome, result.requeue_after)
         observed = outcome.observed
         facts = Facts(
@@ -144,10 +147,11 @@ class GatewayController:
         if spec is not None:
             await self._restart_stale(spec, facts, outcome)
 
-    async def _reconcile(self, body: Mapping[str, Any], full: bool) -> Result:
+    async def _reconcile(self, body: Mapping[str, Any], full: bool, hosts: Sequence[str]) -> Result:
         started = time.monotonic()
+        seen = Observation(self.deployment(), self._inputs, self._exposure, self.claims(hosts))
         result = await reconcile(self.kube, self.prober, self.settings.reconcile, body, list(self.pods()),
-                                 full, self._failures, Observation(self.deployment(), self._inputs, self._exposure))
+                                 full, self._failures, seen)
         if result.outcome.exposure is not None or (result.outcome.applied and result.outcome.problem is None):
             self._exposure = result.outcome.exposure
         if result.outcome.applied:

@@ -30,6 +30,9 @@ HOOKS_PREFIX = "/hooks/"
 
 NGINX = "nginx.ingress.kubernetes.io/"
 TRAEFIK_SERVICE = "traefik.ingress.kubernetes.io/service."
+# every Ingress annotation the operator writes (a tenant may set these too; tenancy.RULES)
+OPERATOR_INGRESS_ANNOTATIONS = tuple(f"{NGINX}{k}" for k in (
+    "proxy-read-timeout", "proxy-send-timeout", "affinity", "affinity-mode", "session-cookie-name"))
 
 
 def ingress_annotations(expose: ExposeSpec, replicas: int) -> dict[str, str]:

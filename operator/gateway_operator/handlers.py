@@ -9,16 +9,19 @@ from typing import Any
 
 import kopf
 
-from . import api, reasons
+from . import api, expose, reasons
 from .controller import ControllerSettings
 from .kube import Kube, load_config
 from .reconcile import LiveDeployment, Observed, PodView, live_deployment
 from .supervisor import Supervisor
+from .tenancy import Claim, claim_of, route_hosts, spec_hosts
 
 OWNED = {api.LABEL_MANAGED_BY: api.MANAGED_BY}
 WAITING_MESSAGE_LIMIT = 300  # characters of a kubelet waiting message kept per pod
 _pod_index: Any = None  # kopf's live index of gateway pods, captured on first use
 _deployment_index: Any = None  # and of gateway Deployments
+_managed_redis_index: tuple[Any, ...] = ()  # and of managed Redis Services and pods: by name and by address
+_claim_indices: tuple[Any, ...] = ()  # and of host claims: GatewayDeployments, foreign Ingresses and HTTPRoutes
 
 
 @kopf.on.startup()
@@ -33,7 +36,7 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) 
                                                                        thread_name_prefix="kube"))
     kube = Kube(load_config(memo.get("kubeconfig")))
     memo.supervisor = Supervisor(kube, memo.get("controller_settings") or ControllerSettings(), _pods_of,
-                                 _deployment_of)
+                                 _deployment_of, claims_of, foreign_managed_redis)
 
 
 def _pods_of(key: tuple[str, str]) -> list[PodView]:
@@ -46,6 +49,39 @@ def _deployment_of(key: tuple[str, str]) -> LiveDeployment | None:
         return None
     found = list(_deployment_index.get(key, []))
     return found[0] if found else LiveDeployment(None, Observed())  # none: nothing of ours runs
+
+
+def claims_of(hosts: Any) -> dict[str, tuple[Claim, ...]]:
+    """Every claimant of each host the indices know (empty until the first event)."""
+    return {h: tuple(c for index in _claim_indices for c in index.get(h, [])) for h in hosts}
+
+
+def foreign_managed_redis(namespace: str, owner: str, host: str, addresses: Any) -> bool:
+    """Is ``host`` (by Service name) or one of ``addresses`` the managed Redis of a GatewayDeployment
+    other than namespace/owner? A managed Redis serves its own GatewayDeployment only."""
+    labels = host.lower().rstrip(".").split(".")
+    keys = [("ip", a) for a in addresses]
+    if len(labels) == 1:
+        keys.append(("service", namespace, labels[0]))
+    elif len(labels) == 2 or labels[2] == "svc":  # name.ns, name.ns.svc, name.ns.svc.<cluster domain>
+        keys.append(("service", labels[1], labels[0]))
+    return any(o != (namespace, owner) for index in _managed_redis_index for k in keys for o in index.get(k, []))
+
+
+@kopf.index("", "v1", "services", labels={**OWNED, api.LABEL_COMPONENT: "redis"})
+def managed_redis_services(namespace: str, name: str, labels: Any, spec: Any,
+                           **_: Any) -> dict[tuple[str, ...], tuple[str, str]]:
+    """Where each managed Redis is: its Service by name and by cluster IP ..."""
+    owner = (namespace, labels.get(api.LABEL_INSTANCE, ""))
+    keys = [("service", namespace, name), *(("ip", ip) for ip in spec.get("clusterIPs") or [] if ip != "None")]
+    return {k: owner for k in keys}
+
+
+@kopf.index("", "v1", "pods", labels={**OWNED, api.LABEL_COMPONENT: "redis"})
+def managed_redis_pods(namespace: str, labels: Any, status: Any, **_: Any) -> dict[tuple[str, ...], tuple[str, str]]:
+    """... and its pods by IP."""
+    ip = status.get("podIP")
+    return {("ip", ip): (namespace, labels.get(api.LABEL_INSTANCE, ""))} if ip else {}
 
 
 @kopf.on.cleanup()
@@ -82,13 +118,66 @@ def pod_view(name: str, uid: str, meta: Any, status: Any) -> PodView:
                    waiting_message=message, last_exit_code=last_exit)
 
 
+# Host claims (tenancy.py): every host a GatewayDeployment exposes, and every host of an Ingress or
+# HTTPRoute the operator did not write (someone with rights on routes made it: it holds the edge
+# as much as ours do). Other route kinds (GRPCRoute, Traefik's IngressRoute, ...) are not read:
+# the operator writes none and has no rights on them.
+@kopf.index(api.GROUP, api.VERSION, api.PLURAL)
+def gateway_host_claims(meta: Any, spec: Any, **_: Any) -> dict[str, Claim]:
+    if meta.get("deletionTimestamp"):
+        return {}
+    claim = claim_of(api.KIND, meta)
+    return {h: claim for h in spec_hosts(spec)}
+
+
+def _foreign_route_claims(kind: str, body: kopf.Body, meta: Any, labels: Any) -> dict[str, Claim]:
+    if labels.get(api.LABEL_MANAGED_BY) == api.MANAGED_BY or meta.get("deletionTimestamp"):
+        return {}  # the operator's own: the GatewayDeployment's claim stands for it
+    claim = claim_of(kind, meta)
+    return {h: claim for h in route_hosts(kind, body)}
+
+
+@kopf.index(*expose.INGRESS_API[0].split("/"), "ingresses")
+def ingress_host_claims(body: kopf.Body, meta: Any, labels: Any, **_: Any) -> dict[str, Claim]:
+    return _foreign_route_claims(expose.INGRESS_API[1], body, meta, labels)
+
+
+@kopf.index(*expose.ROUTE_API[0].split("/"), "httproutes")
+def route_host_claims(body: kopf.Body, meta: Any, labels: Any, **_: Any) -> dict[str, Claim]:
+    return _foreign_route_claims(expose.ROUTE_API[1], body, meta, labels)
+
+
 @kopf.on.event(api.GROUP, api.VERSION, api.PLURAL)
 async def gateway_deployment_changed(type: str | None, body: kopf.Body, memo: kopf.Memo,
                                      gateway_pods: kopf.Index, gateway_deployments: kopf.Index,
-                                     **_: Any) -> None:
-    global _pod_index, _deployment_index
+                                     gateway_host_claims: kopf.Index, ingress_host_claims: kopf.Index,
+                                     route_host_claims: kopf.Index, managed_redis_services: kopf.Index,
+                                     managed_redis_pods: kopf.Index, **_: Any) -> None:
+    global _pod_index, _deployment_index, _claim_indices, _managed_redis_index
     _pod_index, _deployment_index = gateway_pods, gateway_deployments
+    _managed_redis_index = (managed_redis_services, managed_redis_pods)
+    _claim_indices = (gateway_host_claims, ingress_host_claims, route_host_claims)
     memo.supervisor.observe(type, body)
+    meta = body["metadata"]
+    _nudge_claimants(memo, memo.supervisor.hosts_seen((meta["namespace"], meta["name"]), spec_hosts(body.get("spec")),
+                                                      type == "DELETED"), (meta["namespace"], meta["name"]))
+
+
+@kopf.on.event(*expose.INGRESS_API[0].split("/"), "ingresses")
+@kopf.on.event(*expose.ROUTE_API[0].split("/"), "httproutes")
+async def route_changed(body: kopf.Body, labels: Any, memo: kopf.Memo, **_: Any) -> None:
+    """A route appeared, moved or went: the GatewayDeployments claiming its hosts look again."""
+    if labels.get(api.LABEL_MANAGED_BY) != api.MANAGED_BY and "supervisor" in memo:
+        _nudge_claimants(memo, route_hosts(body.get("kind", ""), body), None)
+
+
+def _nudge_claimants(memo: kopf.Memo, hosts: Any, own: tuple[str, str] | None) -> None:
+    """A claim came or went: every other GatewayDeployment claiming one of these hosts
+    reconciles soon (the younger one stops, or gets, its routes)."""
+    for claims in claims_of(hosts).values():
+        for c in claims:
+            if c.kind == api.KIND and (c.namespace, c.name) != own:
+                memo.supervisor.nudge(c.namespace, c.name)
 
 
 @kopf.on.event("", "v1", "pods", labels={**OWNED, api.LABEL_COMPONENT: "gateway"})

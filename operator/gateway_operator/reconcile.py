@@ -30,6 +30,8 @@ from .kube import Kube, NotOwned, NotServed, SecretUndecodable, controlled_by
 from .redis_probe import ProbeResult, Prober
 from .redis_target import InvalidRedisURL, RedisTarget, managed_redis_name, resolve
 from .replicas import replicas_to_run
+from .tenancy import MSG_HOST_CLAIMED, Claim, TenancyPolicy, claim_of, claimed_elsewhere
+from .tenancy import violations as tenancy_violations
 from .validation import MSG_REPLICAS_NEED_REDIS, limit_violations, violations
 
 log = logging.getLogger(__name__)
@@ -54,6 +56,7 @@ class ReconcileSettings:
     resync_seconds: float = 60.0                            # full reconcile (drift check) at least this often
     problem_backoff: tuple[float, ...] = (2, 4, 8, 16, 30, 60)  # retries while a Problem persists
     operator: render.OperatorIdentity = field(default_factory=render.OperatorIdentity)
+    tenancy: TenancyPolicy = field(default_factory=TenancyPolicy)  # the administrator's (chart values tenancy)
 
     def backoff(self, failures: int) -> float:
         return self.problem_backoff[min(failures, len(self.problem_backoff) - 1)]
@@ -71,6 +74,7 @@ class Observed(NamedTuple):
     ready: int = 0
     updated: int = 0
     rollout_observed: bool = False
+    failure: str = ""   # the Deployment's ReplicaFailure message (a pod the API server refused to create)
 
 
 class LiveDeployment(NamedTuple):
@@ -85,12 +89,19 @@ def live_deployment(deployment: Mapping[str, Any]) -> LiveDeployment:
     owner = next((r.get("uid") for r in deployment["metadata"].get("ownerReferences") or []
                   if r.get("controller")), None)
     status = deployment.get("status") or {}
+    failure = next((str(c.get("message") or c.get("reason") or "")[:FAILURE_MESSAGE_LIMIT]
+                    for c in status.get("conditions") or []
+                    if c.get("type") == "ReplicaFailure" and c.get("status") == "True"), "")
     return LiveDeployment(owner, Observed(
         running=int((deployment.get("spec") or {}).get("replicas") or 0),
         ready=int(status.get("readyReplicas") or 0),
         updated=int(status.get("updatedReplicas") or 0),
         rollout_observed=int(status.get("observedGeneration") or 0) >= int(deployment["metadata"].get("generation")
-                                                                           or 0)))
+                                                                           or 0),
+        failure=failure))
+
+
+FAILURE_MESSAGE_LIMIT = 500  # characters of the API server's refusal kept (it names the pod and the rule)
 
 
 class SecretInputs(NamedTuple):
@@ -123,6 +134,7 @@ class Observation(NamedTuple):
     deployment: LiveDeployment | None = None
     inputs: SecretInputs | None = None
     exposure: Exposure | None = None  # the last one read: an observation pass reads again until it has an address
+    host_claims: Mapping[str, Sequence[Claim]] = {}  # every known claimant of each host spec.expose names
 
 
 class Prepared(NamedTuple):
@@ -162,11 +174,12 @@ async def reconcile(kube: Kube, prober: Prober, settings: ReconcileSettings, bod
     that ended with a Problem (for the backoff)."""
     meta = body["metadata"]
     owner = render.Owner(meta["name"], meta["namespace"], meta["uid"])
+    mine = claim_of(api.KIND, meta)
     # routes exist only once status.expose was written: nothing else needs a look for them
     exposed_before = "expose" in (body.get("status") or {})
     try:
-        outcome, inputs = await _reconcile(kube, prober, settings, owner, body.get("spec") or {}, pods, full, seen,
-                                           exposed_before)
+        outcome, inputs = await _reconcile(kube, prober, settings, owner, mine, body.get("spec") or {}, pods, full,
+                                           seen, exposed_before)
     except Exception as e:  # noqa: BLE001 - the boundary: nothing escapes to the loop
         outcome, inputs = Outcome(problem=_unexpected(e), applied=full, error=e), None
     read = inputs if full and outcome.problem is None else None
@@ -175,11 +188,11 @@ async def reconcile(kube: Kube, prober: Prober, settings: ReconcileSettings, bod
     return Result(outcome, settings.resync_after(), read)
 
 
-async def _reconcile(kube: Kube, prober: Prober, settings: ReconcileSettings, owner: render.Owner,
+async def _reconcile(kube: Kube, prober: Prober, settings: ReconcileSettings, owner: render.Owner, mine: Claim,
                      raw_spec: Mapping[str, Any], pods: Sequence[PodView], full: bool, seen: Observation,
                      exposed_before: bool) -> _Pass:
     cached = None if full else seen.inputs
-    prepared = await asyncio.to_thread(_prepare, kube, owner, raw_spec, full, cached)
+    prepared = await asyncio.to_thread(_prepare, kube, owner, raw_spec, full, cached, settings.tenancy)
     if full or seen.deployment is None:
         observed = await asyncio.to_thread(_observe, kube, owner)
     else:
@@ -191,20 +204,22 @@ async def _reconcile(kube: Kube, prober: Prober, settings: ReconcileSettings, ow
     probe = None
     if target is not None:
         probe = await prober.probe(owner.namespace, target, prepared.password, spec.health.timeout_seconds,
-                                   prepared.managed_ip)
-    problem = _policy_problem(spec) or _probe_problem(probe)
+                                   prepared.managed_ip, owner.name)
+    claimed = claimed_elsewhere(mine, spec.expose.hosts, seen.host_claims)
+    problem = _policy_problem(spec) or _probe_problem(probe) or _claim_problem(claimed)
     replicas = replicas_to_run(spec, bool(probe and probe.ok), observed.running)
     writes = prepared.writes
     # the scale-out gate just opened: grow now rather than at the next full pass (only a
     # Deployment that exists grows this way; creating one waits for a full pass and its backoff)
     apply = full or (observed.running > 0 and replicas > observed.running)
     exposure = None
-    if apply and (problem is None or problem.reason == reasons.REPLICA_POLICY_VIOLATION):
+    if apply and (problem is None or problem.reason in _APPLY_DESPITE):
         try:
             applied = await asyncio.to_thread(_apply, kube, owner, spec, target, replicas, prepared.revision,
-                                              settings.operator, exposed_before)
+                                              settings.operator, exposed_before, not claimed)
             writes += applied.writes
-            exposure = await asyncio.to_thread(_exposure, kube, owner, spec, applied.routes)
+            exposure = (Exposure(message=problem.message) if claimed and problem else
+                        await asyncio.to_thread(_exposure, kube, owner, spec, applied.routes))
         except NotOwned as e:
             problem = _not_owned(e)
         except NotServed as e:
@@ -214,20 +229,23 @@ async def _reconcile(kube: Kube, prober: Prober, settings: ReconcileSettings, ow
         except ApiException as e:
             problem = Problem(reasons.APPLY_FAILED, f"the API server refused a change: {_api_message(e)}")
         observed = await asyncio.to_thread(_observe, kube, owner)
-    elif not full and spec.expose.enabled and not (seen.exposure and seen.exposure.address):
+    elif not full and spec.expose.enabled and not claimed and not (seen.exposure and seen.exposure.address):
         try:  # waiting for the controller to publish an address: a look each observation pass
             exposure = await asyncio.to_thread(_exposure, kube, owner, spec)
         except NotServed:
             exposure = None  # the full pass reports it
-    return _Pass(Outcome(target, problem or _pod_problem(pods), probe, observed, writes, apply, exposure=exposure),
-                 prepared.inputs)
+    problem = problem or _pod_problem(pods) or _deployment_problem(observed)
+    return _Pass(Outcome(target, problem, probe, observed, writes, apply, exposure=exposure), prepared.inputs)
 
 
+# problems that still leave the rest applied: the replica guard (one replica runs), a host
+# claimed by someone older (everything but the routes)
+_APPLY_DESPITE = (reasons.REPLICA_POLICY_VIOLATION, reasons.HOST_CLAIMED)
 _EXPOSE_FIELD = {expose.INGRESS_API[1]: "spec.expose.ingress", expose.ROUTE_API[1]: "spec.expose.httpRoute"}
 
 
 def _prepare(kube: Kube, owner: render.Owner, raw_spec: Mapping[str, Any], full: bool,
-             cached: SecretInputs | None) -> Prepared:
+             cached: SecretInputs | None, tenancy: TenancyPolicy = TenancyPolicy()) -> Prepared:
     """Parse and check the spec, create the generated Secrets (full passes), read the ones
     the pods use (unless ``cached`` holds what the last full pass read). Every bad input
     becomes a Problem."""
@@ -244,6 +262,10 @@ def _prepare(kube: Kube, owner: render.Owner, raw_spec: Mapping[str, Any], full:
         return Prepared(owner, problem=Problem(reasons.INVALID_SPEC, " ".join(broken)))
     if not spec.image:
         return Prepared(owner, problem=Problem(reasons.INVALID_SPEC, "spec.image is required"))
+    # the administrator's policy, which the chart's admission policy enforces too (it may be off)
+    refused = tenancy_violations(owner.namespace, raw_spec, tenancy)
+    if refused:
+        return Prepared(owner, problem=Problem(reasons.TENANCY_POLICY_VIOLATION, " ".join(refused)))
     try:
         target = resolve(spec.redis, owner.namespace, owner.name)
     except InvalidRedisURL as e:
@@ -268,19 +290,24 @@ class Applied(NamedTuple):
 
 
 def _apply(kube: Kube, owner: render.Owner, spec: GatewaySpec, target: RedisTarget | None, replicas: int,
-           revision: str, operator: render.OperatorIdentity, exposed_before: bool = False) -> Applied:
+           revision: str, operator: render.OperatorIdentity, exposed_before: bool = False,
+           routes_allowed: bool = True) -> Applied:
+    """``routes_allowed`` False: a host is claimed by someone older, so no route of this
+    GatewayDeployment may stand (one written before the older claim was seen goes)."""
     writes, routes = 0, {}
     for manifest in render.desired_objects(owner, spec, target, replicas, revision, operator):
+        if manifest["kind"] in _EXPOSE_FIELD and not routes_allowed:
+            continue
         result = kube.apply(manifest, owner.uid)
         writes += result.written
         if manifest["kind"] in _EXPOSE_FIELD:
             routes[manifest["kind"]] = result.live
     if spec.replicas <= 1:
         writes += kube.delete_if_present("policy/v1", "PodDisruptionBudget", owner.namespace, owner.name, owner.uid)
-    if exposed_before:  # a route the spec no longer asks for
+    if exposed_before or not routes_allowed:  # a route the spec no longer asks for, or may not have
         for (api_version, kind), wanted in ((expose.INGRESS_API, spec.expose.ingress),
                                             (expose.ROUTE_API, spec.expose.http_route)):
-            if wanted is None:
+            if wanted is None or not routes_allowed:
                 try:
                     writes += kube.delete_if_present(api_version, kind, owner.namespace, owner.name, owner.uid)
                 except NotServed:
@@ -386,6 +413,20 @@ def _observed_if_ours(live: LiveDeployment, owner: render.Owner) -> Observed:
 def _policy_problem(spec: GatewaySpec) -> Problem | None:
     if spec.policy == Policy.REFUSE and spec.replicas > 1 and spec.store_backend != "redis":
         return Problem(reasons.REPLICA_POLICY_VIOLATION, MSG_REPLICAS_NEED_REDIS)
+    return None
+
+
+def _claim_problem(claimed: Sequence[str]) -> Problem | None:
+    if not claimed:
+        return None
+    return Problem(reasons.HOST_CLAIMED, MSG_HOST_CLAIMED.format(host=", ".join(claimed)))
+
+
+def _deployment_problem(observed: Observed) -> Problem | None:
+    """A pod the API server refused to create (Pod Security, a quota, an admission webhook): the
+    ReplicaSet's FailedCreate, as the Deployment controller reports it."""
+    if observed.failure:
+        return Problem(reasons.FAILED_CREATE, f"the API server refused to create a gateway pod: {observed.failure}")
     return None
 
 

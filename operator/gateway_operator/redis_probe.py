@@ -9,6 +9,13 @@ named, so it is bounded on every side: an allowlist checked before any connectio
 chart's ``redisProbe.allow``), a fixed ceiling on its timeout, and its own concurrency
 limits (per namespace and in total) so that one namespace's slow or black-holed Redis never
 delays another namespace. It runs on the event loop (redis.asyncio): no thread is held.
+
+It reaches only what the tenant may reach: the GatewayDeployment's own managed Redis, or a
+target of its own that is no other GatewayDeployment's managed Redis (checked by name and by
+every address the name resolves to, before connecting). Outside the privileged targets (its own
+managed Redis, a target the allowlist names) its failures collapse to two outcomes that say
+nothing of what answered (unreachable; not a Redis this gateway can use), and a namespace whose
+probes keep failing is probed with a backoff, so the probe is neither an oracle nor a scanner.
 """
 from __future__ import annotations
 
@@ -18,7 +25,8 @@ import secrets
 import socket
 from collections import defaultdict
 from dataclasses import dataclass
-from typing import Iterable, Sequence
+import time
+from typing import Callable, Iterable, Sequence
 
 import redis
 import redis.asyncio as aioredis
@@ -31,6 +39,13 @@ from .redis_target import RedisTarget
 TIMEOUT_CEILING = 5.0      # whatever spec.health.timeoutSeconds says
 PER_NAMESPACE = 4          # probes in flight for one namespace
 IN_FLIGHT = 64             # probes in flight in total
+# unprivileged targets: after the n-th failure in a row in one namespace, no probe there for
+# BACKOFF_BASE * 2**(n-1) seconds, at most BACKOFF_CEILING
+BACKOFF_BASE = 10.0
+BACKOFF_CEILING = 300.0
+# is (namespace, name)'s target, by name or by one of its addresses, another GatewayDeployment's
+# managed Redis? (handlers.py answers from its index of managed Redis Services and pods)
+ForeignCheck = Callable[[str, str, str, Sequence[str]], bool]
 
 
 @dataclass(frozen=True)
@@ -75,55 +90,128 @@ class Allowlist:
         return bool(ips) and all(any(ip in net for net in self.networks) for ip in ips)
 
 
+class _Backoff:
+    """Consecutive failures of unprivileged probes in one namespace, and the last result."""
+
+    def __init__(self) -> None:
+        self.failures = 0
+        self.until = 0.0
+        self.last: ProbeResult | None = None
+        self.last_endpoint = ""
+
+
+def unreachable(where: str, timeout: float) -> ProbeResult:
+    return ProbeResult(False, reasons.CONNECTION_FAILED,
+                       f"cannot reach a Redis this GatewayDeployment may use at {where} (no connection or no "
+                       f"answer within {timeout:g}s)")
+
+
+def unusable(where: str) -> ProbeResult:
+    return ProbeResult(False, reasons.PROBE_FAILED,
+                       f"{where} did not complete a SET NX PX round trip as a Redis this gateway can use (with the "
+                       "configured password, if any)")
+
+
 class Prober:
     def __init__(self, allowlist: Allowlist | None = None, per_namespace: int = PER_NAMESPACE,
-                 in_flight: int = IN_FLIGHT, timeout_ceiling: float = TIMEOUT_CEILING) -> None:
+                 in_flight: int = IN_FLIGHT, timeout_ceiling: float = TIMEOUT_CEILING,
+                 foreign: ForeignCheck = lambda *_: False, clock: Callable[[], float] = time.monotonic) -> None:
         self.allowlist = allowlist or Allowlist()
         self.timeout_ceiling = timeout_ceiling
+        self.foreign = foreign
+        self.clock = clock
         self._total = asyncio.Semaphore(in_flight)
         self._per_namespace: defaultdict[str, asyncio.Semaphore] = defaultdict(
             lambda: asyncio.Semaphore(per_namespace))
+        self._backoff: defaultdict[str, _Backoff] = defaultdict(_Backoff)
 
     async def probe(self, namespace: str, target: RedisTarget, password: str | None, timeout: float,
-                    managed_ip: str | None = None) -> ProbeResult:
-        """``managed_ip``: the ready pod of an operator-managed Redis (its Service name
-        resolves only inside the cluster network); "" when none is ready yet."""
+                    managed_ip: str | None = None, owner: str = "") -> ProbeResult:
+        """``managed_ip``: the ready pod of the GatewayDeployment's own managed Redis (its Service
+        name resolves only inside the cluster network); "" when none is ready yet. ``owner``: the
+        GatewayDeployment's name (a target must not be another one's managed Redis)."""
         timeout = max(0.1, min(timeout, self.timeout_ceiling))
         if managed_ip == "":  # an ordinary start, not a failure: no Warning for it
             return ProbeResult(False, reasons.MANAGED_REDIS_STARTING,
                                f"waiting for the managed Redis {target.endpoint} to have a ready pod")
+        privileged = bool(managed_ip) or not self.allowlist.open
+        backoff = self._backoff[namespace]
+        if not privileged and backoff.last is not None and self.clock() < backoff.until:
+            # a namespace whose probes keep failing waits its turn (for whichever target)
+            if backoff.last_endpoint == target.endpoint:
+                return backoff.last
+            return ProbeResult(False, reasons.CONNECTION_FAILED,
+                               f"cannot reach a Redis this GatewayDeployment may use at {target.endpoint} (not "
+                               f"probed before {backoff.until - self.clock():.0f}s more: the namespace's last "
+                               "probes failed)")
         async with self._per_namespace[namespace], self._total:
             try:
-                return await asyncio.wait_for(self._probe(target, password, timeout, managed_ip), 3 * timeout + 1)
+                result = await asyncio.wait_for(self._probe(namespace, owner, target, password, timeout, managed_ip),
+                                                3 * timeout + 1)
             except asyncio.TimeoutError:
-                return ProbeResult(False, reasons.CONNECTION_FAILED,
-                                   f"Redis at {target.endpoint} did not answer within {timeout:g}s")
+                result = unreachable(target.endpoint, timeout)
+        if privileged:
+            return result
+        if result.ok:
+            self._backoff.pop(namespace, None)
+            return result
+        if result.reason != reasons.TARGET_NOT_ALLOWED:  # nothing was sent for that one
+            backoff.failures += 1
+            backoff.until = self.clock() + min(BACKOFF_CEILING, BACKOFF_BASE * 2 ** (backoff.failures - 1))
+            backoff.last, backoff.last_endpoint = result, target.endpoint
+        return result
 
-    async def _probe(self, target: RedisTarget, password: str | None, timeout: float,
+    async def _probe(self, namespace: str, owner: str, target: RedisTarget, password: str | None, timeout: float,
                      managed_ip: str | None) -> ProbeResult:
-        host = managed_ip or await self._permitted_address(target, timeout)
-        if host is None:
+        if managed_ip:
+            return await _round_trip(target, managed_ip, password, timeout, privileged=True)
+        if self.foreign(namespace, owner, target.host, ()):  # by Service name, before any lookup
+            return unreachable(target.endpoint, timeout)
+        addresses = await _addresses(target, timeout)
+        if addresses is None:
+            return unreachable(target.endpoint, timeout)
+        if self.foreign(namespace, owner, target.host, addresses):
+            # another GatewayDeployment's managed Redis serves only its own: never connected to,
+            # and said like any target that cannot be reached (nothing about it is revealed)
+            return unreachable(target.endpoint, timeout)
+        if not self.allowlist.open and not (self.allowlist.permits_name(target.host)
+                                            or self.allowlist.permits_addresses(addresses)):
             return ProbeResult(False, reasons.TARGET_NOT_ALLOWED,
                                f"{target.host} is outside the operator's Redis allowlist; the probe did not connect")
-        return await _round_trip(target, host, password, timeout)
-
-    async def _permitted_address(self, target: RedisTarget, timeout: float) -> str | None:
-        """The address to connect to, or None when the allowlist forbids the target. The
-        checked address is the one connected to (no second lookup to race with)."""
-        if self.allowlist.open or self.allowlist.permits_name(target.host):
-            return target.host
-        try:
-            infos = await asyncio.wait_for(asyncio.get_running_loop().getaddrinfo(
-                target.host, target.port, type=socket.SOCK_STREAM), timeout)
-        except (OSError, asyncio.TimeoutError):
-            return None
-        addresses = [str(info[4][0]) for info in infos]
-        if not self.allowlist.permits_addresses(addresses):
-            return None
-        return target.host if target.tls else addresses[0]  # TLS verifies the name
+        # the checked address is the one connected to (no second lookup to race with); TLS
+        # verifies the name
+        host = target.host if target.tls else addresses[0]
+        return await _round_trip(target, host, password, timeout, privileged=not self.allowlist.open)
 
 
-async def _round_trip(target: RedisTarget, host: str, password: str | None, timeout: float) -> ProbeResult:
+async def _addresses(target: RedisTarget, timeout: float) -> list[str] | None:
+    """Every address the target's host resolves to (None: it does not resolve)."""
+    try:
+        infos = await asyncio.wait_for(asyncio.get_running_loop().getaddrinfo(
+            target.host, target.port, type=socket.SOCK_STREAM), timeout)
+    except (OSError, asyncio.TimeoutError, UnicodeError, ValueError):
+        return None
+    return list(dict.fromkeys(str(info[4][0]) for info in infos)) or None
+
+
+async def _round_trip(target: RedisTarget, host: str, password: str | None, timeout: float,
+                      privileged: bool = True) -> ProbeResult:
+    """``privileged``: the GatewayDeployment's own managed Redis, or a target the allowlist names:
+    its failures keep their detail. Otherwise a failure is one of three outcomes with fixed words:
+    unreachable, not a usable Redis, or a refused password."""
+    try:
+        result = await _exchange(target, host, password, timeout)
+    except Exception as e:  # noqa: BLE001 - e.g. redis-py's HELLO handling fails on a server that says +OK to all
+        result = ProbeResult(False, reasons.PROBE_FAILED,
+                             f"Redis at {target.endpoint} answered unexpectedly: {type(e).__name__}")
+    if privileged or result.ok or result.reason == reasons.AUTHENTICATION_FAILED:
+        return result
+    if result.reason == reasons.CONNECTION_FAILED:
+        return unreachable(target.endpoint, timeout)
+    return unusable(target.endpoint)
+
+
+async def _exchange(target: RedisTarget, host: str, password: str | None, timeout: float) -> ProbeResult:
     where = target.endpoint  # as status names it, whatever address was connected to
     # no retries: one probe is one attempt, bounded by the timeout (redis-py retries by default)
     client = aioredis.Redis(host=host, port=target.port, db=target.db, password=password or None,
@@ -139,11 +227,10 @@ async def _round_trip(target: RedisTarget, host: str, password: str | None, time
         await client.delete(key)
         return ProbeResult(True, reasons.PROBE_SUCCEEDED, f"Redis at {where} answered a SET NX PX round trip")
     except redis.AuthenticationError:
-        return ProbeResult(False, reasons.AUTHENTICATION_FAILED, f"Redis at {where} refused the password")
+        return _refused_password(where)
     except redis.ResponseError as e:
         if "NOAUTH" in str(e) or "WRONGPASS" in str(e):
-            return ProbeResult(False, reasons.AUTHENTICATION_FAILED,
-                               f"Redis at {where} requires a password that was not accepted")
+            return _refused_password(where)
         return ProbeResult(False, reasons.PROBE_FAILED, f"Redis at {where} refused the probe: {type(e).__name__}")
     except (redis.ConnectionError, redis.TimeoutError, OSError, asyncio.TimeoutError) as e:
         return ProbeResult(False, reasons.CONNECTION_FAILED, f"cannot connect to Redis at {where}: {_short(e)}")
@@ -156,6 +243,11 @@ async def _round_trip(target: RedisTarget, host: str, password: str | None, time
             await client.aclose()
         except Exception:  # noqa: BLE001 - closing a broken connection must not mask the result
             pass
+
+
+def _refused_password(where: str) -> ProbeResult:
+    return ProbeResult(False, reasons.AUTHENTICATION_FAILED,
+                       f"Redis at {where} did not accept the password of spec.redis.passwordSecretRef (or needs one)")
 
 
 def _short(error: Exception) -> str:

@@ -16,7 +16,8 @@ from .controller import ControllerSettings, GatewayController
 from .health import Poller
 from .kube import Kube
 from .reconcile import LiveDeployment, PodView
-from .redis_probe import Allowlist, Prober
+from .redis_probe import Allowlist, ForeignCheck, Prober
+from .tenancy import Claim
 
 log = logging.getLogger(__name__)
 Key = tuple[str, str]
@@ -25,14 +26,26 @@ Key = tuple[str, str]
 class Supervisor:
     def __init__(self, kube: Kube, settings: ControllerSettings,
                  pods_of: Callable[[Key], Sequence[PodView]],
-                 deployment_of: Callable[[Key], LiveDeployment | None] = lambda _: None) -> None:
+                 deployment_of: Callable[[Key], LiveDeployment | None] = lambda _: None,
+                 claims_of: Callable[[Sequence[str]], Mapping[str, Sequence[Claim]]] = lambda _: {},
+                 foreign: ForeignCheck = lambda *_: False) -> None:
         self.kube, self.settings, self.pods_of, self.deployment_of = kube, settings, pods_of, deployment_of
-        self.prober = Prober(Allowlist.parse(settings.redis_allow))  # one, so its limits hold across objects
+        self.claims_of = claims_of
+        self.prober = Prober(Allowlist.parse(settings.redis_allow), foreign=foreign)  # one, so its limits hold across objects
         self.poller = Poller()  # one HTTP client for every /health poll
         self._controllers: dict[Key, tuple[str, GatewayController, asyncio.Task[None]]] = {}
         # uids seen deleted: a late event of a deleted object (same name, re-created) must
         # neither start a loop for it nor stop the loop of its successor
         self._deleted: OrderedDict[str, None] = OrderedDict()
+        self._hosts: dict[Key, tuple[str, ...]] = {}  # the hosts each GatewayDeployment last claimed
+
+    def hosts_seen(self, key: Key, hosts: Sequence[str], deleted: bool) -> tuple[str, ...]:
+        """Records the hosts ``key`` claims now; returns those and the ones it claimed before
+        (whoever claims one of them may have won or lost it)."""
+        before = self._hosts.pop(key, ())
+        if hosts and not deleted:
+            self._hosts[key] = tuple(hosts)
+        return tuple(dict.fromkeys((*before, *hosts)))
 
     def observe(self, event_type: str | None, body: Mapping[str, Any]) -> None:
         meta = body["metadata"]
@@ -48,8 +61,8 @@ class Supervisor:
         if entry is None or entry[0] != uid:  # new, or deleted and re-created
             self.stop(key)
             controller = GatewayController(self.kube, key[0], key[1], lambda: self.pods_of(key),
-                                           lambda: self.deployment_of(key), self.settings, self.prober,
-                                           self.poller)
+                                           lambda: self.deployment_of(key), self.claims_of, self.settings,
+                                           self.prober, self.poller)
             task = asyncio.get_running_loop().create_task(controller.run(), name=f"gateway {key[0]}/{key[1]}")
             task.add_done_callback(lambda _: self._finished(key, uid))
             entry = (uid, controller, task)

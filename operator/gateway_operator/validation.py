@@ -89,11 +89,7 @@ MSG_RESERVED_ENV = (
     "password come from the Secrets named in spec)."
 )
 MSG_PREFIX_FORMAT = "spec.redis.prefix may hold only letters, digits and . _ : - (at most 100)."
-MSG_INGRESS_SNIPPETS = (
-    "spec.expose.ingress.annotations must not set a *-snippet annotation (configuration-snippet, "
-    "server-snippet, ...): raw controller configuration would run with the ingress controller's rights "
-    "on behalf of whoever may write this resource. Ask the cluster admin to configure the controller."
-)
+MSG_IMAGE_BLANK = "spec.image must name an image: it is empty or only white space."
 
 _NAME_RE = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
 _URL_RE = re.compile(URL_PATTERN)
@@ -150,13 +146,6 @@ def idempotency_form_paths(config: Mapping[str, Any]) -> list[str]:
     return found
 
 
-def _ingress_annotations(spec: Spec) -> Mapping[str, Any]:
-    expose = spec.get("expose")
-    ingress = expose.get("ingress") if isinstance(expose, Mapping) else None
-    annotations = ingress.get("annotations") if isinstance(ingress, Mapping) else None
-    return annotations if isinstance(annotations, Mapping) else {}
-
-
 def _env_names(spec: Spec) -> list[str]:
     env = spec.get("env")
     return [str(e.get("name")) for e in env if isinstance(e, Mapping)] if isinstance(env, list) else []
@@ -203,10 +192,9 @@ RULES: tuple[Rule, ...] = (
          MSG_RESERVED_ENV,
          lambda s: not set(_env_names(s.spec)) & set(RESERVED_ENV)),
     Rule("spec",
-         "!has(self.expose) || !has(self.expose.ingress) || !has(self.expose.ingress.annotations) || "
-         "self.expose.ingress.annotations.all(k, !k.endsWith('snippet'))",
-         MSG_INGRESS_SNIPPETS,
-         lambda s: not any(str(k).endswith("snippet") for k in _ingress_annotations(s.spec))),
+         "self.image.matches('\\\\S')",
+         MSG_IMAGE_BLANK,
+         lambda s: bool(str(s.spec.get("image") or "").strip())),
     Rule("spec.redis",
          f"!has(self.url) || self.url.matches({cel_string(URL_PATTERN)})",
          MSG_REDIS_URL_SCHEME,

@@ -80,13 +80,14 @@ missing the API server also checks `create`. */}}
   resources: [poddisruptionbudgets]
   verbs: [get, create, patch, delete]
 # spec.expose: the Ingress and HTTPRoute, applied, read for their address, removed when the spec
-# drops them; a parent Gateway that accepted the route is read for its address
+# drops them or a host is claimed by someone older; every Ingress and HTTPRoute is watched for the
+# hosts it claims (handlers.py host claims); a parent Gateway that accepted the route is read for its address
 - apiGroups: [networking.k8s.io]
   resources: [ingresses]
-  verbs: [get, create, patch, delete]
+  verbs: [get, list, watch, create, patch, delete]
 - apiGroups: [gateway.networking.k8s.io]
   resources: [httproutes]
-  verbs: [get, create, patch, delete]
+  verbs: [get, list, watch, create, patch, delete]
 - apiGroups: [gateway.networking.k8s.io]
   resources: [gateways]
   verbs: [get]
