@@ -477,3 +477,23 @@ def test_status_expose_appears_and_goes_with_the_spec() -> None:
     waiting = status.build(None, facts, None, "t0", exposure=Exposure(message="no address yet"))
     assert status.merge_patch(waiting, with_address)["expose"] == {"message": None, "address": "192.0.2.7",
                                                                   "url": "http://gw/"}
+
+
+def test_the_gateway_network_policy_admits_the_namespace_the_operator_and_the_listed_namespaces() -> None:
+    operator = render.OperatorIdentity("ops", "gwop")
+    assert render.gateway_network_policy(OWNER, spec(), operator) is None  # off by default
+    on = spec(networkPolicy={"enabled": True, "fromNamespaces": ["edge"]})
+    policy = render.gateway_network_policy(OWNER, on, operator)
+    assert policy["metadata"]["name"] == "gw-gateway"
+    assert policy["spec"]["podSelector"] == {"matchLabels": api.selector_for("gw")}
+    rule = policy["spec"]["ingress"][0]
+    assert rule["ports"] == [{"port": api.GATEWAY_PORT, "protocol": "TCP"}]
+    peers = rule["from"]
+    assert {"podSelector": {}} in peers  # this namespace only (no namespaceSelector)
+    assert {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "ops"}},
+            "podSelector": {"matchLabels": {api.LABEL_NAME: "gateway-operator", api.LABEL_INSTANCE: "gwop"}}} in peers
+    assert {"namespaceSelector": {"matchExpressions": [{"key": "kubernetes.io/metadata.name", "operator": "In",
+                                                        "values": ["edge"]}]}} in peers
+    assert len(peers) == 3
+    kinds = [o["kind"] for o in render.desired_objects(OWNER, on, None, 1, operator=operator)]
+    assert kinds.count("NetworkPolicy") == 1

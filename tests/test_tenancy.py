@@ -419,3 +419,22 @@ def test_the_admission_policy_refuses_with_the_operators_message(cluster: Cluste
     finally:
         for d in docs:
             cluster.kubectl("delete", d["kind"], d["metadata"]["name"], check=False)
+
+
+@pytest.mark.cluster
+def test_the_gateway_network_policy_is_written_and_goes_with_the_field(
+        cluster: Cluster, operator: OperatorProcess, namespace: str) -> None:
+    """What it admits is proven where a plugin enforces it (tests/test_node.py); here: it is the
+    resource's, said in status, and removed when the field goes."""
+    apply_gateway(cluster, namespace, gateway_deployment("fenced", networkPolicy={
+        "enabled": True, "fromNamespaces": ["gwop-edge"]}))
+    policy = until(lambda: cluster.get_json("networkpolicy", "fenced-gateway", "-n", namespace), timeout=60,
+                   what="the gateway NetworkPolicy")
+    assert policy["metadata"]["ownerReferences"][0]["name"] == "fenced"
+    until(lambda: cluster.get_json("gatewaydeployment", "fenced", "-n", namespace).get("status", {})
+          .get("networkPolicy") == {"name": "fenced-gateway"}, timeout=30, what="status.networkPolicy")
+    apply_gateway(cluster, namespace, gateway_deployment("fenced"))
+    until(lambda: cluster.kubectl("get", "networkpolicy", "fenced-gateway", "-n", namespace,
+                                  check=False).returncode != 0, timeout=60, what="the policy to go with the field")
+    until(lambda: "networkPolicy" not in cluster.get_json("gatewaydeployment", "fenced", "-n", namespace)["status"],
+          timeout=30, what="status.networkPolicy to go")

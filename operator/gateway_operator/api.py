@@ -128,6 +128,21 @@ class PersistenceSpec:
 
 
 @dataclass(frozen=True)
+class NetworkPolicySpec:
+    """An optional NetworkPolicy for the gateway pods: only the listed namespaces (the edge's), the
+    operator's health polls and the Service's clients in the same namespace reach port 8765."""
+
+    enabled: bool = False
+    from_namespaces: tuple[str, ...] = ()
+
+    @classmethod
+    def parse(cls, raw: Mapping[str, Any] | None) -> "NetworkPolicySpec":
+        raw = raw or {}
+        return cls(enabled=bool(raw.get("enabled", False)),
+                   from_namespaces=tuple(str(n) for n in raw.get("fromNamespaces") or ()))
+
+
+@dataclass(frozen=True)
 class IngressExpose:
     host: str
     class_name: str | None = None
@@ -199,6 +214,7 @@ class GatewaySpec:
     service_port: int
     pod: Mapping[str, Any] = field(default_factory=dict)  # resources, env, nodeSelector, ...
     expose: ExposeSpec = field(default_factory=ExposeSpec)
+    network_policy: NetworkPolicySpec = field(default_factory=NetworkPolicySpec)
 
     @property
     def store_backend(self) -> str:
@@ -237,6 +253,7 @@ class GatewaySpec:
                                        "topologySpreadConstraints", "priorityClassName",
                                        "podAnnotations", "podLabels") if spec.get(k)},
             expose=ExposeSpec.parse(spec.get("expose")),
+            network_policy=NetworkPolicySpec.parse(spec.get("networkPolicy")),
         )
 
 

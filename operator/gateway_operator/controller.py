@@ -19,7 +19,7 @@ from typing import Any, Callable, Mapping, MutableMapping, Sequence
 import kopf
 from kubernetes.client.rest import ApiException
 
-from . import api, conditions, health, metrics, reasons, status
+from . import api, conditions, health, metrics, reasons, render, status
 from .api import GatewaySpec, HealthSpec
 from .conditions import Facts, Problem
 from .expose import Exposure
@@ -143,7 +143,8 @@ class GatewayController:
             ready_replicas=observed.ready, updated_replicas=observed.updated,
             rollout_observed=observed.rollout_observed, problem=outcome.problem, probe=outcome.probe,
             health=tuple(replicas))
-        await self._publish(body, facts, outcome)
+        policy = render.gateway_network_policy_name(self.name) if spec and spec.network_policy.enabled else ""
+        await self._publish(body, facts, outcome, policy)
         if spec is not None:
             await self._restart_stale(spec, facts, outcome)
 
@@ -193,10 +194,10 @@ class GatewayController:
         metrics.polled(self.namespace, self.name, (r.state.value for r in results))
         return results
 
-    async def _publish(self, body: Mapping[str, Any], facts: Facts, outcome: Outcome) -> None:
+    async def _publish(self, body: Mapping[str, Any], facts: Facts, outcome: Outcome, policy: str) -> None:
         previous = body.get("status") or {}
         selector = ",".join(f"{k}={v}" for k, v in api.selector_for(self.name).items())
-        new = status.build(previous, facts, outcome.target, now_iso(), selector, self._exposure)
+        new = status.build(previous, facts, outcome.target, now_iso(), selector, self._exposure, policy)
         metrics.observe_conditions(self.namespace, self.name, new["conditions"])
         if not status.changed(previous, new):
             return

@@ -328,6 +328,20 @@ def spec_schema() -> Schema:
                 },
             },
             "expose": _expose_schema(),
+            "networkPolicy": {
+                "type": "object",
+                "description": ("A NetworkPolicy for the gateway pods (<name>-gateway): port 8765 only from pods of "
+                                "this namespace (the Service's clients), the operator's pods (its health polls) "
+                                "and the namespaces listed (the edge's). Binds where the network plugin enforces "
+                                "NetworkPolicy. Default: off (no policy for the gateway pods)."),
+                "properties": {
+                    "enabled": _s("boolean", "Write the policy. Default false.", default=False),
+                    "fromNamespaces": {"type": "array", "maxItems": 32, "description": "Namespaces whose pods may "
+                                       "reach the gateways too, e.g. the ingress controller's. Default none.",
+                                       "items": _s("string", "A namespace name.", minLength=1, maxLength=63,
+                                                   pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")},
+                },
+            },
             "resources": _resources(f"Gateway container resources: requests and limits, {_QUANTITIES}. "
                                     "Default none."),
             "env": _env(),
@@ -460,6 +474,8 @@ def status_schema() -> Schema:
                            "url": _s("string", "The URL for webhooks and WebSocket clients."),
                            "message": _s("string", "Why there is no address yet."),
                        }},
+            "networkPolicy": {"type": "object", "description": "The gateway pods' NetworkPolicy (spec.networkPolicy), "
+                              "when enabled.", "properties": {"name": _s("string", "Its name.")}},
             "redis": {"type": "object", "description": "Redis in use, without credentials.", "properties": {
                 "endpoint": _s("string", "host:port/db."),
                 "prefix": _s("string", "Key prefix."),

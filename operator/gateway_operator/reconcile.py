@@ -177,9 +177,11 @@ async def reconcile(kube: Kube, prober: Prober, settings: ReconcileSettings, bod
     mine = claim_of(api.KIND, meta)
     # routes exist only once status.expose was written: nothing else needs a look for them
     exposed_before = "expose" in (body.get("status") or {})
+    # the gateway NetworkPolicy exists only once status.networkPolicy was written
+    policy_before = "networkPolicy" in (body.get("status") or {})
     try:
         outcome, inputs = await _reconcile(kube, prober, settings, owner, mine, body.get("spec") or {}, pods, full,
-                                           seen, exposed_before)
+                                           seen, (exposed_before, policy_before))
     except Exception as e:  # noqa: BLE001 - the boundary: nothing escapes to the loop
         outcome, inputs = Outcome(problem=_unexpected(e), applied=full, error=e), None
     read = inputs if full and outcome.problem is None else None
@@ -190,7 +192,7 @@ async def reconcile(kube: Kube, prober: Prober, settings: ReconcileSettings, bod
 
 async def _reconcile(kube: Kube, prober: Prober, settings: ReconcileSettings, owner: render.Owner, mine: Claim,
                      raw_spec: Mapping[str, Any], pods: Sequence[PodView], full: bool, seen: Observation,
-                     exposed_before: bool) -> _Pass:
+                     before: tuple[bool, bool]) -> _Pass:
     cached = None if full else seen.inputs
     prepared = await asyncio.to_thread(_prepare, kube, owner, raw_spec, full, cached, settings.tenancy)
     if full or seen.deployment is None:
@@ -216,7 +218,7 @@ async def _reconcile(kube: Kube, prober: Prober, settings: ReconcileSettings, ow
     if apply and (problem is None or problem.reason in _APPLY_DESPITE):
         try:
             applied = await asyncio.to_thread(_apply, kube, owner, spec, target, replicas, prepared.revision,
-                                              settings.operator, exposed_before, not claimed)
+                                              settings.operator, before, not claimed)
             writes += applied.writes
             exposure = (Exposure(message=problem.message) if claimed and problem else
                         await asyncio.to_thread(_exposure, kube, owner, spec, applied.routes))
@@ -290,10 +292,13 @@ class Applied(NamedTuple):
 
 
 def _apply(kube: Kube, owner: render.Owner, spec: GatewaySpec, target: RedisTarget | None, replicas: int,
-           revision: str, operator: render.OperatorIdentity, exposed_before: bool = False,
+           revision: str, operator: render.OperatorIdentity, before: tuple[bool, bool] = (False, False),
            routes_allowed: bool = True) -> Applied:
-    """``routes_allowed`` False: a host is claimed by someone older, so no route of this
+    """``before``: whether status says routes (status.expose) and the gateway NetworkPolicy
+    (status.networkPolicy) were written, so that only then are they looked for to be removed.
+    ``routes_allowed`` False: a host is claimed by someone older, so no route of this
     GatewayDeployment may stand (one written before the older claim was seen goes)."""
+    exposed_before, policy_before = before
     writes, routes = 0, {}
     for manifest in render.desired_objects(owner, spec, target, replicas, revision, operator):
         if manifest["kind"] in _EXPOSE_FIELD and not routes_allowed:
@@ -304,6 +309,9 @@ def _apply(kube: Kube, owner: render.Owner, spec: GatewaySpec, target: RedisTarg
             routes[manifest["kind"]] = result.live
     if spec.replicas <= 1:
         writes += kube.delete_if_present("policy/v1", "PodDisruptionBudget", owner.namespace, owner.name, owner.uid)
+    if policy_before and not spec.network_policy.enabled:
+        writes += kube.delete_if_present("networking.k8s.io/v1", "NetworkPolicy", owner.namespace,
+                                         render.gateway_network_policy_name(owner.name), owner.uid)
     if exposed_before or not routes_allowed:  # a route the spec no longer asks for, or may not have
         for (api_version, kind), wanted in ((expose.INGRESS_API, spec.expose.ingress),
                                             (expose.ROUTE_API, spec.expose.http_route)):

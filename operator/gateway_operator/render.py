@@ -249,6 +249,32 @@ def http_route(owner: Owner, spec: GatewaySpec) -> Manifest | None:
     return manifest
 
 
+def gateway_network_policy_name(name: str) -> str:
+    return f"{name}-gateway"
+
+
+def gateway_network_policy(owner: Owner, spec: GatewaySpec, operator: OperatorIdentity) -> Manifest | None:
+    """spec.networkPolicy: ingress to the gateway port only from the pods of this namespace (the
+    Service's clients), the operator's own pods (its /health polls) and the listed namespaces
+    (the edge's). Where the network plugin enforces NetworkPolicy, everything else is refused."""
+    if not spec.network_policy.enabled:
+        return None
+    peers: list[dict[str, Any]] = [
+        {"podSelector": {}},  # this namespace
+        {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": operator.namespace}},
+         "podSelector": {"matchLabels": {api.LABEL_NAME: OPERATOR_APP_NAME, api.LABEL_INSTANCE: operator.instance}}},
+    ]
+    if spec.network_policy.from_namespaces:
+        peers.append({"namespaceSelector": {"matchExpressions": [{
+            "key": "kubernetes.io/metadata.name", "operator": "In",
+            "values": list(spec.network_policy.from_namespaces)}]}})
+    return _object("networking.k8s.io/v1", "NetworkPolicy", gateway_network_policy_name(owner.name), owner, spec={
+        "podSelector": {"matchLabels": api.selector_for(owner.name)},
+        "policyTypes": ["Ingress"],
+        "ingress": [{"from": peers, "ports": [{"port": api.GATEWAY_PORT, "protocol": "TCP"}]}],
+    })
+
+
 def disruption_budget(owner: Owner, spec: GatewaySpec) -> Manifest | None:
     if spec.replicas <= 1:
         return None
@@ -343,6 +369,9 @@ def desired_objects(owner: Owner, spec: GatewaySpec, redis: RedisTarget | None, 
     pdb = disruption_budget(owner, spec)
     if pdb:
         objects.append(pdb)
+    policy = gateway_network_policy(owner, spec, operator)
+    if policy:
+        objects.append(policy)
     # last: a route to the replicas (or an API that is not served) never holds them back
     objects += [m for m in (ingress(owner, spec), http_route(owner, spec)) if m]
     return objects

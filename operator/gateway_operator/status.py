@@ -8,13 +8,14 @@ from .conditions import Facts
 from .expose import Exposure
 from .redis_target import RedisTarget
 
-REMOVABLE = ("redis", "expose")  # keys that go when the spec stops asking for them
+REMOVABLE = ("redis", "expose", "networkPolicy")  # keys that go when the spec stops asking for them
 
 
 def build(previous: Mapping[str, Any] | None, facts: Facts, target: RedisTarget | None, now: str,
-          selector: str = "", exposure: Exposure | None = None) -> dict[str, Any]:
+          selector: str = "", exposure: Exposure | None = None, network_policy: str = "") -> dict[str, Any]:
     """``selector``: the gateway pods' label selector (the scale subresource reads it);
-    ``exposure``: where clients outside reach the replicas (spec.expose), when set."""
+    ``exposure``: where clients outside reach the replicas (spec.expose), when set;
+    ``network_policy``: the gateway NetworkPolicy's name (spec.networkPolicy), when enabled."""
     previous = previous or {}
     merged = conditions.merge(previous.get("conditions") or [], conditions.compute(facts), facts.generation, now)
     exactly_once = next(c["status"] for c in merged if c["type"] == conditions.EXACTLY_ONCE)
@@ -34,6 +35,8 @@ def build(previous: Mapping[str, Any] | None, facts: Facts, target: RedisTarget 
         status["redis"] = {"endpoint": target.endpoint, "prefix": target.prefix}
     if exposure is not None:
         status["expose"] = exposure.status()
+    if network_policy:
+        status["networkPolicy"] = {"name": network_policy}
     return status
 
 

@@ -72,9 +72,10 @@ missing the API server also checks `create`. */}}
 - apiGroups: [""]
   resources: [persistentvolumeclaims]
   verbs: [get, create, patch]
+# the managed Redis's and the gateway pods' (spec.networkPolicy; the latter removed with the field)
 - apiGroups: [networking.k8s.io]
   resources: [networkpolicies]
-  verbs: [get, create, patch]
+  verbs: [get, create, patch, delete]
 # ... and removed when replicas drop to one (kube.delete_if_present)
 - apiGroups: [policy]
   resources: [poddisruptionbudgets]
