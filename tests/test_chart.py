@@ -23,6 +23,7 @@ from typing import Any, Callable, Iterator
 import pytest
 import yaml
 
+from gateway_operator.tenancy import TenancyPolicy
 from support.cluster import REPO, Cluster, tool
 from support.gateways import apply_gateway, wait_condition, wait_ready_pods
 from support.monitoring import install_prometheus_operator_crds
@@ -221,8 +222,10 @@ def test_defaults_render_no_new_field_and_keep_the_restricted_profile() -> None:
     assert "annotations" not in r.one("ServiceAccount")["metadata"]
     assert [e["name"] for e in r.container["env"]] == ["POD_NAMESPACE", "POD_NAME"]
     assert "--operator-instance=r" in r.container["args"] and "--log-level=info" in r.container["args"]
-    assert r.container["args"][-4:] == ["--leader-election", "--lease-duration=15", "--renew-deadline=10",
-                                        "--retry-period=2"]
+    tenancy = [a for a in r.container["args"] if a.startswith("--tenancy-policy=")]
+    assert len(tenancy) == 1 and TenancyPolicy.from_json(tenancy[0].split("=", 1)[1]) == TenancyPolicy()  # defaults
+    args = [a for a in r.container["args"] if a not in tenancy]
+    assert args[-4:] == ["--leader-election", "--lease-duration=15", "--renew-deadline=10", "--retry-period=2"]
     assert r.deployment["spec"]["replicas"] == 2  # a leader and a standby
     assert r.pod["securityContext"] == {"runAsNonRoot": True, "runAsUser": 10001, "runAsGroup": 10001,
                                         "seccompProfile": {"type": "RuntimeDefault"}}
