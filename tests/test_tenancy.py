@@ -314,6 +314,9 @@ def test_two_tenants_claiming_one_host_at_once_the_older_wins_every_time(
             until(lambda: _ingress_of(cluster, older, "racer"), timeout=30, what=f"round {round_}: older's Ingress")
             until(lambda: _ingress_of(cluster, younger, "racer") is None, timeout=30,
                   what=f"round {round_}: no Ingress for the younger claim")
+            tie = bodies[older]["metadata"]["creationTimestamp"] == bodies[younger]["metadata"]["creationTimestamp"]
+            print(f"race round {round_}: the older claim ({'same second, smaller uid' if tie else 'earlier second'}) "
+                  "kept the host; the younger is HostClaimed with no Ingress")
         finally:
             for ns in namespaces:
                 cluster.kubectl("delete", "namespace", ns, "--wait=false", check=False)
