@@ -12,7 +12,9 @@
 #                                   (hack/node.sh, opt-in; same module, same scheme),
 #                                   coredns (hack/coredns) for its cluster DNS, containerd,
 #                                   containerd-shim-runc-v2 and ctr (hack/containerd), traefik (its
-#                                   ingress controller) and the Gateway API CRDs ($GWOP_CACHE/crds/)
+#                                   ingress controller), kube-router (hack/kube-router: its firewall
+#                                   controller enforces NetworkPolicies) and the Gateway API CRDs
+#                                   ($GWOP_CACHE/crds/)
 #   hack/build-binaries.sh --monitoring
 #                                   prometheus and promtool (hack/prometheus) and the
 #                                   prometheus-operator CRDs ($GWOP_CACHE/crds/) for
@@ -105,6 +107,24 @@ build_prometheus() {
   log "building $name $PROMETHEUS_VERSION (one-off, minutes)"
   (cd "$here/prometheus" && go build -trimpath -tags netgo,remove_all_sd -ldflags "$ld" -o "$out.tmp" \
      "github.com/prometheus/prometheus/cmd/$name" && mv "$out.tmp" "$out")
+}
+
+# kube-router, of which the real node runs only the network policy controller (hack/node.sh:
+# --run-firewall, no router, no service proxy). Its go.mod has no replace directives: a wrapper
+# module (hack/kube-router) with its go.sum, checked here against the module checksum versions.env
+# pins. Cold: about 4 minutes on 2 cores.
+build_kube_router() {
+  local out=$bin/kube-router-$KUBE_ROUTER_VERSION mod=github.com/cloudnativelabs/kube-router/v2
+  [[ -x $out ]] && return
+  grep -q "^require $mod $KUBE_ROUTER_VERSION\$" "$here/kube-router/go.mod" \
+    || { log "hack/kube-router/go.mod does not pin kube-router $KUBE_ROUTER_VERSION (versions.env)"; return 1; }
+  grep -qxF "$mod $KUBE_ROUTER_VERSION $KUBE_ROUTER_SUM" "$here/kube-router/go.sum" \
+    || { log "hack/kube-router/go.sum does not carry $mod $KUBE_ROUTER_VERSION $KUBE_ROUTER_SUM (versions.env)"; return 1; }
+  local pkg=$mod/pkg/version
+  log "building kube-router $KUBE_ROUTER_VERSION (one-off, about 4 minutes)"
+  (cd "$here/kube-router" && go build -trimpath \
+     -ldflags "-s -w -X $pkg.Version=$KUBE_ROUTER_VERSION -X $pkg.BuildDate=module-proxy-build" \
+     -o "$out.tmp" "$mod/cmd/kube-router" && mv "$out.tmp" "$out")
 }
 
 # A module's source as the Go proxy serves it, checked against the checksum pinned in versions.env;
@@ -217,6 +237,8 @@ if [[ " $* " == *" --node "* ]]; then
   done
   build_traefik
   ln -sf "traefik-$TRAEFIK_VERSION" "$bin/traefik"
+  build_kube_router
+  ln -sf "kube-router-$KUBE_ROUTER_VERSION" "$bin/kube-router"
   fetch_gateway_api_crds
   ln -sfn "../crds/gateway-api-$GATEWAY_API_VERSION" "$bin/gateway-api-crds"
 fi

@@ -22,7 +22,7 @@ case ${1:-up} in
     "$repo/hack/system-deps.sh"
     echo "[demo] python venv (the first run installs the pinned packages: about a minute)"
     "$repo/hack/venv.sh"
-    echo "[demo] control-plane and node binaries (the first run builds them from Go modules: about 22 minutes)"
+    echo "[demo] control-plane and node binaries (the first run builds them from Go modules: about 26 minutes)"
     "$repo/hack/build-binaries.sh" --node >/dev/null
     exec "$python" -u "$repo/hack/demo.py" up ;;
   down)

@@ -24,11 +24,17 @@
 # IngressClass traefik and, with the Gateway API CRDs installed, GatewayClass traefik and the
 # Gateway gwop-edge/edge; it listens on $EDGE_IP:80 (loopback: "outside" is this host) and
 # publishes that address in the status of the Ingresses and Gateways it serves.
-# One node per host (the bridge, /run/netns and the iptables chains are host-global).
+# NetworkPolicies: kube-router's network policy controller alone (hack/build-binaries.sh --node;
+# no router, no service proxy: kube-proxy keeps the Services) on the node as a host process,
+# enforcing them with iptables chains and ipsets on the pods' bridged and routed traffic
+# (bridge netfilter on); why kube-router and not kube-network-policies: hack/versions.env.
+# GWOP_NODE_NETPOL=0 starts none (NetworkPolicies then bind nothing, as on a plain bridge CNI:
+# how tests/test_node.py's NetworkPolicy test is seen to fail without an enforcer).
+# One node per host (the bridge, /run/netns, the iptables chains and ipsets are host-global).
 #
 # Everything else lives in $GWOP_CLUSTER_DIR/node: containerd's root, state and socket, CNI
 # config and IPAM data, the kubelet's root and pod logs, certificates, logs, pids, and what
-# network recorded about the host (iptables chains, sysctls) so down can put it back. The one
+# network recorded about the host (iptables chains, ipsets, sysctls) so down can put it back. The one
 # exception, the runc shims' sockets, goes to $SHIM_SOCKETS (a unix socket path must stay short).
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
@@ -55,7 +61,9 @@ cgroup_name=gwop-node
 sysctls=(net.ipv4.ip_forward net.bridge.bridge-nf-call-iptables vm.overcommit_memory vm.panic_on_oom kernel.panic kernel.panic_on_oops kernel.keys.root_maxkeys kernel.keys.root_maxbytes)
 EDGE_IP=127.0.80.1    # Traefik's entry point (port 80), the address Ingresses and the Gateway get
 EDGE_NAMESPACE=gwop-edge
+netpol=${GWOP_NODE_NETPOL:-1}
 components=(containerd kube-scheduler kubelet kube-proxy coredns hostpath-provisioner edge)
+[[ $netpol == 0 ]] || components+=(netpol)
 python=${GWOP_PYTHON:-$repo/.venv/bin/python}
 
 log() { echo "[node] $*" >&2; }
@@ -86,6 +94,7 @@ ensure_packages() {  # containerd itself is built (hack/containerd): Debian's 1.
   command -v runc >/dev/null || missing+=(runc)
   [[ -x /usr/lib/cni/bridge && -x /usr/lib/cni/host-local ]] || missing+=(containernetworking-plugins)
   command -v iptables >/dev/null || missing+=(iptables)
+  command -v ipset >/dev/null || missing+=(ipset)  # kube-router's network policy controller runs it
   ((${#missing[@]})) || return 0
   log "installing ${missing[*]} with apt-get"
   apt-get update -qq
@@ -120,6 +129,14 @@ iptables_chains() { iptables-save 2>/dev/null | awk '/^\*/{t=substr($0,2)} /^:/{
 record_host() {
   mkdir -p "$rec"
   iptables_chains >"$rec/iptables-chains"
+  local sets foreign
+  sets=$(ipset list -n) || die "ipset list failed: the node's NetworkPolicy enforcer (kube-router) needs the kernel's ip_set"
+  printf '%s\n' "$sets" | sed '/^$/d' | sort -u >"$rec/ipsets"
+  foreign=$(tr '\n' ' ' <"$rec/ipsets")
+  # kube-router v2.1.0 saves every ipset of the host and restores them all at each sync (fixed in
+  # v2.1.3/v2.2.0, which the Go module proxy does not serve): sets of other programs are rewritten
+  # with what they held a sync earlier
+  [[ -z $foreign ]] || log "warning: this host has ipsets ($foreign) that the node's kube-router v2.1.0 rewrites at each sync"
   local s; for s in "${sysctls[@]}"; do echo "$s=$(sysctl -n "$s" 2>/dev/null || echo)"; done >"$rec/sysctls"
   [[ -e /var/lib/kubelet ]] || touch "$rec/created-var-lib-kubelet"
   [[ -e /run/netns ]] || touch "$rec/created-run-netns"
@@ -155,6 +172,18 @@ for table, chain in new:
 for table, chain in new:
     print(shlex.join(["iptables", "-t", table, "-X", chain]))
 ' "$rec/iptables-chains" | while IFS= read -r cmd; do eval "$cmd" 2>/dev/null || log "failed: $cmd"; done
+}
+
+# Destroys the ipsets that appeared since up with kube-router's names (KUBE-SRC-/KUBE-DST- of its
+# network policy controller, TMP- of an interrupted restore); the iptables rules naming them are
+# gone first (restore_iptables). Sets that existed before are left alone.
+restore_ipsets() {
+  [[ -f $rec/ipsets ]] && command -v ipset >/dev/null || return 0
+  local set
+  ipset list -n 2>/dev/null | sed '/^$/d' | sort -u | comm -13 "$rec/ipsets" - | while IFS= read -r set; do
+    [[ $set == KUBE-* || $set == TMP-* ]] || continue
+    ipset destroy "$set" 2>/dev/null || log "failed: ipset destroy $set"
+  done
 }
 
 restore_sysctls() {
@@ -298,7 +327,7 @@ teardown() {
   [[ -d $node_dir ]] || { [[ $(cat "$OWNER" 2>/dev/null) == "$dir" ]] && rm -f "$OWNER"; return 0; }
   mkdir -p "$rec"
   local c t0=$SECONDS
-  for c in edge hostpath-provisioner coredns kube-proxy kubelet kube-scheduler; do stop_pid "$c"; done
+  for c in netpol edge hostpath-provisioner coredns kube-proxy kubelet kube-scheduler; do stop_pid "$c"; done
   drain_containerd
   stop_pid containerd
   log "processes and containers gone in $((SECONDS - t0))s"
@@ -316,12 +345,13 @@ teardown() {
     rmdir /run/containerd/s /run/containerd/runc/k8s.io /run/containerd/runc /run/containerd 2>/dev/null || true
   fi
   restore_iptables
+  restore_ipsets
   restore_sysctls
   if [[ -f $rec/created-var-lib-kubelet ]]; then rm -rf /var/lib/kubelet; fi
   if [[ -n ${bin:-} && -f $kubeconfig ]] && [[ $(kc get --raw /readyz 2>/dev/null) == ok ]]; then
     kc delete node "$NODE_NAME" --ignore-not-found --wait=false >/dev/null 2>&1 || true
-    kc delete clusterrolebinding gwop-node-kubelets gwop-node-coredns gwop-node-hostpath-provisioner gwop-node-edge --ignore-not-found >/dev/null 2>&1 || true
-    kc delete clusterrole gwop-node-coredns gwop-node-hostpath-provisioner gwop-node-edge --ignore-not-found >/dev/null 2>&1 || true
+    kc delete clusterrolebinding gwop-node-kubelets gwop-node-coredns gwop-node-hostpath-provisioner gwop-node-edge gwop-node-netpol --ignore-not-found >/dev/null 2>&1 || true
+    kc delete clusterrole gwop-node-coredns gwop-node-hostpath-provisioner gwop-node-edge gwop-node-netpol --ignore-not-found >/dev/null 2>&1 || true
     kc delete ingressclass traefik --ignore-not-found >/dev/null 2>&1 || true
     kc delete gatewayclass traefik --ignore-not-found >/dev/null 2>&1 || true
     kc delete namespace "$EDGE_NAMESPACE" --ignore-not-found --wait=false >/dev/null 2>&1 || true
@@ -481,6 +511,48 @@ accessLog: {filePath: "$logs/edge-access.log", format: json, fields: {names: {Re
 EOF
 }
 
+# -- NetworkPolicies: kube-router's network policy controller ---------------------------------
+# Its own client certificate and a ClusterRole of what it reads: the pods, namespaces and
+# NetworkPolicies it turns into iptables chains and ipsets, and its Node (get: its address).
+# Services, Endpoints and EndpointSlices too: kube-router v2.1.0 starts the informers of all its
+# controllers whichever run (pkg/cmd/kube-router.go), and exits when one of them cannot sync.
+netpol_objects() {
+  kc apply -f - >/dev/null <<EOF
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata: {name: gwop-node-netpol}
+rules:
+- {apiGroups: [""], resources: [pods, namespaces], verbs: [list, watch]}
+- {apiGroups: [""], resources: [nodes], verbs: [get, list, watch]}
+- {apiGroups: [networking.k8s.io], resources: [networkpolicies], verbs: [list, watch]}
+- {apiGroups: [""], resources: [services, endpoints], verbs: [list, watch]}
+- {apiGroups: [discovery.k8s.io], resources: [endpointslices], verbs: [list, watch]}
+---
+$(node_binding netpol)
+EOF
+}
+
+# Only the firewall controller: no router (the CNI bridge is the pod network), no service proxy
+# (kube-proxy keeps the Services), no load-balancer allocator; IPv4. No listener at all: its
+# health server (default :20244) would bind every interface, metrics and pprof stay off.
+# v2.1.0 looks its Node up by $NODE_NAME first, then by the host name, --hostname-override last.
+start_netpol() {
+  start netpol env NODE_NAME="$NODE_NAME" "$nbin/kube-router" --kubeconfig "$node_dir/netpol.kubeconfig" \
+    --run-firewall=true --run-router=false --run-service-proxy=false --run-loadbalancer=false \
+    --hostname-override "$NODE_NAME" --service-cluster-ip-range "$SERVICE_CIDR" \
+    --enable-ipv4=true --enable-ipv6=false --health-port 0 --metrics-port 0 --v 1
+}
+
+# its top-level chains hooked into the filter table (it creates them before its first sync)
+netpol_enforcing() {
+  alive netpol && iptables -S FORWARD 2>/dev/null | grep -q -- '-j KUBE-ROUTER-FORWARD' \
+    && iptables -S KUBE-NWPLCY-DEFAULT >/dev/null 2>&1
+}
+
+node_registered() {  # kube-router reads the Node's InternalIP when it starts
+  [[ $(kc get node "$NODE_NAME" -o jsonpath='{.status.addresses[?(@.type=="InternalIP")].address}' 2>/dev/null) == "$NODE_IP" ]]
+}
+
 edge_answers() { python3 -c 'import socket,sys; socket.create_connection((sys.argv[1], 80), 1).close()' "$EDGE_IP"; }
 
 # -- up ------------------------------------------------------------------------------------
@@ -625,13 +697,17 @@ network() {
   # the Service range stays on the bridge: nothing untranslated follows the default route out
   ip route add "$SERVICE_CIDR" dev "$BRIDGE" src "$NODE_IP"
   # the CNI bridge turns IP forwarding on; no packet crosses between the bridge and any other
-  # interface (no NAT is configured either)
-  iptables -N "$FWD_CHAIN"
-  iptables -A "$FWD_CHAIN" -i "$BRIDGE" ! -o "$BRIDGE" -j DROP
-  iptables -A "$FWD_CHAIN" ! -i "$BRIDGE" -o "$BRIDGE" -j DROP
-  iptables -I FORWARD 1 -j "$FWD_CHAIN"
-  # a pod reaching a Service whose endpoint is a pod on the same bridge: the reply is bridged,
-  # and only bridge netfilter lets conntrack undo the DNAT (restored at down)
+  # interface (no NAT is configured either). In the mangle table's FORWARD, which sees every
+  # forwarded packet before any filter rule does: the filter table's FORWARD begins with
+  # kube-router's jump (it puts it back first at each sync), which ACCEPTs pod traffic that its
+  # policies allow, to wherever it is routed
+  iptables -t mangle -N "$FWD_CHAIN"
+  iptables -t mangle -A "$FWD_CHAIN" -i "$BRIDGE" ! -o "$BRIDGE" -j DROP
+  iptables -t mangle -A "$FWD_CHAIN" ! -i "$BRIDGE" -o "$BRIDGE" -j DROP
+  iptables -t mangle -I FORWARD 1 -j "$FWD_CHAIN"
+  # bridge netfilter (restored at down): frames bridged between two pods traverse iptables, so
+  # that kube-router's chains see pod-to-pod traffic and, for a pod reaching a Service whose
+  # endpoint is a pod on the same bridge, conntrack can undo the DNAT of the bridged reply
   sysctl -qw net.bridge.bridge-nf-call-iptables=1
 }
 
@@ -693,13 +769,15 @@ up() {
   client_cert coredns "/CN=gwop-node:coredns"
   client_cert hostpath-provisioner "/CN=gwop-node:hostpath-provisioner"
   client_cert edge "/CN=gwop-node:edge"
+  client_cert netpol "/CN=gwop-node:netpol"
   node_kubeconfig kubelet; node_kubeconfig kube-proxy; node_kubeconfig kube-scheduler; node_kubeconfig coredns
-  node_kubeconfig hostpath-provisioner; node_kubeconfig edge
+  node_kubeconfig hostpath-provisioner; node_kubeconfig edge; node_kubeconfig netpol
   # RBAC only (no Node authorizer): the kubelets' group gets the system:node role
   kc create clusterrolebinding gwop-node-kubelets --clusterrole system:node --group system:nodes \
     --dry-run=client -o yaml | kc apply -f - >/dev/null
   cluster_dns_objects
   edge_objects
+  netpol_objects
   # PersistentVolumeClaims: our minimal hostPath provisioner (hack/hostpath_provisioner.py)
   kc apply -f - >/dev/null <<EOF
 apiVersion: storage.k8s.io/v1
@@ -735,9 +813,21 @@ EOF
   start hostpath-provisioner "$python" "$repo/hack/hostpath_provisioner.py" --kubeconfig "$node_dir/hostpath-provisioner.kubeconfig" \
     --root "$node_dir/volumes" --node "$NODE_NAME"
   start edge env KUBECONFIG="$node_dir/edge.kubeconfig" "$nbin/traefik" --configFile="$node_dir/traefik.yaml"
+  local t_netpol
+  if [[ $netpol != 0 ]]; then
+    wait_for "node $NODE_NAME registered" 60 node_registered
+    t_netpol=$SECONDS
+    start_netpol
+  fi
   wait_for "node $NODE_NAME Ready" 120 node_ready
   wait_for "cluster DNS" 30 dns_answers
   wait_for "the edge (traefik) on $EDGE_IP:80" 30 edge_answers
+  if [[ $netpol != 0 ]]; then
+    wait_for "NetworkPolicy enforcement (kube-router's chains)" 60 netpol_enforcing
+    log "kube-router enforcing NetworkPolicies $((SECONDS - t_netpol))s after its start"
+  else
+    log "GWOP_NODE_NETPOL=0: no NetworkPolicy enforcer on this node"
+  fi
   log "node $NODE_NAME Ready in $((SECONDS - t0))s (containerd socket $sock, logs $logs)"
 }
 

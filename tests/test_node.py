@@ -3,7 +3,8 @@ builds the images, starts the control plane with a real node (containerd, kubele
 CoreDNS), helm-installs the operator from the local image and applies the examples; the tests
 below then work on its real pods: webhooks to gateway pods by pod IP and through their Service,
 a Redis outage, the kubelet's own waiting reasons, a PVC from the node's provisioner surviving a
-pod restart. Last, `make demo` again reuses everything and `make demo-down` leaves nothing.
+pod restart, the managed Redis's NetworkPolicy enforced on the node (kube-router) against real
+connections. Last, `make demo` again reuses everything and `make demo-down` leaves nothing.
 
 The LLM is the one stand-in (support.llm_pod, a pod, counting agent turns at GET /stats).
 Traffic goes only to loopback and to the 198.18.0.0/15 addresses of the node's own bridge.
@@ -19,13 +20,17 @@ import subprocess
 import time
 import uuid
 from pathlib import Path
-from typing import Iterator, NamedTuple
+from typing import Callable, Iterator, NamedTuple
 
 import pytest
 
+from gateway_operator import api
+from gateway_operator.render import OPERATOR_APP_NAME
+
 from support import node
 from support.cluster import REPO, Cluster
-from support.gateways import conditions, events, ready_pods, reconcile_latency, wait_condition, wait_ready_pods
+from support.gateways import (conditions, events, is_ready, ready_pods, reconcile_latency, wait_condition,
+                              wait_ready_pods)
 from support.node import unavailable
 from support.operator import gateway_deployment
 from support.standins import HealthStandIns
@@ -201,6 +206,114 @@ def test_warn_policy_runs_the_duplicate_and_the_service_keeps_one_client_on_one_
     assert service["spec"]["ports"][0]["port"] == node.GATEWAY_PORT  # the default spec.service.port
     turns, answers = deliver(cluster, "canary-bot", [cluster_ip] * 8, f"retry-{uuid.uuid4().hex[:8]}")
     assert turns == 1, answers
+
+
+# -- NetworkPolicy, enforced on the node (kube-router) ---------------------------------------
+CONNECT_BOUND = 3.0  # s: kube-router REJECTs (refused at once); a connection dropped instead times out here
+
+# run in a pod: one TCP connect to host:port and PING; Redis's first reply line or the error's name
+PING = r"""
+import json, socket, sys, time
+start = time.monotonic()
+try:
+    with socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=float(sys.argv[3])) as s:
+        s.sendall(b"PING\r\n")
+        reply = s.recv(128).decode(errors="replace").strip() or "(closed)"
+except OSError as e:
+    reply = type(e).__name__
+print(json.dumps({"reply": reply, "seconds": round(time.monotonic() - start, 3)}))
+"""
+
+
+class Try(NamedTuple):
+    reply: str      # "-NOAUTH ..." or "+PONG": Redis answered; else the error (ConnectionRefusedError, TimeoutError)
+    seconds: float  # connect to reply or error, measured in the pod
+
+
+def redis_try(cluster: Cluster, namespace: str, pod: str, address: str, python: str = "python3") -> Try:
+    """One connection from inside ``pod`` (kubectl exec) to ``address``:6379."""
+    out = cluster.kubectl("exec", "-n", namespace, pod, "--", python, "-c", PING, address, "6379",
+                          str(CONNECT_BOUND)).stdout
+    answer = json.loads(out.strip().splitlines()[-1])
+    return Try(answer["reply"], answer["seconds"])
+
+
+def admitted(tried: Try) -> bool:
+    return tried.reply.startswith(("-NOAUTH", "+PONG"))
+
+
+def refused(tried: Try) -> bool:
+    return tried.reply in ("ConnectionRefusedError", "TimeoutError") and tried.seconds <= CONNECT_BOUND + 0.5
+
+
+def expect(check: Callable[[Try], bool], tried: Try) -> Try:
+    """``tried`` if it passes ``check``; else an AssertionError naming it (what `until` reports last)."""
+    if not check(tried):
+        raise AssertionError(f"{check.__name__}: no, {tried}")
+    return tried
+
+
+def probe_pod(namespace: str, name: str, labels: dict[str, str]) -> dict[str, object]:
+    """A pod that only waits (the TEST IMAGE's Debian base: /usr/bin/python3), under the restricted profile."""
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": namespace, "labels": labels},
+            "spec": {"terminationGracePeriodSeconds": 1, "automountServiceAccountToken": False,
+                     "securityContext": {"runAsNonRoot": True, "runAsUser": 10001, "runAsGroup": 10001,
+                                         "seccompProfile": {"type": "RuntimeDefault"}},
+                     "containers": [{"name": "probe", "image": node.images().health_standin, "imagePullPolicy": "Never",
+                                     "command": ["sleep", "infinity"],
+                                     "securityContext": {"allowPrivilegeEscalation": False,
+                                                         "readOnlyRootFilesystem": True,
+                                                         "capabilities": {"drop": ["ALL"]}}}]}}
+
+
+def test_the_managed_redis_admits_only_its_gateways_and_the_operator(sandbox: Sandbox) -> None:
+    """ops-bot's managed Redis behind the NetworkPolicy the operator renders for it, enforced on the
+    node by kube-router: real TCP connections from real pods to its Service (ClusterIP:6379). Its
+    gateway pods and the operator's pods get Redis's answer to PING; a plain pod in another
+    namespace, one there wearing ops-bot's gateway labels, a pod of the tenant's namespace with other
+    labels and one there wearing the operator's pod labels are refused, each within CONNECT_BOUND.
+    Without an enforcer every one of them gets the answer, and this test fails."""
+    cluster = sandbox.cluster
+    policy = cluster.get_json("networkpolicy", "ops-bot-redis", "-n", NS)
+    assert policy["spec"]["policyTypes"] == ["Ingress"], policy["spec"]
+    assert policy["metadata"]["ownerReferences"][0]["name"] == "ops-bot"
+    address = cluster.get_json("service", "ops-bot-redis", "-n", NS)["spec"]["clusterIP"]
+    other = cluster.new_namespace({"pod-security.kubernetes.io/enforce": "restricted"})
+    operator_labels = {api.LABEL_NAME: OPERATOR_APP_NAME, api.LABEL_INSTANCE: node.RELEASE}
+    strangers = {
+        (other, "plain"): {"app": "netpol-probe"},
+        (other, "gateway-lookalike"): api.selector_for("ops-bot"),  # a label alone, in another namespace
+        (NS, "netpol-probe"): {"app": "netpol-probe"},
+        (NS, "operator-lookalike"): operator_labels,  # the operator's labels, in the tenant's namespace
+    }
+    try:
+        for (namespace, name), labels in strangers.items():
+            cluster.apply(json.dumps(probe_pod(namespace, name, labels)))
+        until(lambda: all(is_ready(cluster.get_json("pod", name, "-n", namespace)) for namespace, name in strangers),
+              timeout=120, what="the probe pods Ready")
+        gateways = [(NS, p["metadata"]["name"]) for p in ready_pods(cluster, NS, "ops-bot")]
+        selector = ",".join(f"{k}={v}" for k, v in operator_labels.items())
+        operators = [(node.SYSTEM_NAMESPACE, p["metadata"]["name"]) for p in
+                     cluster.get_json("pods", "-n", node.SYSTEM_NAMESPACE, "-l", selector)["items"] if is_ready(p)]
+        assert gateways and len(operators) == 2, (gateways, operators)
+
+        # admitted (a pod that just started is, once kube-router's next sync put its IP in the policy's set)
+        print()
+        for namespace, pod in gateways + operators:
+            tried = until(lambda: expect(admitted, redis_try(cluster, namespace, pod, address)),
+                          timeout=30, what=f"{namespace}/{pod} answered by ops-bot's Redis")
+            print(f"{namespace}/{pod} -> ops-bot-redis: {tried.reply!r} in {tried.seconds:.3f} s")
+        # refused, each within the bound (bounded waits: a sync in progress is not a failure yet)
+        for namespace, pod in strangers:  # their image's python3 on PATH is the stand-in: /usr/bin's
+            tried = until(lambda: expect(refused, redis_try(cluster, namespace, pod, address, "/usr/bin/python3")),
+                          timeout=30, what=f"{namespace}/{pod} refused by ops-bot's Redis within {CONNECT_BOUND} s")
+            print(f"{namespace}/{pod} -> ops-bot-redis: {tried.reply} in {tried.seconds:.3f} s")
+        # and Redis answered all along: a gateway still gets in
+        assert admitted(redis_try(cluster, *gateways[0], address))
+    finally:
+        cluster.kubectl("delete", "namespace", other, "--wait=false", check=False)
+        cluster.kubectl("delete", "pod", "-n", NS, *[name for namespace, name in strangers if namespace == NS],
+                        "--wait=false", check=False)
 
 
 # -- from outside: through the node's edge (Traefik) -----------------------------------------
@@ -389,8 +502,33 @@ def test_solo_bots_sqlite_state_on_its_pvc_survives_a_pod_restart(sandbox: Sandb
 
 # -- again, then down ----------------------------------------------------------------------
 
+KUBE_ROUTER_CHAINS = ("KUBE-ROUTER-", "KUBE-NWPLCY-", "KUBE-POD-FW-")
+KUBE_ROUTER_IPSETS = ("KUBE-SRC-", "KUBE-DST-", "TMP-")  # its policies' sets; TMP-: an interrupted restore's
+
+
+def kube_router_state() -> list[str]:
+    """What the node's NetworkPolicy enforcer holds on the host: kube-router processes, its
+    iptables chains (any table) and its ipsets."""
+    state = []
+    for p in Path("/proc").iterdir():
+        if p.name.isdigit():
+            try:
+                argv = (p / "cmdline").read_bytes().split(b"\0")
+            except OSError:
+                continue
+            if Path(argv[0].decode(errors="replace")).name.startswith("kube-router"):
+                state.append(f"process {p.name} {b' '.join(argv).decode(errors='replace')[:120]}")
+    saved = subprocess.run(["iptables-save"], capture_output=True, text=True).stdout
+    state += [f"iptables chain {line.split()[0][1:]}" for line in saved.splitlines()
+              if line.startswith(":") and line[1:].split()[0].startswith(KUBE_ROUTER_CHAINS)]
+    sets = subprocess.run(["ipset", "list", "-n"], capture_output=True, text=True).stdout
+    state += [f"ipset {name}" for name in sets.split() if name.startswith(KUBE_ROUTER_IPSETS)]
+    return state
+
+
 def leftovers() -> list[str]:
-    """What a node could leave on the host: bridge, chains, routes, mounts, netns, cgroups, processes."""
+    """What a node could leave on the host: bridge, chains, ipsets, routes, mounts, netns, cgroups,
+    processes (kube-router's included)."""
     left = []
     if subprocess.run(["ip", "link", "show", BRIDGE], capture_output=True).returncode == 0:
         left.append(f"bridge {BRIDGE}")
@@ -415,6 +553,7 @@ def leftovers() -> list[str]:
     for directory in (DIR / "node", Path("/run/gwop-node")):  # the node's files, its shims' sockets
         if directory.exists():
             left.append(f"directory {directory}")
+    left += [thing for thing in kube_router_state() if thing not in left]
     return left
 
 
@@ -423,6 +562,9 @@ def test_make_demo_again_reuses_it_and_demo_down_leaves_nothing(sandbox: Sandbox
     assert again.returncode == 0, again.stdout[-6000:]
     assert "[cluster] already up" in again.stdout, again.stdout
     assert re.search(r"agent turns counted at the LLM stand-in: 1 for \d deliveries", again.stdout), again.stdout
+    enforcing = kube_router_state()  # what down must remove: the enforcer, its chains and its policies' ipsets
+    for kind in ("process", "iptables chain KUBE-ROUTER-FORWARD", "iptables chain KUBE-POD-FW-", "ipset KUBE-DST-"):
+        assert any(thing.startswith(kind) for thing in enforcing), (kind, enforcing)
     down = demo("down", timeout=300)
     assert down.returncode == 0, down.stdout
     assert leftovers() == [], down.stdout
