@@ -211,13 +211,14 @@ def test_warn_policy_runs_the_duplicate_and_the_service_keeps_one_client_on_one_
 # -- NetworkPolicy, enforced on the node (kube-router) ---------------------------------------
 CONNECT_BOUND = 3.0  # s: kube-router REJECTs (refused at once); a connection dropped instead times out here
 
-# run in a pod: one TCP connect to host:port and PING; Redis's first reply line or the error's name
+# run in a pod: one TCP connect to host:port and a first line (PING for Redis, a GET for HTTP); the
+# first reply line or the error's name
 PING = r"""
 import json, socket, sys, time
 start = time.monotonic()
 try:
     with socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=float(sys.argv[3])) as s:
-        s.sendall(b"PING\r\n")
+        s.sendall(b"PING\r\n" if sys.argv[2] == "6379" else b"GET /health HTTP/1.0\r\n\r\n")
         reply = s.recv(128).decode(errors="replace").strip() or "(closed)"
 except OSError as e:
     reply = type(e).__name__
@@ -230,9 +231,10 @@ class Try(NamedTuple):
     seconds: float  # connect to reply or error, measured in the pod
 
 
-def redis_try(cluster: Cluster, namespace: str, pod: str, address: str, python: str = "python3") -> Try:
-    """One connection from inside ``pod`` (kubectl exec) to ``address``:6379."""
-    out = cluster.kubectl("exec", "-n", namespace, pod, "--", python, "-c", PING, address, "6379",
+def connect_try(cluster: Cluster, namespace: str, pod: str, address: str, python: str = "python3",
+              port: int = 6379) -> Try:
+    """One connection from inside ``pod`` (kubectl exec) to ``address``:``port``."""
+    out = cluster.kubectl("exec", "-n", namespace, pod, "--", python, "-c", PING, address, str(port),
                           str(CONNECT_BOUND)).stdout
     answer = json.loads(out.strip().splitlines()[-1])
     return Try(answer["reply"], answer["seconds"])
@@ -240,6 +242,10 @@ def redis_try(cluster: Cluster, namespace: str, pod: str, address: str, python: 
 
 def admitted(tried: Try) -> bool:
     return tried.reply.startswith(("-NOAUTH", "+PONG"))
+
+
+def answered_http(tried: Try) -> bool:
+    return tried.reply.startswith("HTTP/1.")
 
 
 def refused(tried: Try) -> bool:
@@ -300,20 +306,65 @@ def test_the_managed_redis_admits_only_its_gateways_and_the_operator(sandbox: Sa
         # admitted (a pod that just started is, once kube-router's next sync put its IP in the policy's set)
         print()
         for namespace, pod in gateways + operators:
-            tried = until(lambda: expect(admitted, redis_try(cluster, namespace, pod, address)),
+            tried = until(lambda: expect(admitted, connect_try(cluster, namespace, pod, address)),
                           timeout=30, what=f"{namespace}/{pod} answered by ops-bot's Redis")
             print(f"{namespace}/{pod} -> ops-bot-redis: {tried.reply!r} in {tried.seconds:.3f} s")
         # refused, each within the bound (bounded waits: a sync in progress is not a failure yet)
         for namespace, pod in strangers:  # their image's python3 on PATH is the stand-in: /usr/bin's
-            tried = until(lambda: expect(refused, redis_try(cluster, namespace, pod, address, "/usr/bin/python3")),
+            tried = until(lambda: expect(refused, connect_try(cluster, namespace, pod, address, "/usr/bin/python3")),
                           timeout=30, what=f"{namespace}/{pod} refused by ops-bot's Redis within {CONNECT_BOUND} s")
             print(f"{namespace}/{pod} -> ops-bot-redis: {tried.reply} in {tried.seconds:.3f} s")
         # and Redis answered all along: a gateway still gets in
-        assert admitted(redis_try(cluster, *gateways[0], address))
+        assert admitted(connect_try(cluster, *gateways[0], address))
     finally:
         cluster.kubectl("delete", "namespace", other, "--wait=false", check=False)
         cluster.kubectl("delete", "pod", "-n", NS, *[name for namespace, name in strangers if namespace == NS],
                         "--wait=false", check=False)
+
+
+def test_the_optional_gateway_network_policy_admits_its_namespace_the_operator_and_the_listed_ones(
+        sandbox: Sandbox) -> None:
+    """spec.networkPolicy on a GatewayDeployment of its own (replicas: the HEALTH ENDPOINT STAND-IN
+    image, a TEST IMAGE serving :8765), enforced by kube-router: real connections to a replica's
+    port 8765 from a pod of its namespace, the operator's pods and a pod of a listed namespace get
+    an HTTP answer; a pod of another namespace is refused within CONNECT_BOUND. The edge (Traefik,
+    a host process) and the kubelet's probes come from the node itself, which kube-router admits."""
+    cluster = sandbox.cluster
+    fenced, listed, other = (cluster.new_namespace({"pod-security.kubernetes.io/enforce": "restricted"})
+                             for _ in range(3))
+    try:
+        manifest = gateway_deployment("fenced", networkPolicy={"enabled": True, "fromNamespaces": [listed]})
+        manifest["spec"].update(image=node.images().health_standin, imagePullPolicy="Never")
+        cluster.apply(json.dumps(manifest), "-n", fenced)
+        replica = wait_ready_pods(cluster, fenced, "fenced", 1, timeout=120)[0]["status"]["podIP"]
+        probes = {(fenced, "neighbour"), (listed, "edge-like"), (other, "stranger")}
+        for namespace, name in probes:
+            cluster.apply(json.dumps(probe_pod(namespace, name, {"app": "netpol-probe"})))
+        until(lambda: all(is_ready(cluster.get_json("pod", name, "-n", namespace)) for namespace, name in probes),
+              timeout=120, what="the probe pods Ready")
+        selector = ",".join(f"{k}={v}" for k, v in {api.LABEL_NAME: OPERATOR_APP_NAME,
+                                                    api.LABEL_INSTANCE: node.RELEASE}.items())
+        operators = [(node.SYSTEM_NAMESPACE, p["metadata"]["name"]) for p in
+                     cluster.get_json("pods", "-n", node.SYSTEM_NAMESPACE, "-l", selector)["items"] if is_ready(p)]
+        assert operators
+        print()
+        for namespace, pod in [(fenced, "neighbour"), (listed, "edge-like"), *operators]:
+            python = "python3" if namespace == node.SYSTEM_NAMESPACE else "/usr/bin/python3"
+            tried = until(lambda: expect(answered_http, connect_try(cluster, namespace, pod, replica, python,
+                                                                  api.GATEWAY_PORT)),
+                          timeout=30, what=f"{namespace}/{pod} answered by the fenced replica")
+            print(f"{namespace}/{pod} -> fenced:{api.GATEWAY_PORT}: {tried.reply.splitlines()[0]!r} in "
+                  f"{tried.seconds:.3f} s")
+        tried = until(lambda: expect(refused, connect_try(cluster, other, "stranger", replica, "/usr/bin/python3",
+                                                        api.GATEWAY_PORT)),
+                      timeout=30, what=f"{other}/stranger refused by the fenced replica within {CONNECT_BOUND} s")
+        print(f"{other}/stranger -> fenced:{api.GATEWAY_PORT}: {tried.reply} in {tried.seconds:.3f} s")
+        # the operator's /health polls get through: its one replica answered
+        until(lambda: "(1 of 1 polled replicas answered)" in conditions(cluster, fenced, "fenced")[
+            "IdempotencyDegraded"]["message"], timeout=30, what="the operator's poll of the fenced replica")
+    finally:
+        for namespace in (fenced, listed, other):
+            cluster.kubectl("delete", "namespace", namespace, "--wait=false", check=False)
 
 
 # -- from outside: through the node's edge (Traefik) -----------------------------------------
