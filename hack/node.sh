@@ -549,10 +549,6 @@ netpol_enforcing() {
     && iptables -S KUBE-NWPLCY-DEFAULT >/dev/null 2>&1
 }
 
-node_registered() {  # kube-router reads the Node's InternalIP when it starts
-  [[ $(kc get node "$NODE_NAME" -o jsonpath='{.status.addresses[?(@.type=="InternalIP")].address}' 2>/dev/null) == "$NODE_IP" ]]
-}
-
 edge_answers() { python3 -c 'import socket,sys; socket.create_connection((sys.argv[1], 80), 1).close()' "$EDGE_IP"; }
 
 # -- up ------------------------------------------------------------------------------------
@@ -813,14 +809,17 @@ EOF
   start hostpath-provisioner "$python" "$repo/hack/hostpath_provisioner.py" --kubeconfig "$node_dir/hostpath-provisioner.kubeconfig" \
     --root "$node_dir/volumes" --node "$NODE_NAME"
   start edge env KUBECONFIG="$node_dir/edge.kubeconfig" "$nbin/traefik" --configFile="$node_dir/traefik.yaml"
+  wait_for "node $NODE_NAME Ready" 120 node_ready
+  wait_for "cluster DNS" 30 dns_answers
+  # kube-router (which reads the Node's InternalIP at start: the node is Ready, so registered) only
+  # once kube-proxy has written its chains (DNS answers through a Service address):
+  # kube-router rewrites the filter table with iptables-restore, and one started beside kube-proxy's
+  # first sync removed a chain kube-proxy had just made (its sync then waits 30 s to retry)
   local t_netpol
   if [[ $netpol != 0 ]]; then
-    wait_for "node $NODE_NAME registered" 60 node_registered
     t_netpol=$SECONDS
     start_netpol
   fi
-  wait_for "node $NODE_NAME Ready" 120 node_ready
-  wait_for "cluster DNS" 30 dns_answers
   wait_for "the edge (traefik) on $EDGE_IP:80" 30 edge_answers
   if [[ $netpol != 0 ]]; then
     wait_for "NetworkPolicy enforcement (kube-router's chains)" 60 netpol_enforcing
