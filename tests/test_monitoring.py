@@ -37,8 +37,8 @@ import yaml
 
 from support.cluster import REPO, Cluster, tool
 from support.dashboard_schema import dashboard_problems
-from support.gateways import (apply_gateway, create_password_secret, redis_gateway, serve_health, wait_condition,
-                              wait_event)
+from support.gateways import (apply_gateway, conditions, create_password_secret, ready_pods, redis_gateway,
+                              serve_health, wait_condition, wait_event)
 from support.monitoring import (Prometheus, alert_names, dashboard, panel_targets, rate_interval, render_monitoring,
                                 scrape_job, substitute, variable_values, wait_for_alert, write_rules)
 from support.operator import RELEASE, SYSTEM_NAMESPACE, OperatorProcess
@@ -206,15 +206,31 @@ class Outcome:
 class Live:
     prometheus: Prometheus
     namespace: str
+    rules: dict[str, str] = field(default_factory=dict)  # alert -> expr, the chart's rules as loaded
     start: float = 0.0
     end: float = 0.0
     outcomes: dict[str, Outcome] = field(default_factory=dict)
     phases: list[tuple[float, float, str]] = field(default_factory=list)
 
+    def scraped_since(self, t: float) -> bool:
+        """Prometheus holds a scrape of the (up) operator taken after ``t``: what the operator
+        exported at ``t`` (it sets its metrics before it writes the status a test waits for)."""
+        return bool(self.prometheus.query("up == 1")) and bool(self.prometheus.query(f"timestamp(up) > {t:.3f}"))
+
+    def causes(self) -> list[str]:
+        """The alerts whose expression holds for the namespace on the latest scrape."""
+        return [alert for alert, expr in self.rules.items()
+                if any(s["metric"].get("namespace") == self.namespace for s in self.prometheus.query(expr))]
+
     def quiet(self) -> None:
-        """No alert of the scenario pending or firing (a phase starts from a clean slate)."""
-        until(lambda: not self.prometheus.alerts(namespace=self.namespace), timeout=60, interval=0.5,
-              what=f"no alert for {self.namespace}; now {self.prometheus.alerts(namespace=self.namespace)}")
+        """No alert of the scenario pending or firing, and none about to be (a phase starts from a
+        clean slate): not only what the rules last evaluated, but the state scraped after this
+        call (an alert whose cause was scraped a moment ago is not pending yet)."""
+        since = time.time()
+        until(lambda: self.scraped_since(since) and not self.prometheus.alerts(namespace=self.namespace)
+              and not self.causes(), timeout=60, interval=0.5,
+              what=f"no alert for {self.namespace}; now {self.prometheus.alerts(namespace=self.namespace)}, "
+                   f"causes {self.causes()}")
 
     def phase(self, label: str, alerts: tuple[str, ...], cause: Callable[[], None], fix: Callable[[], None],
               namespace: str | None = None) -> None:
@@ -266,6 +282,38 @@ spec:
 """
 
 
+# A finalizer of the test's: a deleted pod that holds it stays Terminating, keeping its IP
+HOLD_POD_IP = "test.gateway-operator.dev/hold-pod-ip"
+
+
+def hold_pod_ip(cluster: Cluster, ns: str, pod: str) -> None:
+    """Once deleted, the pod keeps its IP until ``release_pod_ip``, as a real pod does for its
+    termination grace period. kwok deletes a pod at once and hands its IP to the next pod it
+    starts, the replacement: which would then meet the HEALTH ENDPOINT STAND-IN (one per IP)
+    still answering as the pod it replaces."""
+    cluster.kubectl("-n", ns, "patch", "pod", pod, "-p", json.dumps({"metadata": {"finalizers": [HOLD_POD_IP]}}))
+
+
+def release_pod_ip(cluster: Cluster, ns: str, pod: str) -> None:
+    cluster.kubectl("-n", ns, "patch", "pod", pod, "-p",
+                    json.dumps({"metadata": {"$deleteFromPrimitiveList/finalizers": [HOLD_POD_IP]}}))
+    until(lambda: "NotFound" in cluster.kubectl("-n", ns, "get", "pod", pod, check=False).stderr, timeout=30,
+          what=f"pod {pod} gone")
+
+
+def wait_polled(cluster: Cluster, ns: str, count: int) -> None:
+    """The operator has polled the stand-in of each of ``count`` ready replicas, and every one
+    answered and dedups through Redis (IdempotencyDegraded False is also what a replica that
+    does not answer yet gives)."""
+    def held() -> dict[str, Any] | None:
+        c = conditions(cluster, ns, GATEWAY).get("ExactlyOnceAdmission")
+        ok = c and (c["status"], c["reason"]) == ("True", "SharedRedisStore") \
+            and f"every polled replica ({count})" in c["message"]
+        return c if ok else None
+    until(held, timeout=30, what=f"ExactlyOnceAdmission True (SharedRedisStore) over {count} polled replicas; now "
+          f"{conditions(cluster, ns, GATEWAY).get('ExactlyOnceAdmission')}")
+
+
 def run_scenario(cluster: Cluster, live: Live, redis: RedisServer, standins: HealthStandIns,
                  operator: list[OperatorProcess]) -> None:
     ns = live.namespace
@@ -274,18 +322,27 @@ def run_scenario(cluster: Cluster, live: Live, redis: RedisServer, standins: Hea
     apply_gateway(cluster, ns, manifest)
     replicas = serve_health(cluster, standins, ns, GATEWAY, 2)
     wait_condition(cluster, ns, GATEWAY, "ExactlyOnceAdmission", "True", "SharedRedisStore")
+    wait_polled(cluster, ns, 2)
     live.quiet()
 
     # a replica stuck on the build-time SQLite fallback: restarted once Redis answers (the
     # "Stale replica restarts" panel); its replacement answers healthy at its new IP
     started = time.time()
     stale = sorted(replicas)[0]
+    hold_pod_ip(cluster, ns, stale)
     replicas[stale].degraded_owners = [idempotency_owner(BUILD_TIME)]
     wait_event(cluster, ns, GATEWAY, "RestartedStaleReplica", "Normal")
-    until(lambda: stale not in serve_health(cluster, standins, ns, GATEWAY, 2), timeout=60,
-          what="the stale replica replaced")
+    pods = until(lambda: (lambda pods: pods if len(pods) == 2 and stale not in {p["metadata"]["name"] for p in pods}
+                          else None)(ready_pods(cluster, ns, GATEWAY)), timeout=60,
+                 what="the stale replica's replacement ready")
+    assert replicas[stale].ip not in {p["status"]["podIP"] for p in pods}, "the replacement took the stale pod's IP"
+    # the stale pod's process is gone: its IP answers afresh from now on, then it is let go
+    replicas[stale].degraded_owners = []
+    release_pod_ip(cluster, ns, stale)
     replicas = serve_health(cluster, standins, ns, GATEWAY, 2)
+    assert stale not in replicas and set(replicas) == {p["metadata"]["name"] for p in pods}, sorted(replicas)
     wait_condition(cluster, ns, GATEWAY, "IdempotencyDegraded", "False", timeout=30)
+    wait_polled(cluster, ns, 2)
     live.phases.append((started, time.time(), "stale replica restarted"))
     live.quiet()
 
@@ -333,9 +390,14 @@ def run_scenario(cluster: Cluster, live: Live, redis: RedisServer, standins: Hea
         operator[0] = successor.start()
     live.phase("operator down", ("GatewayOperatorDown",), stop_operator, restart_operator, namespace=SYSTEM_NAMESPACE)
     live.quiet()
-    until(lambda: live.prometheus.query(f'gateway_operator_condition{{namespace="{ns}"}}'), timeout=30,
-          what="the restarted operator's series")
-    time.sleep(4 * SCRAPE_S)  # a rate window of the restarted operator's samples
+    series = f'gateway_operator_condition{{namespace="{ns}",type="Ready"}}'
+    found = until(lambda: live.prometheus.query(f"timestamp({series})"), timeout=30,
+                  what="the restarted operator's series")
+    seen = min(float(s["value"][1]) for s in found)  # a scrape of the restarted operator
+    # a rate window of the restarted operator's samples: scrapes 4 intervals after that one
+    until(lambda: (lambda found: found and min(float(s["value"][1]) for s in found) >= seen + 4 * SCRAPE_S)(
+        live.prometheus.query(f"timestamp({series})")), timeout=30,
+        what=f"{4 * SCRAPE_S:g} s of the restarted operator's samples")
 
 
 @pytest.fixture(scope="module")
@@ -356,7 +418,9 @@ def live(own_cluster: Cluster) -> Iterator[Live]:
         # rightly finds no operator to scrape: the scenario starts once it scrapes one
         until(lambda: prometheus.query("up == 1") and not prometheus.alerts(), timeout=60,
               what="the operator scraped and no alert pending")
-        live = Live(prometheus, cluster.new_namespace())
+        live = Live(prometheus, cluster.new_namespace(),
+                    {r["alert"]: r["expr"] for g in monitoring["PrometheusRule"]["spec"]["groups"] for r in g["rules"]
+                     if "alert" in r})
         live.start = time.time()
         run_scenario(cluster, live, redis, standins, operator)
         live.end = time.time()
