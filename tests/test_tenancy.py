@@ -263,6 +263,8 @@ def test_the_older_claim_keeps_its_host_and_the_younger_gets_none(
         stalled = wait_condition(cluster, second, "hijack", "Stalled", "True", reasons.HOST_CLAIMED)
         assert host in stalled["message"] and first not in stalled["message"], stalled
         assert _ingress_of(cluster, second, "hijack") is None
+        until(lambda: cluster.get_json("gatewaydeployment", "hijack", "-n", second)["status"].get("expose") ==
+              {"message": stalled["message"]}, timeout=30, what="status.expose saying why there is no route")
         assert conditions(cluster, first, "victim")["Stalled"]["status"] == "False"
         # the older claim goes: the younger one gets its host within a reconcile
         cluster.kubectl("delete", "gatewaydeployment", "victim", "-n", first)

@@ -220,7 +220,8 @@ async def _reconcile(kube: Kube, prober: Prober, settings: ReconcileSettings, ow
             applied = await asyncio.to_thread(_apply, kube, owner, spec, target, replicas, prepared.revision,
                                               settings.operator, before, not claimed)
             writes += applied.writes
-            exposure = (Exposure(message=problem.message) if claimed and problem else
+            claim = _claim_problem(claimed)  # status.expose says why there is no route, whatever else is wrong
+            exposure = (Exposure(message=claim.message) if claim else
                         await asyncio.to_thread(_exposure, kube, owner, spec, applied.routes))
         except NotOwned as e:
             problem = _not_owned(e)
