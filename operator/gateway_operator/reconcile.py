@@ -208,7 +208,8 @@ async def _reconcile(kube: Kube, prober: Prober, settings: ReconcileSettings, ow
         probe = await prober.probe(owner.namespace, target, prepared.password, spec.health.timeout_seconds,
                                    prepared.managed_ip, owner.name)
     claimed = claimed_elsewhere(mine, spec.expose.hosts, seen.host_claims)
-    problem = _policy_problem(spec) or _probe_problem(probe) or _claim_problem(claimed)
+    claim = _claim_problem(claimed)
+    problem = _policy_problem(spec) or _probe_problem(probe) or claim
     replicas = replicas_to_run(spec, bool(probe and probe.ok), observed.running)
     writes = prepared.writes
     # the scale-out gate just opened: grow now rather than at the next full pass (only a
@@ -220,7 +221,7 @@ async def _reconcile(kube: Kube, prober: Prober, settings: ReconcileSettings, ow
             applied = await asyncio.to_thread(_apply, kube, owner, spec, target, replicas, prepared.revision,
                                               settings.operator, before, not claimed)
             writes += applied.writes
-            claim = _claim_problem(claimed)  # status.expose says why there is no route, whatever else is wrong
+            # status.expose says why there is no route, whatever else is wrong
             exposure = (Exposure(message=claim.message) if claim else
                         await asyncio.to_thread(_exposure, kube, owner, spec, applied.routes))
         except NotOwned as e:

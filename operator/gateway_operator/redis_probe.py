@@ -13,8 +13,9 @@ delays another namespace. It runs on the event loop (redis.asyncio): no thread i
 It reaches only what the tenant may reach: the GatewayDeployment's own managed Redis, or a
 target of its own that is no other GatewayDeployment's managed Redis (checked by name and by
 every address the name resolves to, before connecting). Outside the privileged targets (its own
-managed Redis, a target the allowlist names) its failures collapse to two outcomes that say
-nothing of what answered (unreachable; not a Redis this gateway can use), and a namespace whose
+managed Redis, a target the allowlist names) its failures collapse to three outcomes that say
+nothing of what answered (unreachable; not a Redis this gateway can use; a refused password),
+and a namespace whose
 probes keep failing is probed with a backoff, so the probe is neither an oracle nor a scanner.
 """
 from __future__ import annotations
@@ -100,10 +101,10 @@ class _Backoff:
         self.last_endpoint = ""
 
 
-def unreachable(where: str, timeout: float) -> ProbeResult:
+def unreachable(where: str, timeout: float, why: str = "") -> ProbeResult:
     return ProbeResult(False, reasons.CONNECTION_FAILED,
-                       f"cannot reach a Redis this GatewayDeployment may use at {where} (no connection or no "
-                       f"answer within {timeout:g}s)")
+                       f"cannot reach a Redis this GatewayDeployment may use at {where} "
+                       f"({why or f'no connection or no answer within {timeout:g}s'})")
 
 
 def unusable(where: str) -> ProbeResult:
@@ -140,14 +141,12 @@ class Prober:
             # a namespace whose probes keep failing waits its turn (for whichever target)
             if backoff.last_endpoint == target.endpoint:
                 return backoff.last
-            return ProbeResult(False, reasons.CONNECTION_FAILED,
-                               f"cannot reach a Redis this GatewayDeployment may use at {target.endpoint} (not "
-                               f"probed before {backoff.until - self.clock():.0f}s more: the namespace's last "
-                               "probes failed)")
+            return unreachable(target.endpoint, timeout, f"not probed before {backoff.until - self.clock():.0f}s "
+                               "more: the namespace's last probes failed")
         async with self._per_namespace[namespace], self._total:
             try:
-                result = await asyncio.wait_for(self._probe(namespace, owner, target, password, timeout, managed_ip),
-                                                3 * timeout + 1)
+                result = await asyncio.wait_for(self._probe(namespace, owner, target, password, timeout, managed_ip,
+                                                            privileged), 3 * timeout + 1)
             except asyncio.TimeoutError:
                 result = unreachable(target.endpoint, timeout)
         if privileged:
@@ -162,9 +161,9 @@ class Prober:
         return result
 
     async def _probe(self, namespace: str, owner: str, target: RedisTarget, password: str | None, timeout: float,
-                     managed_ip: str | None) -> ProbeResult:
+                     managed_ip: str | None, privileged: bool) -> ProbeResult:
         if managed_ip:
-            return await _round_trip(target, managed_ip, password, timeout, privileged=True)
+            return await _round_trip(target, managed_ip, password, timeout, privileged)
         if self.foreign(namespace, owner, target.host, ()):  # by Service name, before any lookup
             return unreachable(target.endpoint, timeout)
         addresses = await _addresses(target, timeout)
@@ -181,7 +180,7 @@ class Prober:
         # the checked address is the one connected to (no second lookup to race with); TLS
         # verifies the name
         host = target.host if target.tls else addresses[0]
-        return await _round_trip(target, host, password, timeout, privileged=not self.allowlist.open)
+        return await _round_trip(target, host, password, timeout, privileged)
 
 
 async def _addresses(target: RedisTarget, timeout: float) -> list[str] | None:
