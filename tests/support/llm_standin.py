@@ -7,19 +7,39 @@ or an SSE stream when the request asks for ``stream``). ``completions`` counts t
 it served, which is how tests see whether a replica ran an agent turn at all; as a pod
 (``python3 -m support.llm_standin --port 8080``, see support/llm_pod.py) it reports them at
 ``GET /stats``.
+
+For the exactly-once checker (support/exactly_once.py) a turn can name itself: when the last
+user message holds ``msg=<id>`` the stand-in keeps a record of the turn (``GET /turns?since=N``):
+that id, its ``session=<s>``, when it started and ended, whether the answer reached the caller,
+and the ``msg=`` ids of the earlier messages it was sent (the history the gateway gave the
+agent). ``delay=<seconds>`` in the message makes the turn take that long, as a slow model does.
 """
 from __future__ import annotations
 
 import json
+import re
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Dict
+from typing import Any, Dict, List, Optional
 
 from .http import send_json
 
 # What the gateway gets as OPENAI_API_KEY: never a real key, never sent anywhere but here.
 API_KEY = "sk-standin-not-a-real-key"
+_FIELD = re.compile(r"\b(msg|session|delay)=([A-Za-z0-9_.:-]+)")
+
+
+def fields(text: str) -> Dict[str, str]:
+    """The checker's ``msg=``, ``session=`` and ``delay=`` fields of one message's text."""
+    return dict(_FIELD.findall(text or ""))
+
+
+def _text(message: Dict[str, Any]) -> str:
+    content = message.get("content")
+    if isinstance(content, list):  # the multi-part form
+        return " ".join(str(part.get("text", "")) for part in content if isinstance(part, dict))
+    return str(content or "")
 
 
 class StandInLLM:
@@ -29,6 +49,7 @@ class StandInLLM:
 
     def __init__(self, host: str = "127.0.0.1", port: int = 0) -> None:
         self.completions = 0
+        self.turns: List[Dict[str, Any]] = []  # the named turns, in the order they started
         self._lock = threading.Lock()
         self._server = ThreadingHTTPServer((host, port), self._handler())
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
@@ -54,6 +75,29 @@ class StandInLLM:
         with self._lock:
             self.completions += 1
 
+    def _begin(self, body: Dict[str, Any]) -> Optional[Dict[str, Any]]:
+        """The record of a named turn (None for any other request), with the history it was sent."""
+        messages = [m for m in body.get("messages") or [] if isinstance(m, dict)]
+        users = [fields(_text(m)) for m in messages if m.get("role") == "user"]
+        if not users or "msg" not in users[-1]:
+            return None
+        last = users[-1]
+        try:
+            delay = min(max(float(last.get("delay", 0)), 0.0), 3600.0)
+        except ValueError:
+            delay = 0.0
+        turn = {"msg": last["msg"], "session": last.get("session", ""), "delay": delay,
+                "history": [u["msg"] for u in users[:-1] if "msg" in u],
+                "started": time.time(), "ended": None, "answered": False}
+        with self._lock:
+            self.turns.append(turn)
+        return turn
+
+    def _end(self, turn: Optional[Dict[str, Any]], answered: bool) -> None:
+        if turn is not None:
+            with self._lock:
+                turn.update(ended=time.time(), answered=answered)
+
     def _handler(self) -> type:
         llm = self
 
@@ -65,15 +109,29 @@ class StandInLLM:
                 if self.path == "/stats":
                     send_json(self, {"completions": llm.completions})
                     return
+                if self.path.startswith("/turns"):
+                    since = int((re.search(r"since=(\d+)", self.path) or [0, 0])[1])
+                    with llm._lock:
+                        send_json(self, {"turns": [dict(t) for t in llm.turns[since:]], "next": len(llm.turns)})
+                    return
                 send_json(self, {"object": "list", "data": [{"id": "gpt-4o-mini", "object": "model"}]})
 
             def do_POST(self) -> None:  # noqa: N802
                 body = json.loads(self.rfile.read(int(self.headers.get("content-length") or 0)) or b"{}")
                 llm._count()
-                if body.get("stream"):
-                    self._send_stream()
-                else:
-                    send_json(self, completion(llm.REPLY))
+                turn = llm._begin(body)
+                if turn and turn["delay"]:
+                    time.sleep(turn["delay"])
+                try:
+                    if body.get("stream"):
+                        self._send_stream()
+                    else:
+                        send_json(self, completion(llm.REPLY))
+                    self.wfile.flush()
+                except OSError:  # the caller went away (its pod was stopped): not answered
+                    llm._end(turn, False)
+                    raise
+                llm._end(turn, True)
 
             def _send_stream(self) -> None:
                 self.send_response(200)

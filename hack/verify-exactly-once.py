@@ -1,0 +1,56 @@
+#!/usr/bin/env python3
+"""`make verify-exactly-once`: the exactly-once checker on the REAL node (issue 18).
+
+Starts (or reuses) the `make demo` sandbox, runs support.exactly_once_run against a 3-replica
+GatewayDeployment of the real gateway image on a managed Redis, with a seeded nemesis, and
+prints the table (support.exactly_once.table). Settings come from the environment:
+
+    VERIFY_SEED (1)       the seed of the deliveries and of the fault schedule
+    VERIFY_JSON           write the report there as JSON
+    VERIFY_PNG            write the timeline picture there (faults, conditions, duplicates)
+    VERIFY_MESSAGES (1250), VERIFY_COPIES (4), VERIFY_SPREAD_S (420), VERIFY_FAULTS (all kinds,
+    comma-separated; "none" for none), VERIFY_FAULT_GAP_S (35)
+
+Exit status 1 when a target is missed: a silent duplicate, a lost message, a split, or a fault
+not announced within its bound. Run with PYTHONPATH=tests (the Makefile does).
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from support import exactly_once, exactly_once_run
+from support.cluster import REPO, Cluster
+
+
+def settings() -> exactly_once_run.Settings:
+    env = os.environ
+    faults = env.get("VERIFY_FAULTS")
+    return exactly_once_run.Settings(
+        seed=int(env.get("VERIFY_SEED", "1")), messages=int(env.get("VERIFY_MESSAGES", "1250")),
+        copies=int(env.get("VERIFY_COPIES", "4")), spread_s=float(env.get("VERIFY_SPREAD_S", "420")),
+        fault_gap_s=float(env.get("VERIFY_FAULT_GAP_S", "35")),
+        faults=exactly_once_run.FAULT_KINDS if faults is None else tuple(f for f in faults.split(",") if f and f != "none"))
+
+
+def main() -> int:
+    directory = Path(os.environ.get("GWOP_CLUSTER_DIR") or REPO / ".cluster/sandbox")
+    kubeconfig = directory / "kubeconfig"
+    if not kubeconfig.exists() or subprocess.run([str(REPO / "hack/cluster.sh"), "status"], env=dict(
+            os.environ, GWOP_CLUSTER_DIR=str(directory)), capture_output=True).returncode != 0:
+        subprocess.run([str(REPO / "hack/demo.sh")], env=dict(os.environ, GWOP_CLUSTER_DIR=str(directory)), check=True,
+                       stdout=subprocess.DEVNULL)
+    report = exactly_once_run.run(Cluster(kubeconfig, owned=False, real_node=True), settings())
+    print(exactly_once.table(report))
+    if os.environ.get("VERIFY_JSON"):
+        Path(os.environ["VERIFY_JSON"]).write_text(json.dumps(report, indent=1))
+    if os.environ.get("VERIFY_PNG"):
+        exactly_once_run.picture(report, os.environ["VERIFY_PNG"])
+    return 0 if exactly_once.targets_met(report) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

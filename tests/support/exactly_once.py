@@ -1,0 +1,266 @@
+"""The exactly-once checker's pure half: what happened, classified (issue 18).
+
+A run (support/exactly_once_run.py, on the real node) records three histories and hands them
+here:
+
+* **deliveries**: every webhook delivery a provider made (the message, where it went, when, and
+  what came back: a status, ``deduplicated``, or a connection error);
+* **turns**: every agent turn the LLM STAND-IN saw (``msg=`` names its message; it also kept the
+  ``msg=`` ids of the history the gateway sent with it, and whether its answer reached the caller);
+* **samples**: the GatewayDeployment's conditions over time, from a watch;
+
+plus the **faults** the nemesis caused, each with a start and an end.
+
+``classify`` then says, per message: a **duplicate** is a message whose turn was answered more
+than once; it is **announced** when a condition said exactly-once was not held (``ExactlyOnceAdmission``
+not True, or ``IdempotencyDegraded`` True) at some moment within ``lag`` seconds of its second
+answered turn, and **silent** otherwise. A message is **lost** when no turn of it was answered
+although a delivery got a 2xx (the provider stops retrying) or every delivery failed (its retries
+ran out). A **split** is an answered turn whose history lacks an earlier answered turn of its
+session (one that ended ``slack`` seconds before it started, within the last ``window`` turns
+of that session when histories are bounded). For each fault with an expected condition the lag
+from the fault to that condition, and from the fault's end to its clearing, is measured.
+
+Nothing here does I/O, so the classification is tested on histories with planted defects
+(tests/test_exactly_once.py) before any real run is trusted.
+"""
+from __future__ import annotations
+
+import bisect
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Mapping, Sequence
+
+HELD = "held"          # ExactlyOnceAdmission True and IdempotencyDegraded not True
+NOT_HELD = "not-held"
+
+
+@dataclass(frozen=True)
+class Delivery:
+    msg: str
+    attempt: int            # 0 for the first delivery, then redeliveries and retries
+    target: str             # "pod:<ip>", "service", "edge"
+    sent: float
+    done: float
+    status: int | None      # None: no HTTP answer (refused, reset, timed out)
+    deduplicated: bool = False
+    error: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.status is not None and 200 <= self.status < 300
+
+
+@dataclass(frozen=True)
+class Turn:
+    msg: str
+    session: str
+    started: float
+    ended: float | None
+    answered: bool
+    history: tuple[str, ...] = ()
+
+    @classmethod
+    def of(cls, record: Mapping[str, Any]) -> "Turn":
+        return cls(str(record["msg"]), str(record.get("session") or ""), float(record["started"]),
+                   None if record.get("ended") is None else float(record["ended"]), bool(record.get("answered")),
+                   tuple(str(h) for h in record.get("history") or ()))
+
+
+@dataclass(frozen=True)
+class Sample:
+    """The conditions at time ``at``: type -> (status, reason)."""
+
+    at: float
+    conditions: Mapping[str, tuple[str, str]]
+
+    @property
+    def state(self) -> str:
+        admission = self.conditions.get("ExactlyOnceAdmission", ("Unknown", ""))[0]
+        degraded = self.conditions.get("IdempotencyDegraded", ("Unknown", ""))[0]
+        return HELD if admission == "True" and degraded != "True" else NOT_HELD
+
+
+@dataclass(frozen=True)
+class Expectation:
+    """What a fault must show: condition ``type`` at ``status`` (with ``reason`` when given);
+    ``clears``: it must go back after the fault ends (a lost dedup history stays for its TTL)."""
+
+    type: str
+    status: str
+    reason: str | None = None
+    clears: bool = True
+
+    def met(self, sample: Sample) -> bool:
+        status, reason = sample.conditions.get(self.type, ("Unknown", ""))
+        return status == self.status and (self.reason is None or reason == self.reason)
+
+
+@dataclass(frozen=True)
+class Fault:
+    kind: str
+    started: float
+    ended: float
+    detail: str = ""
+    expect: Expectation | None = None
+
+
+@dataclass
+class Timeline:
+    """The condition samples in time order, asked "was exactly-once held throughout [a, b]?"."""
+
+    samples: Sequence[Sample]
+    _times: list[float] = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.samples = sorted(self.samples, key=lambda s: s.at)
+        self._times = [s.at for s in self.samples]
+
+    def at(self, t: float) -> Sample | None:
+        i = bisect.bisect_right(self._times, t) - 1
+        return self.samples[i] if i >= 0 else None
+
+    def held_throughout(self, start: float, end: float) -> bool:
+        first = self.at(start)
+        if first is None or first.state != HELD:
+            return False
+        lo, hi = bisect.bisect_right(self._times, start), bisect.bisect_right(self._times, end)
+        return all(s.state == HELD for s in self.samples[lo:hi])
+
+    def first(self, after: float, check: Any) -> float | None:
+        """When ``check(sample)`` first held at or after ``after`` (the state then in force counts)."""
+        current = self.at(after)
+        if current is not None and check(current):
+            return after
+        i = bisect.bisect_right(self._times, after)
+        return next((s.at for s in self.samples[i:] if check(s)), None)
+
+
+def classify(deliveries: Iterable[Delivery], turns: Iterable[Turn], samples: Iterable[Sample],
+             faults: Iterable[Fault], lag: float, slack: float = 2.0, window: int | None = None) -> dict[str, Any]:
+    """The run's report (the JSON the checker writes; ``table`` prints it for people)."""
+    deliveries, turns, faults = list(deliveries), list(turns), list(faults)
+    timeline = Timeline(list(samples))
+    by_msg: dict[str, list[Delivery]] = {}
+    for d in deliveries:
+        by_msg.setdefault(d.msg, []).append(d)
+    answered: dict[str, list[Turn]] = {}
+    started: dict[str, int] = {}
+    for t in sorted(turns, key=lambda t: t.started):
+        started[t.msg] = started.get(t.msg, 0) + 1
+        if t.answered:
+            answered.setdefault(t.msg, []).append(t)
+
+    silent, announced, lost = [], [], []
+    for msg, sent in sorted(by_msg.items()):
+        ran = answered.get(msg, [])
+        if len(ran) > 1:
+            at = ran[1].started
+            (silent if timeline.held_throughout(at - lag, at + lag) else announced).append(
+                {"msg": msg, "turns": len(ran), "at": at})
+        elif not ran:
+            # the run waits for every delivery and retry, so either a 2xx told the provider to
+            # stop, or every delivery failed and its retries ran out: nobody will deliver it again
+            lost.append({"msg": msg, "deliveries": len(sent), "ok": sum(d.ok for d in sent),
+                         "deduplicated": sum(d.deduplicated for d in sent), "turns_started": started.get(msg, 0)})
+
+    splits = _splits([t for ts in answered.values() for t in ts], slack, window)
+    lags = [_fault_lag(f, timeline) for f in faults]
+    announce = [x["announced_after_s"] for x in lags if x["announced_after_s"] is not None]
+    clear = [x["cleared_after_s"] for x in lags if x["cleared_after_s"] is not None]
+    return {
+        "deliveries": len(deliveries),
+        "unique": len(by_msg),
+        "ok_deliveries": sum(d.ok for d in deliveries),
+        "deduplicated_deliveries": sum(d.deduplicated for d in deliveries),
+        "failed_deliveries": sum(not d.ok for d in deliveries),
+        "failures": _count(f"{d.target.split(':')[0]} {d.status or d.error}" for d in deliveries if not d.ok),
+        "turns_started": sum(started.values()),
+        "turns_answered": sum(len(v) for v in answered.values()),
+        "silent_duplicates": len(silent),
+        "announced_duplicates": len(announced),
+        "lost": len(lost),
+        "splits": len(splits),
+        "fault_lag_max_s": max(announce) if announce else None,
+        "fault_clear_max_s": max(clear) if clear else None,
+        "faults_unannounced": sum(1 for x in lags if x["expected"] and x["announced_after_s"] is None),
+        "faults_uncleared": sum(1 for x in lags if x["expected"] and x["clears"] and x["cleared_after_s"] is None),
+        "lag_bound_s": lag,
+        "faults": lags,
+        "examples": {"silent_duplicates": silent[:10], "announced_duplicates": announced[:10],
+                     "lost": lost[:10], "splits": splits[:10]},
+    }
+
+
+def _count(keys: Iterable[str]) -> dict[str, int]:
+    counted: dict[str, int] = {}
+    for key in keys:
+        counted[key] = counted.get(key, 0) + 1
+    return dict(sorted(counted.items()))
+
+
+def _splits(answered: list[Turn], slack: float, window: int | None) -> list[dict[str, Any]]:
+    by_session: dict[str, list[Turn]] = {}
+    for t in answered:
+        if t.session:
+            by_session.setdefault(t.session, []).append(t)
+    found = []
+    for session, ts in by_session.items():
+        ts.sort(key=lambda t: t.started)
+        for t in ts:
+            earlier = [u.msg for u in ts if u.ended is not None and u.ended < t.started - slack and u.msg != t.msg]
+            earlier = list(dict.fromkeys(earlier))
+            if window is not None:
+                earlier = earlier[-window:]
+            missing = [m for m in earlier if m not in t.history]
+            if missing:
+                found.append({"session": session, "msg": t.msg, "missing": missing[:5], "at": t.started})
+    return found
+
+
+def _fault_lag(fault: Fault, timeline: Timeline) -> dict[str, Any]:
+    row: dict[str, Any] = {"kind": fault.kind, "started": fault.started, "ended": fault.ended,
+                           "detail": fault.detail, "expected": None, "clears": False,
+                           "announced_after_s": None, "cleared_after_s": None}
+    if fault.expect is None:
+        return row
+    e = fault.expect
+    row.update(expected=f"{e.type}={e.status}" + (f" {e.reason}" if e.reason else ""), clears=e.clears)
+    shown = timeline.first(fault.started, e.met)
+    if shown is not None:
+        row["announced_after_s"] = round(shown - fault.started, 2)
+        if e.clears:
+            gone = timeline.first(max(fault.ended, shown), lambda s: not e.met(s))
+            if gone is not None:
+                row["cleared_after_s"] = round(gone - fault.ended, 2)
+    return row
+
+
+def targets_met(report: Mapping[str, Any]) -> bool:
+    """Issue 18's targets: no silent duplicate, nothing lost, no split, every fault announced
+    within the bound and cleared within it after it ended."""
+    lag = report["lag_bound_s"]
+    return (report["silent_duplicates"] == 0 and report["lost"] == 0 and report["splits"] == 0
+            and report["faults_unannounced"] == 0 and report["faults_uncleared"] == 0
+            and (report["fault_lag_max_s"] or 0) <= lag and (report["fault_clear_max_s"] or 0) <= lag)
+
+
+KEYS = ("deliveries", "unique", "silent_duplicates", "announced_duplicates", "lost", "splits", "fault_lag_max_s")
+
+
+def table(report: Mapping[str, Any]) -> str:
+    """The report for people: the headline figures, then one line per fault."""
+    lines = [f"  {k:<24} {report.get(k)}" for k in
+             (*KEYS, "fault_clear_max_s", "faults_unannounced", "faults_uncleared", "turns_started",
+              "turns_answered", "ok_deliveries", "deduplicated_deliveries", "failed_deliveries")]
+    lines.append(f"  {'lag bound (s)':<24} {report.get('lag_bound_s')}")
+    lines.append("")
+    lines.append(f"  {'fault':<26} {'at (s)':>7} {'for (s)':>7}  {'expected':<40} {'shown':>7} {'cleared':>7}")
+    t0 = report.get("started", 0.0)
+    for f in report.get("faults", []):
+        lines.append(f"  {f['kind']:<26} {f['started'] - t0:7.1f} {f['ended'] - f['started']:7.1f}  "
+                     f"{f['expected'] or '-':<40} {_s(f['announced_after_s']):>7} {_s(f['cleared_after_s']):>7}")
+    return "\n".join(lines)
+
+
+def _s(value: float | None) -> str:
+    return "-" if value is None else f"{value:.1f}"

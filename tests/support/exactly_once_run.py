@@ -1,0 +1,420 @@
+"""The exactly-once checker's run on the REAL node (issue 18): deliveries, a nemesis, records.
+
+``run(cluster, Settings(...))`` sets up a GatewayDeployment (3 replicas of the real gateway image
+on a managed Redis, exposed at the node's edge) beside the LLM STAND-IN (the one stand-in: no
+model provider exists here), then at once:
+
+* **deliveries**: W unique webhooks, each delivered k times as a provider fans out and retries:
+  to a pod IP, to the Service's ClusterIP, or through the edge, each redelivery after a seeded
+  random delay (up to ``redeliver_max_s``); a delivery with no 2xx is retried with backoff, up to
+  ``retries`` times. A seeded share of the messages asks the stand-in for a long model turn.
+  Every message belongs to one of ``sessions`` conversations (the hook's ``session_key``).
+* **the nemesis**: a seeded schedule of faults (support.exactly_once.Fault), one every
+  ``fault_gap_s``: a gateway pod SIGKILLed (every process of its container, from the node's
+  host), a rolling update, scaling, Redis paused (SIGSTOP), restarted, flushed, the operator's
+  leader SIGKILLed;
+* **records**: every answer, the stand-in's turns (GET /turns), and the GatewayDeployment's
+  conditions from a watch.
+
+Then support.exactly_once.classify makes the report. Traffic goes to the node's own ranges
+(198.18.0.0/15) and the edge's loopback address only.
+"""
+from __future__ import annotations
+
+import heapq
+import json
+import os
+import random
+import signal
+import threading
+import time
+import urllib.request
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from . import llm_pod, node
+from .cluster import Cluster
+from .exactly_once import Delivery, Expectation, Fault, Sample, Turn, classify
+from .gateways import is_ready
+from .wait import until
+
+NAMESPACE = "exactly-once"
+NAME = "eo-bot"
+HOST = "eo-bot.gateway.test"
+FAULT_KINDS = ("kill_pod", "rolling_update", "scale_up", "scale_down", "redis_pause", "redis_flush",
+               "redis_restart", "operator_kill")
+
+
+@dataclass
+class Settings:
+    seed: int = 1
+    messages: int = 1250          # W
+    copies: int = 4               # k: deliveries per message (fan-out + redeliveries)
+    sessions: int = 50
+    spread_s: float = 420.0       # first deliveries spread over this long
+    redeliver_max_s: float = 90.0
+    long_share: float = 0.03      # messages whose model turn is long
+    long_s: tuple[float, float] = (15.0, 45.0)
+    retries: int = 4
+    fault_gap_s: float = 35.0
+    faults: tuple[str, ...] = FAULT_KINDS
+    replicas: int = 3
+    workers: int = 96
+    spec: dict[str, Any] = field(default_factory=dict)   # extra spec of the GatewayDeployment
+
+
+def manifest(settings: Settings, llm_env: dict[str, str]) -> dict[str, Any]:
+    spec: dict[str, Any] = {
+        "replicas": settings.replicas,
+        "image": node.images().gateway, "imagePullPolicy": "Never",
+        "redis": {"managed": {"enabled": True}},
+        "health": {"intervalSeconds": 2, "timeoutSeconds": 1},
+        "env": [{"name": k, "value": v} for k, v in llm_env.items()],
+        "config": {
+            "agents": {"assistant": {"instructions": "Reply in one short sentence.", "model": "gpt-4o-mini"}},
+            "channels": {"telegram": {"token": "${TELEGRAM_BOT_TOKEN}"}},  # unset: no bot starts
+            "hooks": {"idempotency": {"store_backend": "redis"}, "hooks": [
+                {"path": node.HOOK, "message": "Event: {text}", "idempotency_key": "{id}",
+                 "session_key": "{session}"}]},
+        },
+        "expose": {"httpRoute": {"parentRefs": [{"name": "edge", "namespace": "gwop-edge"}], "hostnames": [HOST]}},
+    }
+    for key, value in settings.spec.items():
+        spec[key] = {**spec[key], **value} if isinstance(value, dict) and isinstance(spec.get(key), dict) else value
+    return {"apiVersion": "gateway-operator.dev/v1alpha1", "kind": "GatewayDeployment",
+            "metadata": {"name": NAME, "namespace": NAMESPACE}, "spec": spec}
+
+
+class Pods:
+    """The ready gateway pods' IPs and the Service's ClusterIP, refreshed every second."""
+
+    def __init__(self, cluster: Cluster) -> None:
+        self.cluster, self.ips, self.cluster_ip = cluster, [], ""
+        self._stop = threading.Event()
+        self.refresh()
+        self._thread = threading.Thread(target=self._loop, daemon=True)
+        self._thread.start()
+
+    def refresh(self) -> None:
+        pods = self.cluster.get_json("pods", "-n", NAMESPACE, "-l",
+                                     f"app.kubernetes.io/instance={NAME},app.kubernetes.io/component=gateway")
+        self.ips = [p["status"]["podIP"] for p in pods["items"] if is_ready(p)]
+        self.cluster_ip = self.cluster.get_json("service", NAME, "-n", NAMESPACE)["spec"]["clusterIP"]
+
+    def _loop(self) -> None:
+        while not self._stop.wait(1.0):
+            try:
+                self.refresh()
+            except (AssertionError, OSError, KeyError, ValueError):
+                pass
+
+    def stop(self) -> None:
+        self._stop.set()
+
+
+class ConditionWatch:
+    """The GatewayDeployment's conditions from a watch (kubernetes client), each change timestamped."""
+
+    def __init__(self, cluster: Cluster) -> None:
+        from kubernetes import client, config, watch
+        self.samples: list[Sample] = []
+        self._api = client.CustomObjectsApi(config.new_client_from_config(str(cluster.kubeconfig)))
+        self._watch = watch
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, daemon=True)
+        self._thread.start()
+
+    def _note(self, body: dict[str, Any]) -> None:
+        conds = {c["type"]: (c["status"], c.get("reason", "")) for c in (body.get("status") or {}).get("conditions") or []}
+        if not self.samples or self.samples[-1].conditions != conds:
+            self.samples.append(Sample(time.time(), conds))
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            w = self._watch.Watch()
+            try:
+                for event in w.stream(self._api.list_namespaced_custom_object, "gateway-operator.dev", "v1alpha1",
+                                      NAMESPACE, "gatewaydeployments", field_selector=f"metadata.name={NAME}",
+                                      timeout_seconds=60):
+                    self._note(event["object"])
+                    if self._stop.is_set():
+                        break
+            except Exception:  # noqa: BLE001 - a watch that ends or fails is opened again
+                time.sleep(0.5)
+
+    def stop(self) -> None:
+        self._stop.set()
+
+
+def pids_of_pod(uid: str, exclude: tuple[str, ...] = ("/pause",)) -> list[int]:
+    """The host PIDs of a pod's containers (not its sandbox's pause), from their cgroups."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            if f"pod{uid}" not in (proc / "cgroup").read_text():
+                continue
+            command = (proc / "cmdline").read_bytes().split(b"\0")[0].decode()
+        except OSError:
+            continue
+        if command and command not in exclude:
+            found.append(int(proc.name))
+    return found
+
+
+class Nemesis:
+    def __init__(self, cluster: Cluster, settings: Settings, rng: random.Random) -> None:
+        self.cluster, self.settings, self.rng = cluster, settings, rng
+        self.faults: list[Fault] = []
+        self.replicas = settings.replicas
+        self.lag = 2 + 1 + 1.0   # health interval + timeout + 1 s
+
+    def _pods(self, component: str, namespace: str = NAMESPACE, instance: str = NAME) -> list[dict[str, Any]]:
+        return [p for p in self.cluster.get_json("pods", "-n", namespace, "-l", f"app.kubernetes.io/instance={instance},"
+                                                 f"app.kubernetes.io/component={component}")["items"] if is_ready(p)]
+
+    def _patch(self, spec: dict[str, Any]) -> None:
+        self.cluster.kubectl("patch", "gatewaydeployment", NAME, "-n", NAMESPACE, "--type", "merge",
+                             "-p", json.dumps({"spec": spec}))
+
+    def _kill(self, pod: dict[str, Any], sig: int) -> int:
+        pids = pids_of_pod(pod["metadata"]["uid"])
+        for pid in pids:
+            try:
+                os.kill(pid, sig)
+            except ProcessLookupError:
+                pass
+        return len(pids)
+
+    def _redis_cli(self, *args: str) -> str:
+        command = 'REDISCLI_AUTH="$REDIS_PASSWORD" exec redis-cli "$@"'
+        return self.cluster.kubectl("exec", "-n", NAMESPACE, f"deploy/{NAME}-redis", "--", "sh", "-c", command,
+                                    "redis-cli", *args).stdout.strip()
+
+    def run(self, kind: str) -> Fault:
+        start, detail, expect = time.time(), "", None
+        if kind == "kill_pod":
+            pods = self._pods("gateway")
+            if pods:
+                pod = self.rng.choice(pods)
+                detail = f"{pod['metadata']['name']}: {self._kill(pod, signal.SIGKILL)} processes"
+        elif kind == "rolling_update":
+            self._patch({"podAnnotations": {"exactly-once.test/rollout": uuid.uuid4().hex[:8]}})
+            self._settle()
+        elif kind in ("scale_up", "scale_down"):
+            self.replicas = 5 if kind == "scale_up" else 2
+            self._patch({"replicas": self.replicas})
+            self._settle()
+            self.replicas = self.settings.replicas
+            self._patch({"replicas": self.replicas})
+            self._settle()
+            detail = f"{self.settings.replicas} -> {5 if kind == 'scale_up' else 2} -> {self.settings.replicas}"
+        elif kind == "redis_pause":
+            pod = self._pods("redis")[0]
+            self._kill(pod, signal.SIGSTOP)
+            time.sleep(8)
+            self._kill(pod, signal.SIGCONT)
+            expect = Expectation("RedisReachable", "False")
+        elif kind == "redis_flush":
+            detail = self._redis_cli("FLUSHALL")
+            expect = Expectation("IdempotencyDegraded", "True", "DedupHistoryLost", clears=False)
+        elif kind == "redis_restart":
+            pod = self._pods("redis")[0]
+            self._kill(pod, signal.SIGKILL)
+            until(lambda: self._pods("redis"), timeout=120, what="the managed Redis Ready again")
+            expect = Expectation("IdempotencyDegraded", "True", "DedupHistoryLost", clears=False)
+        elif kind == "operator_kill":
+            lease = self.cluster.get_json("lease", "-n", node.SYSTEM_NAMESPACE)["items"]
+            holder = next((l["spec"].get("holderIdentity") for l in lease if l["spec"].get("holderIdentity")), "")
+            pods = [p for p in self.cluster.get_json("pods", "-n", node.SYSTEM_NAMESPACE)["items"]
+                    if p["metadata"]["name"] in holder or not holder]
+            if pods:
+                detail = f"{pods[0]['metadata']['name']}: {self._kill(pods[0], signal.SIGKILL)} processes"
+        fault = Fault(kind, start, time.time(), detail, expect)
+        self.faults.append(fault)
+        return fault
+
+    def _settle(self, timeout: float = 300) -> None:
+        until(lambda: len(self._pods("gateway")) == self.replicas, timeout=timeout, interval=1,
+              what=f"{self.replicas} ready {NAME} pods")
+
+    def schedule(self, stop: threading.Event, say: Callable[[str], None]) -> None:
+        kinds = list(self.settings.faults)
+        self.rng.shuffle(kinds)
+        if not kinds:
+            return
+        i = 0
+        while not stop.wait(self.settings.fault_gap_s if i else self.settings.fault_gap_s / 2):
+            kind = kinds[i % len(kinds)]
+            i += 1
+            try:
+                fault = self.run(kind)
+                say(f"  fault {kind} {fault.detail} ({fault.ended - fault.started:.1f}s)")
+            except Exception as e:  # noqa: BLE001 - a fault that cannot be made is reported, the run goes on
+                say(f"  fault {kind} could not be made: {e}")
+
+
+class Provider:
+    """Delivers the messages as a webhook provider does: k copies to varied targets, retries on failure."""
+
+    def __init__(self, settings: Settings, rng: random.Random, pods: Pods, token: str) -> None:
+        self.settings, self.rng, self.pods, self.token = settings, rng, pods, token
+        self.deliveries: list[Delivery] = []
+        self.sessions: dict[str, str] = {}
+        self._lock = threading.Lock()
+        self._queue: list[tuple[float, int, str, int, int, str]] = []
+        self._seq = 0
+        self._pending = 0
+        self._cv = threading.Condition(self._lock)
+
+    def plan(self, t0: float) -> None:
+        s = self.settings
+        for i in range(s.messages):
+            msg = f"m{s.seed}-{i:05d}"
+            session = f"s{self.rng.randrange(s.sessions):03d}"
+            delay = self.rng.uniform(*s.long_s) if self.rng.random() < s.long_share else 0.0
+            self.sessions[msg] = session
+            text = f"msg={msg} session={session} delay={delay:.1f}"
+            first = t0 + self.rng.uniform(0, s.spread_s)
+            for copy in range(s.copies):
+                at = first if copy == 0 else first + self.rng.uniform(0, s.redeliver_max_s)
+                self._push(at, msg, copy, 0, text)
+
+    def _push(self, at: float, msg: str, copy: int, retry: int, text: str) -> None:
+        with self._cv:
+            self._seq += 1
+            self._pending += 1
+            heapq.heappush(self._queue, (at, self._seq, msg, copy, retry, text))
+            self._cv.notify()
+
+    def _target(self) -> tuple[str, str]:
+        roll = self.rng.random()
+        if roll < 0.6 and self.pods.ips:
+            ip = self.rng.choice(self.pods.ips)
+            return f"pod:{ip}", ip
+        if roll < 0.8:
+            return "service", self.pods.cluster_ip
+        return "edge", HOST
+
+    def _deliver(self, msg: str, copy: int, retry: int, text: str) -> None:
+        label, address = self._target()
+        sent = time.time()
+        status, dedup, error = None, False, ""
+        try:
+            answer = node.webhook(address, self.token, msg, text, timeout=self.settings.long_s[1] + 150)
+            status, dedup = answer.status, bool(answer.body.get("deduplicated"))
+        except Exception as e:  # noqa: BLE001 - a refused, reset or timed-out delivery is a record too
+            error = type(e).__name__
+        d = Delivery(msg, copy * 10 + retry, label, sent, time.time(), status, dedup, error)
+        with self._cv:
+            self.deliveries.append(d)
+        if not d.ok and retry < self.settings.retries:
+            self._push(time.time() + 2 ** retry, msg, copy, retry + 1, text)
+        with self._cv:
+            self._pending -= 1
+            self._cv.notify_all()
+
+    def run(self) -> None:
+        with ThreadPoolExecutor(self.settings.workers) as pool:
+            while True:
+                with self._cv:
+                    if not self._pending:
+                        return
+                    if not self._queue:
+                        self._cv.wait(1.0)
+                        continue
+                    at = self._queue[0][0]
+                    now = time.time()
+                    if at > now:
+                        self._cv.wait(min(at - now, 1.0))
+                        continue
+                    _, _, msg, copy, retry, text = heapq.heappop(self._queue)
+                pool.submit(self._deliver, msg, copy, retry, text)
+
+
+def setup(cluster: Cluster, settings: Settings, say: Callable[[str], None]) -> None:
+    cluster.apply(json.dumps({"apiVersion": "v1", "kind": "Namespace", "metadata": {
+        "name": NAMESPACE, "labels": {"pod-security.kubernetes.io/enforce": "restricted"}}}))
+    cluster.kubectl("delete", "gatewaydeployment", NAME, "-n", NAMESPACE, "--ignore-not-found", "--wait=true",
+                    "--timeout=180s")
+    cluster.kubectl("delete", "deployment", llm_pod.NAME, "-n", NAMESPACE, "--ignore-not-found", "--wait=true")
+    llm_env = llm_pod.deploy(cluster, NAMESPACE, node.images().gateway)
+    cluster.apply(json.dumps(manifest(settings, llm_env)))
+    until(lambda: len([p for p in cluster.get_json("pods", "-n", NAMESPACE, "-l",
+                                                   f"app.kubernetes.io/instance={NAME},app.kubernetes.io/component=gateway")["items"]
+                       if is_ready(p)]) == settings.replicas, timeout=300, interval=1, what=f"{NAME} Ready")
+    until(lambda: any(c["type"] == "ExactlyOnceAdmission" and c["status"] == "True" for c in
+                      (cluster.get_json("gatewaydeployment", NAME, "-n", NAMESPACE).get("status") or {}).get("conditions") or []),
+          timeout=120, interval=1, what=f"{NAME} ExactlyOnceAdmission=True")
+    say(f"  {NAME}: {settings.replicas} replicas Ready, ExactlyOnceAdmission=True")
+
+
+def turns(cluster: Cluster) -> list[Turn]:
+    ip = llm_pod.pod_ip(cluster, NAMESPACE)
+    with urllib.request.urlopen(f"http://{ip}:{llm_pod.PORT}/turns", timeout=30) as r:
+        return [Turn.of(t) for t in json.loads(r.read())["turns"]]
+
+
+def run(cluster: Cluster, settings: Settings, say: Callable[[str], None] = print) -> dict[str, Any]:
+    rng = random.Random(settings.seed)
+    say(f"exactly-once checker: seed {settings.seed}, {settings.messages} messages x {settings.copies}, "
+        f"faults {', '.join(settings.faults) or 'none'}")
+    setup(cluster, settings, say)
+    pods, watch = Pods(cluster), ConditionWatch(cluster)
+    provider = Provider(settings, random.Random(rng.random()), pods, node.gateway_token(cluster, NAMESPACE, NAME))
+    nemesis = Nemesis(cluster, settings, random.Random(rng.random()))
+    stop = threading.Event()
+    t0 = time.time()
+    provider.plan(t0 + 2)
+    chaos = threading.Thread(target=nemesis.schedule, args=(stop, say), daemon=True)
+    chaos.start()
+    try:
+        provider.run()
+    finally:
+        stop.set()
+        chaos.join(timeout=400)
+    time.sleep(2 * nemesis.lag)  # the last answers' conditions
+    watch.stop()
+    pods.stop()
+    report = classify(provider.deliveries, turns(cluster), watch.samples, nemesis.faults, lag=nemesis.lag,
+                      window=None)
+    report.update(seed=settings.seed, started=t0, duration_s=round(time.time() - t0, 1),
+                  settings={k: v for k, v in asdict(settings).items() if k != "spec"},
+                  timeline=[{"at": s.at, "state": s.state, "conditions": {k: list(v) for k, v in s.conditions.items()}}
+                            for s in watch.samples])
+    return report
+
+
+def picture(report: dict[str, Any], path: str) -> Path:
+    """The run as one picture: the faults as shaded spans, exactly-once held or not over time (from
+    the watch), and the duplicates and lost messages as they happened."""
+    from .plots import Chart, write_figure
+    t0 = report["started"]
+    end = t0 + report["duration_s"]
+    spans = [(f["started"] - t0, max(f["ended"], f["started"] + 2) - t0, f["kind"]) for f in report["faults"]]
+    states: dict[str, list[tuple[float, float]]] = {"exactly-once=True": [], "exactly-once=False": []}
+    samples = report["timeline"]
+    step = 1.0
+    for i, s in enumerate(samples):
+        upto = samples[i + 1]["at"] if i + 1 < len(samples) else end
+        x = s["at"] - t0
+        while x < upto - t0:
+            held = s["state"] == "held"
+            states["exactly-once=True"].append((x, 1 if held else 0))
+            states["exactly-once=False"].append((x, 0 if held else 1))
+            x += step
+    examples = report["examples"]
+    marks = {name: [(e["at"] - t0, 1.0) for e in examples[key]] for name, key in
+             (("silent duplicate", "silent_duplicates"), ("announced duplicate", "announced_duplicates"))}
+    return write_figure(path, [
+        Chart("exactly-once held (ExactlyOnceAdmission=True, IdempotencyDegraded not True)", states,
+              xlabel="seconds", kind="states", spans=spans, step=step, xlim=(0, end - t0)),
+        Chart("duplicates (first 10 of each kind)", {k: v for k, v in marks.items()}, xlabel="seconds",
+              kind="step", spans=spans, xlim=(0, end - t0), ylim=(0, 1.2)),
+    ], title=f"exactly-once checker, seed {report['seed']}: {report['deliveries']} deliveries, "
+             f"{report['silent_duplicates']} silent duplicates, {report['lost']} lost", columns=1,
+       panel_size=(11, 2.2))
