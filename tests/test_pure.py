@@ -271,7 +271,9 @@ def test_probe_outcomes(redis_server) -> None:
         return RedisTarget("127.0.0.1", port, 0, False, "gwop:t:g:", None)
 
     ok = probe(target(redis_server.port), redis_server.password)
-    assert ok.ok and redis_server.client().keys("gwop:*") == []
+    # the probe leaves only its canary (no TTL) under the prefix
+    assert ok.ok and redis_server.client().keys("gwop:*") == ["gwop:t:g:operator-canary"]
+    assert ok.store is not None and ok.store.canary_created and ok.store.run_id
     wrong = probe(target(redis_server.port), "wrong")
     assert (wrong.ok, wrong.reason) == (False, "AuthenticationFailed") and "wrong" not in wrong.message
     assert probe(target(redis_server.port), None).reason == "AuthenticationFailed"

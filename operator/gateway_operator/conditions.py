@@ -1,7 +1,7 @@
 """Status conditions: computed from observed facts by pure functions.
 
 Types: Ready, Reconciling, Stalled (kstatus reads these three), RedisReachable,
-IdempotencyDegraded, ExactlyOnceAdmission. ``merge`` keeps ``lastTransitionTime`` unless the
+IdempotencyDegraded, ExactlyOnceAdmission, RedisDurable. ``merge`` keeps ``lastTransitionTime`` unless the
 status flips, so an unchanged world yields an identical status and no write.
 """
 from __future__ import annotations
@@ -12,13 +12,15 @@ from typing import Any, Iterable, Mapping, Sequence
 
 from . import reasons as R
 from .api import IDEMPOTENCY_OWNER
+from .dedup_history import History, durability, lost_message
 from .health import DESCRIPTIONS, Idempotency, ReplicaHealth
 from .redis_probe import ProbeResult
 from .replicas import gate_holds
 
 READY, RECONCILING, STALLED = "Ready", "Reconciling", "Stalled"
 REDIS_REACHABLE, IDEMPOTENCY_DEGRADED, EXACTLY_ONCE = "RedisReachable", "IdempotencyDegraded", "ExactlyOnceAdmission"
-ORDER = (READY, RECONCILING, STALLED, REDIS_REACHABLE, IDEMPOTENCY_DEGRADED, EXACTLY_ONCE)
+REDIS_DURABLE = "RedisDurable"
+ORDER = (READY, RECONCILING, STALLED, REDIS_REACHABLE, IDEMPOTENCY_DEGRADED, EXACTLY_ONCE, REDIS_DURABLE)
 
 # a replica state worse than another decides the IdempotencyDegraded reason
 _SEVERITY = (Idempotency.BUILD_TIME_FALLBACK, Idempotency.RUNTIME_OUTAGE, Idempotency.OTHER)
@@ -47,6 +49,12 @@ class Facts:
     problem: Problem | None = None
     probe: ProbeResult | None = None
     health: Sequence[ReplicaHealth] = field(default_factory=tuple)
+    dedup: History = History()   # the canary's history (dedup_history.assess)
+    now: float = 0.0             # unix seconds, for the lost window
+
+    @property
+    def dedup_lost(self) -> bool:
+        return self.store_backend == "redis" and self.dedup.lost(self.now)
 
     @property
     def gated(self) -> bool:
@@ -68,7 +76,7 @@ class Condition:
 
 
 def compute(f: Facts) -> list[Condition]:
-    return [_ready(f), _reconciling(f), _stalled(f), _redis(f), _degraded(f), _exactly_once(f)]
+    return [_ready(f), _reconciling(f), _stalled(f), _redis(f), _degraded(f), _exactly_once(f), _durable(f)]
 
 
 def _stalled(f: Facts) -> Condition:
@@ -124,6 +132,9 @@ def _redis(f: Facts) -> Condition:
 
 def _degraded(f: Facts) -> Condition:
     degraded = f.degraded
+    if f.dedup_lost:
+        also = f"; also {len(degraded)} of {len(f.health)} replicas report {_owner()}" if degraded else ""
+        return Condition(IDEMPOTENCY_DEGRADED, "True", R.DEDUP_HISTORY_LOST, lost_message(f.dedup) + also)
     if not degraded:
         answered = sum(h.state is not Idempotency.UNKNOWN for h in f.health)
         return Condition(IDEMPOTENCY_DEGRADED, "False", R.NO_DEGRADED_REPLICAS,
@@ -158,6 +169,8 @@ def _exactly_once(f: Facts) -> Condition:
                          "one replica on a SQLite store kept on a PersistentVolumeClaim")
     if f.probe is None or not f.probe.ok:
         return no(R.REDIS_UNREACHABLE, "the shared Redis idempotency store is not reachable")
+    if f.dedup_lost:
+        return no(R.DEDUP_HISTORY_LOST, lost_message(f.dedup))
     if f.degraded:
         return no(R.IDEMPOTENCY_DEGRADED, f"{len(f.degraded)} replicas are not deduplicating through Redis")
     if not f.health:  # nothing polled yet: a clean answer from nobody proves nothing
@@ -168,6 +181,31 @@ def _exactly_once(f: Facts) -> Condition:
                          f"{len(unknown)} replicas did not answer GET /health (pods: {', '.join(sorted(unknown))})")
     return Condition(EXACTLY_ONCE, "True", R.SHARED_REDIS_STORE,
                      f"every polled replica ({len(f.health)}) dedups through the shared Redis store")
+
+
+def _durable(f: Facts) -> Condition:
+    def c(status: str, reason: str, message: str) -> Condition:
+        return Condition(REDIS_DURABLE, status, reason, message)
+
+    if not f.redis_configured:
+        return c("Unknown", R.REDIS_NOT_CONFIGURED, "spec.redis names no Redis")
+    store = f.probe.store if f.probe else None
+    if store is None:
+        return c("Unknown", R.PROBE_NOT_RUN, "the Redis probe has not passed yet")
+    problem = durability(store)
+    if problem is None:
+        return c("True", R.DURABLE_STORE, "Redis persists its data and evicts nothing (maxmemory-policy noeviction)")
+    kind, detail = problem
+    if kind == "evicting":
+        return c("False", R.EVICTING_MAXMEMORY_POLICY,
+                 f"maxmemory-policy {detail} evicts keys under memory pressure, and every dedup record has a TTL, "
+                 "so evicted records let a redelivered webhook run again; set maxmemory-policy noeviction")
+    if kind == "not-persistent":
+        return c("False", R.PERSISTENCE_OFF, "Redis persists nothing (no AOF, no RDB saves): a restart loses every "
+                 "dedup record; the operator then reports DedupHistoryLost for one record TTL")
+    return c("Unknown", R.REDIS_CONFIG_NOT_READABLE,
+             f"the server refused {detail} (as managed services often do): persistence and maxmemory-policy are "
+             "not checked; the operator's canary key still catches a store that forgot its records")
 
 
 def merge(previous: Iterable[Mapping[str, Any]], computed: Iterable[Condition], generation: int,

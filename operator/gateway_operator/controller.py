@@ -19,7 +19,7 @@ from typing import Any, Callable, Mapping, MutableMapping, Sequence
 import kopf
 from kubernetes.client.rest import ApiException
 
-from . import api, conditions, health, metrics, reasons, render, status
+from . import api, conditions, dedup_history, health, metrics, reasons, render, status
 from .api import GatewaySpec, HealthSpec
 from .conditions import Facts, Problem
 from .expose import Exposure
@@ -134,6 +134,7 @@ class GatewayController:
         result, replicas = await asyncio.gather(self._reconcile(body, full, hosts), self._poll(health_spec))
         outcome = self._settle(body, result.outcome, result.requeue_after)
         observed = outcome.observed
+        now = time.time()
         facts = Facts(
             generation=int(body["metadata"].get("generation") or 0),
             desired_replicas=spec.replicas if spec else 0,
@@ -142,7 +143,7 @@ class GatewayController:
             redis_configured=spec.redis.configured if spec else False, running_replicas=observed.running,
             ready_replicas=observed.ready, updated_replicas=observed.updated,
             rollout_observed=observed.rollout_observed, problem=outcome.problem, probe=outcome.probe,
-            health=tuple(replicas))
+            health=tuple(replicas), dedup=_dedup_history(body, outcome, now), now=now)
         policy = render.gateway_network_policy_name(self.name) if spec and spec.network_policy.enabled else ""
         await self._publish(body, facts, outcome, policy)
         if spec is not None:
@@ -270,8 +271,21 @@ def _resource_version(body: Mapping[str, Any]) -> int:
         return 0
 
 
+def _dedup_history(body: Mapping[str, Any], outcome: Outcome, now: float) -> dedup_history.History:
+    """The canary's history after this pass; what status remembers counts only for the same store."""
+    target = outcome.target
+    if target is None:
+        return dedup_history.History()
+    remembered = (body.get("status") or {}).get("redis") or {}
+    same = remembered.get("endpoint") == target.endpoint and remembered.get("prefix") == target.prefix
+    previous = dedup_history.History.from_status(remembered if same else None)
+    return dedup_history.assess(previous, outcome.probe.store if outcome.probe else None, now)
+
+
 def _event_for(t: conditions.Transition) -> tuple[str, str, str] | None:
     c = t.new
+    if t.type == conditions.REDIS_DURABLE and c["status"] == "False" and t.old != "False":
+        return "Warning", c["reason"], c["message"]
     if t.type == conditions.IDEMPOTENCY_DEGRADED:
         if c["status"] == "True":
             return "Warning", "IdempotencyDegraded", c["message"]

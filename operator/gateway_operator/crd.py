@@ -479,9 +479,20 @@ def status_schema() -> Schema:
             "redis": {"type": "object", "description": "Redis in use, without credentials.", "properties": {
                 "endpoint": _s("string", "host:port/db."),
                 "prefix": _s("string", "Key prefix."),
+                "canary": _s("string", "The value of the operator's canary key (<prefix>operator-canary, no TTL) in "
+                             "this Redis: when it vanishes, so did the dedup records."),
+                "runId": _s("string", "The Redis server's run_id when INFO is allowed (a new one on a Redis "
+                            "without persistence means its records are gone)."),
+                "dedupHistoryLost": {"type": "object", "description": "Set while the store may have forgotten "
+                                     "admitted webhooks (IdempotencyDegraded=True DedupHistoryLost).", "properties": {
+                                         "at": _s("string", "When the loss was seen.", format="date-time"),
+                                         "until": _s("string", "When every record written before it would have "
+                                                     "expired (one record TTL later).", format="date-time"),
+                                         "why": _s("string", "What showed it."),
+                                     }},
             }},
             "conditions": {"type": "array", "description": "Ready, Reconciling, Stalled, RedisReachable, "
-                           "IdempotencyDegraded, ExactlyOnceAdmission.", "items": condition,
+                           "IdempotencyDegraded, ExactlyOnceAdmission, RedisDurable.", "items": condition,
                            "x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]},
         },
     }

@@ -53,6 +53,14 @@ MANAGED_REDIS_STARTING = "ManagedRedisStarting"  #: the managed Redis pod is not
 
 # -- IdempotencyDegraded (True reasons are health.Idempotency values) ------------------------
 NO_DEGRADED_REPLICAS = "NoDegradedReplicas"  #: no polled replica reports durability:idempotency
+#: the store forgot its records (canary gone, or a restart without persistence); one record TTL
+DEDUP_HISTORY_LOST = "DedupHistoryLost"
+
+# -- RedisDurable: can the shared store keep its records? -------------------------------------
+DURABLE_STORE = "DurableStore"             #: persistence on and maxmemory-policy noeviction
+EVICTING_MAXMEMORY_POLICY = "EvictingMaxmemoryPolicy"  #: an evicting policy drops dedup records (all have a TTL)
+PERSISTENCE_OFF = "PersistenceOff"         #: a restart of this Redis loses every record
+REDIS_CONFIG_NOT_READABLE = "RedisConfigNotReadable"  #: INFO / CONFIG GET refused: not checked (the canary still is)
 
 # -- ExactlyOnceAdmission ------------------------------------------------------------------
 SINGLE_REPLICA_DURABLE_STORE = "SingleReplicaDurableStore"  #: one replica, SQLite on a PVC

@@ -35,6 +35,7 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from . import reasons
+from .dedup_history import CANARY_KEY, StoreFacts
 from .redis_target import RedisTarget
 
 TIMEOUT_CEILING = 5.0      # whatever spec.health.timeoutSeconds says
@@ -54,6 +55,7 @@ class ProbeResult:
     ok: bool
     reason: str   # a reasons.* RedisReachable reason
     message: str  # never holds the password
+    store: StoreFacts | None = None  # the canary and what INFO/CONFIG GET said (a passed probe only)
 
 
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network
@@ -224,7 +226,8 @@ async def _exchange(target: RedisTarget, host: str, password: str | None, timeou
         if await client.get(key) != token.encode():
             return ProbeResult(False, reasons.PROBE_FAILED, f"Redis at {where} did not return the probe value")
         await client.delete(key)
-        return ProbeResult(True, reasons.PROBE_SUCCEEDED, f"Redis at {where} answered a SET NX PX round trip")
+        return ProbeResult(True, reasons.PROBE_SUCCEEDED, f"Redis at {where} answered a SET NX PX round trip",
+                           await _store_facts(client, target.prefix))
     except redis.AuthenticationError:
         return _refused_password(where)
     except redis.ResponseError as e:
@@ -242,6 +245,33 @@ async def _exchange(target: RedisTarget, host: str, password: str | None, timeou
             await client.aclose()
         except Exception:  # noqa: BLE001 - closing a broken connection must not mask the result
             pass
+
+
+async def _store_facts(client: aioredis.Redis, prefix: str) -> StoreFacts:
+    """The canary (written when absent, with no TTL) and, where the server allows INFO and CONFIG
+    GET, its run_id, persistence and maxmemory-policy. A refused command (managed services often
+    refuse CONFIG) is noted, never a failure."""
+    key = f"{prefix}{CANARY_KEY}"
+    value, created = await client.get(key), False
+    if value is None:
+        fresh = f"{int(time.time())}-{secrets.token_hex(6)}"
+        created = bool(await client.set(key, fresh, nx=True))
+        value = fresh.encode() if created else (await client.get(key) or fresh.encode())
+    refused: list[str] = []
+    run_id, aof, save, policy = None, None, None, None
+    try:
+        server, persistence = await client.info("server"), await client.info("persistence")
+        run_id = str(server.get("run_id") or "") or None
+        aof = persistence.get("aof_enabled") in (1, "1")
+    except redis.ResponseError:
+        refused.append("INFO")
+    try:
+        policy = (await client.config_get("maxmemory-policy")).get("maxmemory-policy")
+        save = (await client.config_get("save")).get("save")
+    except redis.ResponseError:
+        refused.append("CONFIG GET")
+    persistent = True if aof else (bool(str(save).strip()) if save is not None and aof is not None else None)
+    return StoreFacts(value.decode(errors="replace"), created, run_id, persistent, policy, tuple(refused))
 
 
 def _refused_password(where: str) -> ProbeResult:

@@ -32,7 +32,7 @@ def build(previous: Mapping[str, Any] | None, facts: Facts, target: RedisTarget 
     if selector:
         status["selector"] = selector
     if target is not None:
-        status["redis"] = {"endpoint": target.endpoint, "prefix": target.prefix}
+        status["redis"] = {"endpoint": target.endpoint, "prefix": target.prefix, **facts.dedup.status()}
     if exposure is not None:
         status["expose"] = exposure.status()
     if network_policy:

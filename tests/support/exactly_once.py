@@ -120,8 +120,10 @@ class Timeline:
         return self.samples[i] if i >= 0 else None
 
     def held_throughout(self, start: float, end: float) -> bool:
+        """No sample in force said otherwise (before the watch's first sample nothing was
+        announced, so a duplicate there is silent)."""
         first = self.at(start)
-        if first is None or first.state != HELD:
+        if first is not None and first.state != HELD:
             return False
         lo, hi = bisect.bisect_right(self._times, start), bisect.bisect_right(self._times, end)
         return all(s.state == HELD for s in self.samples[lo:hi])

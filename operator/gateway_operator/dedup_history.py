@@ -1,0 +1,120 @@
+"""Did the shared Redis forget the dedup records? (pure; issue 18)
+
+The gateway keeps every admitted webhook's record in Redis for ``RECORD_TTL_SECONDS``. Redis
+answering proves nothing about those records: a restart without persistence, ``FLUSHALL``, a
+failover to a replica that lagged, or eviction drop them, and a redelivery then runs the agent
+again while every other condition says exactly-once holds.
+
+So the operator's probe keeps a **canary** under the GatewayDeployment's prefix (a key without a
+TTL, whose value status remembers), and where ``INFO`` and ``CONFIG GET`` are allowed it reads
+the server's ``run_id``, whether it persists, and its ``maxmemory-policy``. ``assess`` turns what
+the probe saw and what status remembered into the next ``History``: a canary that vanished, or a
+new ``run_id`` on a Redis that does not persist, starts a **lost window** that lasts one record
+TTL (after it, every record written before the loss would have expired anyway). ``durability``
+says whether the store can keep its records at all (the ``RedisDurable`` condition).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from datetime import datetime, timezone
+from typing import Any, Mapping
+
+# praisonai-bot 0.1.16 keeps a recorded webhook for gw._hook_idempotency_ttl = 86400 s; its YAML
+# cannot change that (it reads only hooks.idempotency.store_backend)
+RECORD_TTL_SECONDS = 86400
+CANARY_KEY = "operator-canary"   # under the GatewayDeployment's prefix
+NO_EVICTION = "noeviction"
+
+
+@dataclass(frozen=True)
+class StoreFacts:
+    """What one probe saw of the Redis behind the store."""
+
+    canary: str                         # the canary's value after the probe
+    canary_created: bool                # it was absent, and the probe wrote it
+    run_id: str | None = None           # None: INFO refused
+    persistent: bool | None = None      # AOF on, or RDB saves configured; None: not readable
+    maxmemory_policy: str | None = None  # None: CONFIG GET refused
+    refused: tuple[str, ...] = ()       # the commands the server refused ("INFO", "CONFIG GET")
+
+
+@dataclass(frozen=True)
+class History:
+    """What status.redis remembers between probes (and across an operator failover)."""
+
+    canary: str | None = None
+    run_id: str | None = None
+    lost_at: float | None = None       # unix seconds
+    lost_until: float | None = None
+    lost_why: str = ""
+
+    def lost(self, now: float) -> bool:
+        return self.lost_until is not None and now < self.lost_until
+
+    def status(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        if self.canary:
+            out["canary"] = self.canary
+        if self.run_id:
+            out["runId"] = self.run_id
+        if self.lost_at is not None and self.lost_until is not None:
+            out["dedupHistoryLost"] = {"at": _iso(self.lost_at), "until": _iso(self.lost_until), "why": self.lost_why}
+        return out
+
+    @classmethod
+    def from_status(cls, redis_status: Mapping[str, Any] | None) -> "History":
+        raw = redis_status or {}
+        lost = raw.get("dedupHistoryLost") or {}
+        return cls(canary=raw.get("canary") or None, run_id=raw.get("runId") or None,
+                   lost_at=_unix(lost.get("at")), lost_until=_unix(lost.get("until")),
+                   lost_why=str(lost.get("why") or ""))
+
+
+def assess(previous: History, store: StoreFacts | None, now: float, ttl: float = RECORD_TTL_SECONDS) -> History:
+    """The history after one probe (``store`` None: the probe did not get that far)."""
+    if store is None:
+        return previous
+    why = ""
+    if previous.canary and (store.canary_created or store.canary != previous.canary):
+        why = "the operator's canary key vanished"
+    elif previous.run_id and store.run_id and store.run_id != previous.run_id and store.persistent is False:
+        why = "Redis restarted (a new run_id) without persistence"
+    history = replace(previous, canary=store.canary, run_id=store.run_id or previous.run_id)
+    if why:
+        history = replace(history, lost_at=now, lost_until=now + ttl, lost_why=why)
+    elif history.lost_until is not None and now >= history.lost_until:
+        history = replace(history, lost_at=None, lost_until=None, lost_why="")
+    return history
+
+
+def lost_message(history: History, ttl: float = RECORD_TTL_SECONDS) -> str:
+    return (f"the Redis idempotency store lost its dedup records at {_iso(history.lost_at or 0)} "
+            f"({history.lost_why}): a webhook admitted before then and redelivered until "
+            f"{_iso(history.lost_until or 0)} (the records' TTL, {ttl:g}s) can run the agent again")
+
+
+def durability(store: StoreFacts | None) -> tuple[str, str] | None:
+    """(problem kind, detail) for RedisDurable, or None when the store keeps its records:
+    kinds "evicting", "not-persistent", "unreadable"."""
+    if store is None:
+        return None
+    if store.maxmemory_policy is not None and store.maxmemory_policy != NO_EVICTION:
+        return "evicting", store.maxmemory_policy
+    if store.persistent is False:
+        return "not-persistent", ""
+    if store.persistent is None or store.maxmemory_policy is None:
+        return "unreadable", " and ".join(store.refused) or "INFO or CONFIG GET"
+    return None
+
+
+def _iso(unix: float) -> str:
+    return datetime.fromtimestamp(unix, timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _unix(iso: Any) -> float | None:
+    if not iso:
+        return None
+    try:
+        return datetime.strptime(str(iso), "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=timezone.utc).timestamp()
+    except ValueError:
+        return None

@@ -1,0 +1,377 @@
+"""Unit tests of the exactly-once checker's classifier (support/exactly_once.py) on histories with
+planted defects: each defect is caught, a clean history passes. Pure: no cluster, no network."""
+from __future__ import annotations
+
+import pytest
+
+from support.exactly_once import (KEYS, Delivery, Expectation, Fault, Sample, Timeline, Turn, classify,
+                                  table, targets_met)
+
+T0 = 1000.0
+LAG = 5.0
+
+
+def held(at: float, **extra: tuple[str, str]) -> Sample:
+    conditions = {"ExactlyOnceAdmission": ("True", "Admitted"), "IdempotencyDegraded": ("False", "HistoryIntact")}
+    conditions.update(extra)
+    return Sample(at, conditions)
+
+
+def degraded(at: float) -> Sample:
+    return held(at, IdempotencyDegraded=("True", "DedupHistoryLost"))
+
+
+def no_admission(at: float) -> Sample:
+    return held(at, ExactlyOnceAdmission=("False", "RedisUnreachable"))
+
+
+def delivery(msg: str, sent: float, attempt: int = 0, status: int | None = 200, deduplicated: bool = False,
+             target: str = "service", error: str = "") -> Delivery:
+    return Delivery(msg, attempt, target, sent, sent + 0.1, status, deduplicated, error)
+
+
+def turn(msg: str, started: float, session: str = "", answered: bool = True, history: tuple[str, ...] = (),
+         ended: float | None = None) -> Turn:
+    return Turn(msg, session, started, started + 1.0 if ended is None and answered else ended, answered, history)
+
+
+def steady(until: float = T0 + 100.0) -> list[Sample]:
+    """Held from before the run until ``until``, sampled every 10 s."""
+    return [held(T0 - 10.0 + 10.0 * i) for i in range(int((until - T0 + 10.0) // 10.0) + 1)]
+
+
+def run(deliveries=(), turns=(), samples=None, faults=(), lag: float = LAG, **kw) -> dict:
+    return classify(deliveries, turns, steady() if samples is None else samples, faults, lag, **kw)
+
+
+# -- clean --------------------------------------------------------------------------------
+
+def clean_history() -> tuple[list[Delivery], list[Turn], list[Sample], list[Fault]]:
+    deliveries, turns = [], []
+    for i in range(5):
+        msg, at = f"m{i}", T0 + 10.0 * i
+        deliveries.append(delivery(msg, at))
+        deliveries.append(delivery(msg, at + 0.5, attempt=1, deduplicated=True, target="pod:10.0.0.2"))
+        turns.append(turn(msg, at + 0.2))
+    # held throughout; RedisReachable (not one of the exactly-once conditions) goes False at
+    # T0+22, 2 s into the fault, and back at T0+33, 3 s after it ended
+    down, up = ("False", "ConnectionFailed"), ("True", "ProbeSucceeded")
+    samples = [held(s.at, RedisReachable=down if T0 + 22.0 <= s.at < T0 + 33.0 else up) for s in steady()]
+    samples += [held(T0 + 22.0, RedisReachable=down), held(T0 + 33.0, RedisReachable=up)]
+    fault = Fault("redis-down", T0 + 20.0, T0 + 30.0, "kill redis", Expectation("RedisReachable", "False"))
+    return deliveries, turns, samples, [fault]
+
+
+def test_clean_history_meets_the_targets() -> None:
+    deliveries, turns, samples, faults = clean_history()
+    report = run(deliveries, turns, samples, faults)
+    assert (report["deliveries"], report["unique"], report["ok_deliveries"], report["deduplicated_deliveries"],
+            report["failed_deliveries"]) == (10, 5, 10, 5, 0)
+    assert (report["turns_started"], report["turns_answered"]) == (5, 5)
+    assert (report["silent_duplicates"], report["announced_duplicates"], report["lost"], report["splits"],
+            report["faults_unannounced"], report["faults_uncleared"]) == (0, 0, 0, 0, 0, 0)
+    assert (report["fault_lag_max_s"], report["fault_clear_max_s"]) == (2.0, 3.0)
+    assert report["faults"][0]["expected"] == "RedisReachable=False"
+    assert report["failures"] == {}
+    assert targets_met(report) is True
+
+
+def test_clean_history_fails_when_the_fault_shows_later_than_the_bound() -> None:
+    deliveries, turns, samples, faults = clean_history()
+    report = run(deliveries, turns, samples, faults, lag=1.5)
+    assert report["fault_lag_max_s"] == 2.0 and report["faults_unannounced"] == 0
+    assert targets_met(report) is False
+
+
+# -- duplicates ---------------------------------------------------------------------------
+
+def duplicate(second: float) -> tuple[list[Delivery], list[Turn]]:
+    """m1 answered twice (its redelivery was not deduplicated), m0 once."""
+    return ([delivery("m0", T0), delivery("m1", T0 + 10.0), delivery("m1", second - 0.2, attempt=1)],
+            [turn("m0", T0 + 0.2), turn("m1", T0 + 10.2), turn("m1", second)])
+
+
+def test_silent_duplicate_while_held() -> None:
+    deliveries, turns = duplicate(T0 + 40.0)
+    report = run(deliveries, turns)
+    assert (report["silent_duplicates"], report["announced_duplicates"], report["lost"]) == (1, 0, 0)
+    assert report["examples"]["silent_duplicates"] == [{"msg": "m1", "turns": 2, "at": T0 + 40.0}]
+    assert report["turns_answered"] == 3
+    assert targets_met(report) is False
+
+
+@pytest.mark.parametrize("sample", [degraded, no_admission], ids=["IdempotencyDegraded", "ExactlyOnceAdmission"])
+@pytest.mark.parametrize("offset", [-LAG, -1.0, 0.0, 2.0, LAG])
+def test_duplicate_announced_within_the_lag(sample, offset: float) -> None:
+    at = T0 + 44.0
+    deliveries, turns = duplicate(at)
+    samples = steady() + [sample(at + offset), held(at + offset + 0.5)]
+    report = run(deliveries, turns, samples)
+    assert (report["silent_duplicates"], report["announced_duplicates"]) == (0, 1)
+    assert report["examples"]["announced_duplicates"][0]["msg"] == "m1"
+    assert targets_met(report) is True
+
+
+@pytest.mark.parametrize("sample", [degraded, no_admission], ids=["IdempotencyDegraded", "ExactlyOnceAdmission"])
+def test_duplicate_announced_by_a_state_in_force_before_the_window(sample) -> None:
+    at = T0 + 44.0
+    deliveries, turns = duplicate(at)
+    # not held from 10 s before the window until 1 s into it: the state at at-lag counts
+    samples = [s for s in steady() if not at - LAG - 10.0 <= s.at <= at + LAG] + \
+        [sample(at - LAG - 10.0), held(at - LAG + 1.0)]
+    report = run(deliveries, turns, samples)
+    assert (report["silent_duplicates"], report["announced_duplicates"]) == (0, 1)
+
+
+@pytest.mark.parametrize("sample", [degraded, no_admission], ids=["IdempotencyDegraded", "ExactlyOnceAdmission"])
+@pytest.mark.parametrize("offset", [LAG + 0.1, LAG + 3.0], ids=["just-after", "after"])
+def test_duplicate_announced_just_after_the_window_is_silent(sample, offset: float) -> None:
+    at = T0 + 44.0
+    deliveries, turns = duplicate(at)
+    report = run(deliveries, turns, steady() + [sample(at + offset), held(at + offset + 1.0)])
+    assert (report["silent_duplicates"], report["announced_duplicates"]) == (1, 0)
+    assert targets_met(report) is False
+
+
+@pytest.mark.parametrize("sample", [degraded, no_admission], ids=["IdempotencyDegraded", "ExactlyOnceAdmission"])
+def test_duplicate_announced_and_cleared_just_before_the_window_is_silent(sample) -> None:
+    at = T0 + 44.0
+    deliveries, turns = duplicate(at)
+    samples = steady() + [sample(at - LAG - 2.0), held(at - LAG - 0.1)]
+    report = run(deliveries, turns, samples)
+    assert (report["silent_duplicates"], report["announced_duplicates"]) == (1, 0)
+
+
+def test_unanswered_turn_then_answered_turn_is_not_a_duplicate() -> None:
+    deliveries = [delivery("m1", T0, status=None, error="timeout"), delivery("m1", T0 + 5.0, attempt=1)]
+    turns = [turn("m1", T0 + 0.2, answered=False, ended=T0 + 3.0), turn("m1", T0 + 5.2)]
+    report = run(deliveries, turns)
+    assert (report["silent_duplicates"], report["announced_duplicates"], report["lost"]) == (0, 0, 0)
+    assert (report["turns_started"], report["turns_answered"]) == (2, 1)
+    assert report["failures"] == {"service timeout": 1}
+    assert targets_met(report) is True
+
+
+def test_three_answered_turns_are_one_duplicate_message() -> None:
+    deliveries = [delivery("m1", T0 + 10.0)]
+    turns = [turn("m1", T0 + 10.2), turn("m1", T0 + 30.0), turn("m1", T0 + 20.0)]
+    report = run(deliveries, turns)
+    # the second answered turn in time (T0+20, not the second listed) is the one judged
+    assert report["examples"]["silent_duplicates"] == [{"msg": "m1", "turns": 3, "at": T0 + 20.0}]
+    assert report["silent_duplicates"] == 1
+
+
+# -- lost ---------------------------------------------------------------------------------
+
+def test_lost_when_the_only_delivery_was_deduplicated() -> None:
+    report = run([delivery("m0", T0), delivery("m1", T0 + 10.0, deduplicated=True)], [turn("m0", T0 + 0.2)])
+    assert report["lost"] == 1
+    assert report["examples"]["lost"] == [{"msg": "m1", "deliveries": 1, "ok": 1, "deduplicated": 1,
+                                            "turns_started": 0}]
+    assert targets_met(report) is False
+
+
+def test_lost_when_every_delivery_failed() -> None:
+    deliveries = [delivery("m0", T0), delivery("m1", T0 + 10.0, status=None, error="refused", target="pod:10.0.0.3"),
+                  delivery("m1", T0 + 12.0, attempt=1, status=None, error="reset", target="edge")]
+    report = run(deliveries, [turn("m0", T0 + 0.2)])
+    assert report["lost"] == 1
+    assert report["examples"]["lost"] == [{"msg": "m1", "deliveries": 2, "ok": 0, "deduplicated": 0,
+                                            "turns_started": 0}]
+    assert report["failures"] == {"edge reset": 1, "pod refused": 1}
+    assert (report["ok_deliveries"], report["failed_deliveries"]) == (1, 2)
+    assert targets_met(report) is False
+
+
+def test_lost_counts_turns_started_but_not_answered() -> None:
+    report = run([delivery("m1", T0, status=502)], [turn("m1", T0 + 0.2, answered=False, ended=T0 + 1.0)])
+    assert report["lost"] == 1
+    assert report["examples"]["lost"][0]["turns_started"] == 1
+    assert report["failures"] == {"service 502": 1}
+
+
+# -- splits -------------------------------------------------------------------------------
+
+def session_turns(b_history: tuple[str, ...]) -> list[Turn]:
+    return [turn("A", T0, session="s"), turn("B", T0 + 10.0, session="s", history=b_history)]
+
+
+def test_split_when_history_lacks_an_earlier_turn() -> None:
+    turns = session_turns(())
+    report = run([delivery("A", T0 - 0.2), delivery("B", T0 + 9.8)], turns)
+    assert report["splits"] == 1
+    assert report["examples"]["splits"] == [{"session": "s", "msg": "B", "missing": ["A"], "at": T0 + 10.0}]
+    assert targets_met(report) is False
+
+
+def test_no_split_when_history_has_the_earlier_turn() -> None:
+    report = run([delivery("A", T0 - 0.2), delivery("B", T0 + 9.8)], session_turns(("A",)))
+    assert report["splits"] == 0
+    assert targets_met(report) is True
+
+
+def test_no_split_for_a_turn_that_ended_within_the_slack() -> None:
+    # A ends at T0+9 and B starts at T0+10: within slack=2 they may overlap in the gateway
+    turns = [turn("A", T0, session="s", ended=T0 + 9.0), turn("B", T0 + 10.0, session="s")]
+    assert run(turns=turns)["splits"] == 0
+    assert run(turns=turns, slack=0.5)["splits"] == 1
+
+
+def test_no_split_across_sessions_or_without_a_session() -> None:
+    turns = [turn("A", T0, session="s"), turn("B", T0 + 10.0, session="t"),
+             turn("C", T0, session=""), turn("D", T0 + 10.0, session="")]
+    assert run(turns=turns)["splits"] == 0
+
+
+def test_unanswered_earlier_turn_is_not_required() -> None:
+    turns = [turn("A", T0, session="s", answered=False, ended=T0 + 1.0), turn("B", T0 + 10.0, session="s")]
+    assert run(turns=turns)["splits"] == 0
+
+
+def test_window_requires_only_the_last_earlier_turns() -> None:
+    turns = [turn("A1", T0, session="s"), turn("A2", T0 + 10.0, session="s", history=("A1",)),
+             turn("B", T0 + 20.0, session="s", history=("A2",))]
+    assert run(turns=turns, window=1)["splits"] == 0
+    unbounded = run(turns=turns)
+    assert unbounded["splits"] == 1
+    assert unbounded["examples"]["splits"][0]["missing"] == ["A1"]
+    # with window=1 the last earlier turn is still required
+    lacking = [*turns[:2], turn("B", T0 + 20.0, session="s", history=("A1",))]
+    report = run(turns=lacking, window=1)
+    assert report["splits"] == 1 and report["examples"]["splits"][0]["missing"] == ["A2"]
+
+
+# -- fault lag ----------------------------------------------------------------------------
+
+def test_fault_lag_is_measured_from_start_and_end() -> None:
+    fault = Fault("redis-down", T0 + 20.0, T0 + 30.0, "kill", Expectation("IdempotencyDegraded", "True", "RedisDown"))
+    samples = [held(T0), held(T0 + 23.0, IdempotencyDegraded=("True", "RedisDown")), held(T0 + 32.0)]
+    report = run(samples=samples, faults=[fault])
+    row = report["faults"][0]
+    assert (row["announced_after_s"], row["cleared_after_s"]) == (3.0, 2.0)
+    assert (report["fault_lag_max_s"], report["fault_clear_max_s"]) == (3.0, 2.0)
+    assert (report["faults_unannounced"], report["faults_uncleared"]) == (0, 0)
+    assert row["expected"] == "IdempotencyDegraded=True RedisDown"
+    assert targets_met(report) is True
+
+
+def test_fault_lag_max_is_the_worst_fault() -> None:
+    expect = Expectation("RedisReachable", "False")
+    faults = [Fault("a", T0 + 10.0, T0 + 12.0, expect=expect), Fault("b", T0 + 50.0, T0 + 52.0, expect=expect)]
+    down, up = ("False", "ConnectionFailed"), ("True", "ProbeSucceeded")
+    samples = [held(T0, RedisReachable=up), held(T0 + 11.0, RedisReachable=down), held(T0 + 16.0, RedisReachable=up),
+               held(T0 + 54.5, RedisReachable=down), held(T0 + 55.0, RedisReachable=up)]
+    report = run(samples=samples, faults=faults)
+    assert [(f["announced_after_s"], f["cleared_after_s"]) for f in report["faults"]] == [(1.0, 4.0), (4.5, 3.0)]
+    assert (report["fault_lag_max_s"], report["fault_clear_max_s"]) == (4.5, 4.0)
+    assert targets_met(report) is True
+    assert targets_met(run(samples=samples, faults=faults, lag=4.2)) is False
+
+
+def test_fault_whose_condition_never_shows_is_unannounced() -> None:
+    fault = Fault("redis-down", T0 + 20.0, T0 + 30.0, expect=Expectation("RedisReachable", "False"))
+    report = run(faults=[fault])
+    assert report["faults_unannounced"] == 1
+    assert report["faults"][0]["announced_after_s"] is None
+    assert report["fault_lag_max_s"] is None
+    assert targets_met(report) is False
+
+
+def test_fault_whose_condition_shows_with_another_reason_is_unannounced() -> None:
+    fault = Fault("flush", T0 + 20.0, T0 + 30.0,
+                  expect=Expectation("IdempotencyDegraded", "True", "DedupHistoryLost", clears=False))
+    samples = steady() + [held(T0 + 21.0, IdempotencyDegraded=("True", "RedisDown"))]
+    assert run(samples=samples, faults=[fault])["faults_unannounced"] == 1
+
+
+def test_fault_that_need_not_clear_is_not_uncleared() -> None:
+    samples = steady(T0 + 20.0) + [degraded(T0 + 21.0)]   # never goes back
+    stays = Fault("flush", T0 + 20.0, T0 + 22.0,
+                  expect=Expectation("IdempotencyDegraded", "True", "DedupHistoryLost", clears=False))
+    report = run(samples=samples, faults=[stays])
+    assert report["faults"][0]["announced_after_s"] == 1.0
+    assert report["faults"][0]["cleared_after_s"] is None
+    assert (report["faults_unannounced"], report["faults_uncleared"]) == (0, 0)
+    assert targets_met(report) is True
+    # the same history for a fault that must clear
+    must = Fault("flush", T0 + 20.0, T0 + 22.0, expect=Expectation("IdempotencyDegraded", "True", "DedupHistoryLost"))
+    report = run(samples=samples, faults=[must])
+    assert report["faults_uncleared"] == 1
+    assert targets_met(report) is False
+
+
+def test_fault_that_need_not_clear_is_not_measured_when_it_does_clear() -> None:
+    # a lost dedup history stays for its TTL: its clearing, long after the fault, is not held against the bound
+    samples = steady(T0 + 20.0) + [degraded(T0 + 21.0), held(T0 + 322.0)]
+    stays = Fault("flush", T0 + 20.0, T0 + 22.0,
+                  expect=Expectation("IdempotencyDegraded", "True", "DedupHistoryLost", clears=False))
+    report = run(samples=samples, faults=[stays])
+    assert (report["faults"][0]["clears"], report["faults"][0]["cleared_after_s"]) == (False, None)
+    assert report["fault_clear_max_s"] is None
+    assert targets_met(report) is True
+    must = Fault("flush", T0 + 20.0, T0 + 22.0, expect=Expectation("IdempotencyDegraded", "True", "DedupHistoryLost"))
+    report = run(samples=samples, faults=[must])
+    assert (report["fault_clear_max_s"], report["faults_uncleared"]) == (300.0, 0)
+    assert targets_met(report) is False
+
+
+def test_fault_without_expectation_is_not_measured() -> None:
+    report = run(faults=[Fault("pod-kill", T0 + 20.0, T0 + 21.0, "gw-0")])
+    assert report["faults"][0]["expected"] is None
+    assert (report["faults_unannounced"], report["faults_uncleared"], report["fault_lag_max_s"]) == (0, 0, None)
+    assert targets_met(report) is True
+
+
+# -- timeline -----------------------------------------------------------------------------
+
+def test_timeline_sorts_and_answers_the_state_in_force() -> None:
+    timeline = Timeline([held(T0 + 10.0), degraded(T0 + 5.0), held(T0)])
+    assert [s.at for s in timeline.samples] == [T0, T0 + 5.0, T0 + 10.0]
+    assert timeline.at(T0 - 1.0) is None
+    assert timeline.at(T0 + 7.0).state == "not-held"
+    assert timeline.held_throughout(T0 + 10.0, T0 + 20.0) is True
+    assert timeline.held_throughout(T0, T0 + 4.9) is True
+    assert timeline.held_throughout(T0, T0 + 5.0) is False
+    assert timeline.first(T0 + 1.0, lambda s: s.state == "not-held") == T0 + 5.0
+    assert timeline.first(T0 + 6.0, lambda s: s.state == "not-held") == T0 + 6.0
+    assert timeline.first(T0 + 11.0, lambda s: s.state == "not-held") is None
+
+
+def test_unknown_admission_is_not_held() -> None:
+    assert Sample(T0, {"IdempotencyDegraded": ("False", "")}).state == "not-held"
+    assert Sample(T0, {"ExactlyOnceAdmission": ("True", "")}).state == "held"
+
+
+def test_turn_of_a_record() -> None:
+    t = Turn.of({"msg": "m1", "session": "s", "started": "1000.5", "ended": None, "answered": 1, "history": ["a", 7]})
+    assert t == Turn("m1", "s", 1000.5, None, True, ("a", "7"))
+    assert Turn.of({"msg": "m2", "started": 1, "ended": 2}) == Turn("m2", "", 1.0, 2.0, False, ())
+
+
+# -- table --------------------------------------------------------------------------------
+
+def test_table_has_the_headline_figures_and_a_line_per_fault() -> None:
+    deliveries, turns, samples, faults = clean_history()
+    deliveries += [delivery("m9", T0 + 70.0), delivery("m9", T0 + 79.8, attempt=1)]   # one silent duplicate
+    turns += [turn("m9", T0 + 70.2), turn("m9", T0 + 80.0)]
+    report = run(deliveries, turns, samples, faults)
+    text = table(report)
+    lines = {line.split()[0]: line.split()[1:] for line in text.splitlines() if line.strip()}
+    for key in ("deliveries", "silent_duplicates", "lost", "splits", "fault_lag_max_s", *KEYS):
+        assert key in lines, key
+    assert lines["deliveries"] == [str(report["deliveries"])] and report["deliveries"] == 12
+    assert lines["silent_duplicates"] == ["1"]
+    assert lines["lost"] == ["0"] and lines["splits"] == ["0"]
+    assert lines["fault_lag_max_s"] == ["2.0"]
+    fault_line = next(line for line in text.splitlines() if line.strip().startswith("redis-down"))
+    assert "RedisReachable=False" in fault_line and fault_line.split()[-2:] == ["2.0", "3.0"]
+
+
+# -- boundary: the window reaching back before the first sample ---------------------------
+
+def test_duplicate_near_the_first_sample_with_all_held_is_silent() -> None:
+    deliveries = [delivery("m1", T0), delivery("m1", T0 + 1.8, attempt=1)]
+    turns = [turn("m1", T0 + 0.2), turn("m1", T0 + 2.0)]
+    samples = [held(T0), held(T0 + 10.0)]   # the watch's first sample at T0, lag 5: window starts at T0-3
+    report = classify(deliveries, turns, samples, [], LAG)
+    assert (report["silent_duplicates"], report["announced_duplicates"]) == (1, 0)
