@@ -575,8 +575,10 @@ def test_gateway_pods_pass_the_restricted_pod_security_profile(cluster: Cluster,
     a real redis-server at the managed Redis pod's IP takes the generated password."""
     ns = cluster.new_namespace({"pod-security.kubernetes.io/enforce": "restricted"})
     try:
-        apply_gateway(cluster, ns, gateway_deployment("strict", replicas=2, config=redis_store(),
-                                                       redis={"managed": {"enabled": True}}))
+        # without persistence: the simulated node has no provisioner for its PVC (on by default for 2
+        # replicas; test_node's demo runs it with persistence on the real node)
+        apply_gateway(cluster, ns, gateway_deployment("strict", replicas=2, config=redis_store(), redis={
+            "managed": {"enabled": True, "persistence": {"enabled": False}}}))
         redis_pod = until(lambda: next((p for p in cluster.get_json("-n", ns, "pods", "-l",
                                         "app.kubernetes.io/component=redis")["items"] if p["status"].get("podIP")), None),
                           timeout=60, what="the managed Redis pod")

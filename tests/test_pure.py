@@ -109,6 +109,22 @@ def test_managed_redis_objects() -> None:
     assert "--requirepass" in kinds["Deployment"]["spec"]["template"]["spec"]["containers"][0]["command"][2]
 
 
+@pytest.mark.parametrize("replicas, persistence, on", [
+    (1, None, False), (3, None, True), (3, {"enabled": False}, False), (1, {"enabled": True}, True),
+    (2, {"size": "2Gi"}, True)])
+def test_a_managed_redis_shared_by_several_replicas_persists_and_never_evicts(replicas, persistence, on) -> None:
+    managed = {"enabled": True, **({"persistence": persistence} if persistence is not None else {})}
+    objects = render.managed_redis(OWNER, spec(replicas=replicas, config=redis_store(), redis={"managed": managed}),
+                                   render.OperatorIdentity())
+    command = next(o for o in objects if o["kind"] == "Deployment")["spec"]["template"]["spec"]["containers"][0]["command"][2]
+    assert "--maxmemory-policy noeviction" in command
+    assert ("--appendonly yes" in command) is on and ("--appendonly no" in command) is not on
+    claims = [o for o in objects if o["kind"] == "PersistentVolumeClaim"]
+    assert len(claims) == (1 if on else 0)
+    if persistence and persistence.get("size"):
+        assert claims[0]["spec"]["resources"]["requests"]["storage"] == "2Gi"
+
+
 # -- health ------------------------------------------------------------------------------
 
 def owner(reason: str, owner_id: str = "durability:idempotency") -> dict:

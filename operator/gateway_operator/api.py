@@ -75,9 +75,13 @@ class RedisSpec:
         return bool(self.url or self.host or self.managed)
 
     @classmethod
-    def parse(cls, raw: Mapping[str, Any] | None) -> "RedisSpec":
+    def parse(cls, raw: Mapping[str, Any] | None, replicas: int = 1) -> "RedisSpec":
+        """``replicas``: a managed Redis persists by default when more than one replica shares it."""
         raw = raw or {}
         managed = raw.get("managed") or {}
+        persistence = managed.get("persistence") or {}
+        persist = persistence.get("enabled")
+        persist = replicas > 1 if persist is None else bool(persist)
         return cls(
             url=raw.get("url") or None,
             host=raw.get("host") or None,
@@ -89,8 +93,7 @@ class RedisSpec:
             managed=bool(managed.get("enabled", False)),
             managed_image=str(managed["image"]) if managed.get("image") else None,
             managed_resources=dict(managed.get("resources") or {}),
-            managed_persistence=PersistenceSpec.parse(managed.get("persistence"))
-            if (managed.get("persistence") or {}).get("enabled") else None,
+            managed_persistence=PersistenceSpec.parse({**persistence, "enabled": True}) if persist else None,
         )
 
 
@@ -243,7 +246,7 @@ class GatewaySpec:
             image_pull_policy=spec.get("imagePullPolicy"),
             image_pull_secrets=tuple(s["name"] for s in spec.get("imagePullSecrets") or [] if s.get("name")),
             config=dict(spec.get("config") or {}),
-            redis=RedisSpec.parse(spec.get("redis")),
+            redis=RedisSpec.parse(spec.get("redis"), int(spec.get("replicas", 1))),
             auth_token_ref=SecretKeyRef.parse(spec.get("authTokenSecretRef"), "token"),
             health=HealthSpec.parse(spec.get("health")),
             persistence=PersistenceSpec.parse(spec.get("persistence")),

@@ -275,10 +275,13 @@ def spec_schema() -> Schema:
                                         "type": "object",
                                         "description": ("Keep the managed Redis's data (the 24-hour dedup records) "
                                                         "across a Redis pod restart: append-only file on a "
-                                                        "PersistentVolumeClaim. Default off: a restarted managed "
-                                                        "Redis forgets admitted webhooks."),
+                                                        "PersistentVolumeClaim. Without it a restarted managed "
+                                                        "Redis forgets admitted webhooks (reported as "
+                                                        "DedupHistoryLost)."),
                                         "properties": {
-                                            "enabled": _s("boolean", "AOF on a PVC. Default false.", default=False),
+                                            "enabled": _s("boolean", "AOF on a PVC. Default: true when spec.replicas "
+                                                          "> 1 (several replicas share the records), false for one "
+                                                          "replica; false opts out."),
                                             "size": _s("string", "Requested size, a quantity such as 1Gi. "
                                                        "Default 1Gi.", default="1Gi"),
                                             "storageClassName": _s("string", "Storage class. Default: the "

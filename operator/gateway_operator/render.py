@@ -293,7 +293,9 @@ def managed_redis(owner: Owner, spec: GatewaySpec, operator: OperatorIdentity) -
     persistent = persistence is not None
     container = {
         "name": "redis", "image": spec.redis.managed_image or operator.managed_redis_image,
+        # noeviction: every dedup record has a TTL, so any other policy (volatile-* too) may drop them
         "command": ["sh", "-c", 'exec redis-server --port 6379 --requirepass "$REDIS_PASSWORD" '
+                                '--maxmemory-policy noeviction '
                                 + (REDIS_AOF_ARGS if persistent else '--save "" --appendonly no')],
         "env": [{"name": "REDIS_PASSWORD",
                  "valueFrom": {"secretKeyRef": {"name": name, "key": "password"}}}],
