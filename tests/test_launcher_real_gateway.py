@@ -405,3 +405,60 @@ def test_rejected_config_exits_78_with_clear_message(tmp_path: Path, name: str, 
     assert code == 78, output
     assert len(lines) == 1 and expected in lines[0], output
     assert AUTH_TOKEN not in output and REDIS_PASSWORD not in output
+
+
+# --------------------------------------------------------------------------
+# Stopping a replica with a webhook turn in flight (issue 18: no lost turn)
+# --------------------------------------------------------------------------
+
+
+def _turn_in_flight(gw: LaunchedGateway, llm: StandInLLM, delivery: str, seconds: float) -> "Dict[str, Any]":
+    """Sends a webhook whose model turn takes ``seconds`` (the stand-in's delay=) in a thread and
+    waits until the turn has reached the stand-in; the thread's outcome lands in the result."""
+    import threading
+    outcome: Dict[str, Any] = {}
+
+    def send() -> None:
+        try:
+            outcome["answer"] = gw.webhook({"id": delivery, "text": f"msg={delivery} delay={seconds}"})
+        except Exception as e:  # noqa: BLE001 - a cut delivery is what some tests expect
+            outcome["error"] = type(e).__name__
+    outcome["thread"] = threading.Thread(target=send, daemon=True)
+    outcome["thread"].start()
+    _wait_until(lambda: any(t["msg"] == delivery for t in llm.turns), 20, f"turn {delivery} at the LLM stand-in")
+    return outcome
+
+
+@pytest.mark.parametrize("turn, drain", [(3.0, 20), (30.0, 2)], ids=["finishes-inside-the-drain", "outlasts-it"])
+def test_a_stopping_replica_finishes_or_releases_its_webhook_turn(launch, real_redis: RedisServer, llm: StandInLLM,
+                                                                  turn: float, drain: int) -> None:
+    """SIGTERM with a webhook turn in flight: a turn that fits the drain is answered and recorded
+    (the replica exits 0 afterwards); one that outlasts it is cut when the drain ends, and its
+    claim is released, so the provider's retry to the other replica runs it (never answered
+    ``deduplicated`` for the 900 s lease, as 0.1.16 alone would)."""
+    documented = documented_config(real_redis)
+    documented["gateway"]["drain_timeout"] = drain
+    a, b = launch("stopping", documented), launch("other", documented_config(real_redis))
+    for name, gw in (("a", a), ("b", b)):  # the idempotency store is built on a replica's first webhook
+        assert gw.webhook({"id": f"warm-{name}", "text": "hi"})[0] == 200
+    delivery = f"drain-{int(turn)}"
+    flight = _turn_in_flight(a, llm, delivery, turn)
+    started = time.monotonic()
+    a.proc.terminate()
+    assert a.proc.wait(drain + turn + 15) == 0, a.output()
+    took = time.monotonic() - started
+    flight["thread"].join(10)
+    key = f"{PREFIX}hookidem:"
+    values = {k: v for k in real_redis.client().keys(f"{key}*") if (v := real_redis.client().get(k)) is not None}
+    if turn < drain:
+        assert flight.get("answer", (0, {}))[0] == 200 and not flight["answer"][1].get("deduplicated"), flight
+        assert took < drain, took  # it waited for the turn, not for the whole drain
+        assert list(values.values()).count("recorded") == 3, values  # two warm-ups and this turn
+        assert b.webhook({"id": delivery, "text": "retry"}) == (200, {"ok": True, "deduplicated": True})
+    else:
+        assert "answer" not in flight, flight  # the turn was cut: the provider saw no 2xx
+        assert drain <= took < drain + 10, took
+        assert "released 1 unfinished webhook claim" in a.output(), a.output()
+        status, body = b.webhook({"id": delivery, "text": f"msg={delivery}-retry"})
+        assert status == 200 and body.get("action") == "agent" and not body.get("deduplicated"), body
+    assert "draining: no new requests; 1 in flight" in a.output(), a.output()

@@ -515,3 +515,13 @@ def test_the_gateway_network_policy_admits_the_namespace_the_operator_and_the_li
     assert len(peers) == 3
     kinds = [o["kind"] for o in render.desired_objects(OWNER, on, None, 1, operator=operator)]
     assert kinds.count("NetworkPolicy") == 1
+
+
+@pytest.mark.parametrize("drain", [None, 300])
+def test_drain_seconds_sets_the_grace_period_the_prestop_pause_and_the_gateways_drain(drain) -> None:
+    s = spec(replicas=3, config=redis_store(), **({"drainSeconds": drain} if drain else {}))
+    expected = drain or api.DEFAULT_DRAIN_SECONDS
+    pod = render.deployment(OWNER, s, None, 3, "hash")["spec"]["template"]["spec"]
+    assert pod["terminationGracePeriodSeconds"] == expected + 25  # preStop 5 + exit margin 20
+    assert pod["containers"][0]["lifecycle"] == {"preStop": {"sleep": {"seconds": 5}}}
+    assert render.gateway_config(OWNER, s, None)["gateway"]["drain_timeout"] == expected

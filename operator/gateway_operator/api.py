@@ -36,6 +36,11 @@ REDIS_PASSWORD_ENV = "GATEWAY_REDIS_PASSWORD"
 DEFAULT_EDGE_TIMEOUT_SECONDS = 3600
 DEFAULT_AFFINITY_COOKIE = "gateway-replica"
 AUTH_TOKEN_ENV = "GATEWAY_AUTH_TOKEN"
+# spec.drainSeconds: how long a stopping replica lets its in-flight webhook turns finish (a model
+# turn can take minutes); the pod's grace period adds the preStop pause and the exit around it
+DEFAULT_DRAIN_SECONDS = 120
+PRESTOP_SECONDS = 5        # the Service and the edge stop sending to a terminating pod meanwhile
+EXIT_MARGIN_SECONDS = 20   # WebSocket drain (at most 10 s) and releasing unfinished claims
 IDEMPOTENCY_OWNER = "durability:idempotency"
 
 
@@ -218,6 +223,7 @@ class GatewaySpec:
     pod: Mapping[str, Any] = field(default_factory=dict)  # resources, env, nodeSelector, ...
     expose: ExposeSpec = field(default_factory=ExposeSpec)
     network_policy: NetworkPolicySpec = field(default_factory=NetworkPolicySpec)
+    drain_seconds: int = DEFAULT_DRAIN_SECONDS
 
     @property
     def store_backend(self) -> str:
@@ -257,6 +263,7 @@ class GatewaySpec:
                                        "podAnnotations", "podLabels") if spec.get(k)},
             expose=ExposeSpec.parse(spec.get("expose")),
             network_policy=NetworkPolicySpec.parse(spec.get("networkPolicy")),
+            drain_seconds=int(spec.get("drainSeconds", DEFAULT_DRAIN_SECONDS)),
         )
 
 

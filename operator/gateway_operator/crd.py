@@ -235,6 +235,14 @@ def spec_schema() -> Schema:
                                 "idempotency store. Warn: run them and report that exactly-once webhook "
                                 "admission is not held.", enum=[api.Policy.REFUSE, api.Policy.WARN],
                                 default=api.Policy.REFUSE),
+            "drainSeconds": _s("integer", "How long a stopping replica (rolling update, scale-in, eviction, "
+                               "drain) lets its in-flight webhook turns finish, 1-3600 seconds. It first leaves the "
+                               f"Service and the edge ({api.PRESTOP_SECONDS} s preStop pause), then stops taking "
+                               "requests, waits for the turns, and releases the dedup claim of any turn it could not "
+                               "finish so that the provider's retry runs it on another replica. The pods' "
+                               f"terminationGracePeriodSeconds is this plus {api.PRESTOP_SECONDS + api.EXIT_MARGIN_SECONDS}. "
+                               f"Default {api.DEFAULT_DRAIN_SECONDS}.", format="int32", minimum=1, maximum=3600,
+                               default=api.DEFAULT_DRAIN_SECONDS),
             "image": _s("string", "Required. Gateway container image (praisonai-bot[gateway] 0.1.16 with python3); "
                         "1-1024 characters.", minLength=1, maxLength=1024),
             "imagePullPolicy": _s("string", "Always, IfNotPresent or Never. Default: Kubernetes' (Always for "
@@ -277,7 +285,7 @@ def spec_schema() -> Schema:
                                                         "across a Redis pod restart: append-only file on a "
                                                         "PersistentVolumeClaim. Without it a restarted managed "
                                                         "Redis forgets admitted webhooks (reported as "
-                                                        "DedupHistoryLost)."),
+                                                        "DedupHistoryLost). Default: on when spec.replicas > 1."),
                                         "properties": {
                                             "enabled": _s("boolean", "AOF on a PVC. Default: true when spec.replicas "
                                                           "> 1 (several replicas share the records), false for one "

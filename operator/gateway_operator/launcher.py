@@ -53,6 +53,10 @@ EXIT_FATAL_CONFIG = 78
 
 WORKING_COPY_NAME = "gateway.yaml"
 DEFAULT_DRAIN_TIMEOUT = 10.0
+# of the drain, WebSocket sessions get at most this (the gateway's own drain); in-flight webhook
+# turns get the whole drain (uvicorn's graceful shutdown)
+WEBSOCKET_DRAIN_MAX = 10.0
+RELEASE_BUDGET_SECONDS = 5.0   # scanning for and releasing this replica's unfinished claims
 
 # Keys of ``push.redis`` that map onto praisonaiagents' RedisConfig.
 _REDIS_KEYS = frozenset({"url", "host", "port", "db", "password", "prefix", "max_connections"})
@@ -367,6 +371,9 @@ async def serve(gateway: Any, config_path: str, drain: float) -> int:
     finally:
         stop_requested.set()  # normal return or failure: stop whatever still runs
         await stopper
+        released = release_unfinished_claims(getattr(gateway, "_hook_idem", None))
+        if released:
+            _say(f"released {released} unfinished webhook claim(s): a provider's retry runs them on another replica")
     return EXIT_OK
 
 
@@ -377,12 +384,48 @@ async def _stop_when_requested(
     # Until is_running the uvicorn server does not exist and stop() is a no-op.
     while not (gateway.is_running or start.done()):
         await asyncio.sleep(0.05)
+    server = getattr(gateway, "_server", None)
+    if server is not None and getattr(server, "config", None) is not None:
+        # 0.1.16 never sets it, so uvicorn would wait for in-flight webhook turns without a bound
+        # (until the kubelet's SIGKILL leaves their claims stuck): give them the drain, then
+        # uvicorn cancels them and their claims are released below. Read at shutdown time.
+        server.config.timeout_graceful_shutdown = max(1.0, drain)
+    state = getattr(server, "server_state", None)
+    _say(f"draining: no new requests; {len(getattr(state, 'tasks', ()) or ())} in flight get up to {drain:g}s")
     try:
         # Drains sessions, makes uvicorn exit and releases the PID lock; the
         # gateway's own signal path never calls it.
-        await gateway.stop(drain_timeout=drain)
+        await gateway.stop(drain_timeout=min(drain, WEBSOCKET_DRAIN_MAX))
     except Exception as exc:  # noqa: BLE001 - shutdown must not mask the exit code
         _say(f"gateway stop failed: {type(exc).__name__}")
+
+
+def release_unfinished_claims(store: Any, budget: float = RELEASE_BUDGET_SECONDS) -> int:
+    """Release, owner-checked, the in-flight claims this replica still holds once the server has
+    stopped: a turn cut by the drain's end (a cancelled handler never releases its claim in 0.1.16)
+    would otherwise answer the provider's retries ``deduplicated`` for the 900 s lease, and the
+    message would never be answered. 0.1.16 keeps no list of its claims, so the Redis store's keys
+    are scanned for its owner token (``_client``, ``_prefix``, ``_token``); ``release`` itself is
+    the store's compare-and-delete. Any other store (SQLite) is left as it is. Bounded by
+    ``budget`` seconds; a failure is logged, never raised."""
+    import time
+    client, prefix, token = (getattr(store, name, None) for name in ("_client", "_prefix", "_token"))
+    if client is None or not prefix or not token or not hasattr(client, "scan_iter"):
+        return 0
+    deadline, released = time.monotonic() + budget, 0
+    try:
+        for key in client.scan_iter(match=f"{prefix}*", count=1000):
+            if time.monotonic() > deadline:
+                _say("releasing unfinished claims: out of time; the rest expire with their lease")
+                break
+            value = client.get(key)
+            if value is not None and (value.decode() if isinstance(value, bytes) else str(value)) == token:
+                name = key.decode() if isinstance(key, bytes) else str(key)
+                store.release(name[len(prefix):])
+                released += 1
+    except Exception as exc:  # noqa: BLE001 - the pod is stopping: say so and go
+        _say(f"releasing unfinished claims failed: {type(exc).__name__}")
+    return released
 
 
 def exit_code_for(exc: BaseException) -> int:

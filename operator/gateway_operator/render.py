@@ -80,6 +80,7 @@ def gateway_config(owner: Owner, spec: GatewaySpec, redis: RedisTarget | None) -
     gateway = dict(config.get("gateway") or {})
     gateway["host"] = "0.0.0.0"
     gateway["port"] = api.GATEWAY_PORT
+    gateway["drain_timeout"] = spec.drain_seconds  # the launcher's drain of in-flight webhook turns
     # a non-loopback bind needs allowed origins; default to the gateway's own Service names
     gateway.setdefault("allowed_origins", [f"http://{owner.name}.{owner.namespace}.svc",
                                            f"http://{owner.name}.{owner.namespace}.svc.cluster.local",
@@ -126,6 +127,7 @@ def deployment(owner: Owner, spec: GatewaySpec, redis: RedisTarget | None, repli
                             "fsGroup": RUN_AS_USER, "seccompProfile": {"type": "RuntimeDefault"}},
         "automountServiceAccountToken": False,
         "enableServiceLinks": False,
+        "terminationGracePeriodSeconds": spec.drain_seconds + api.PRESTOP_SECONDS + api.EXIT_MARGIN_SECONDS,
         "containers": [_gateway_container(spec, redis, auth_token_ref(owner.name, spec))],
         "volumes": _volumes(owner, spec),
     }
@@ -175,6 +177,9 @@ def _gateway_container(spec: GatewaySpec, redis: RedisTarget | None, auth: Secre
         "livenessProbe": {"httpGet": {"path": "/live", "port": "http"}, "failureThreshold": 6, **probe},
         "readinessProbe": {"httpGet": {"path": "/ready", "port": "http"}, "failureThreshold": 3, **probe},
         "startupProbe": {"httpGet": {"path": "/live", "port": "http"}, "failureThreshold": 30, **probe},
+        # a terminating pod leaves the Service's and the edge's endpoints while it still serves;
+        # only then does SIGTERM make it stop taking requests (the kubelet's own sleep: no binary)
+        "lifecycle": {"preStop": {"sleep": {"seconds": api.PRESTOP_SECONDS}}},
         "securityContext": {"allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True,
                             "runAsNonRoot": True, "capabilities": {"drop": ["ALL"]},
                             "seccompProfile": {"type": "RuntimeDefault"}},
