@@ -44,6 +44,16 @@ test: system-deps venv binaries monitoring-binaries node-binaries
 fuzz: system-deps venv binaries
 	$(PY) hack/fuzz.py
 
+# The exactly-once checker (issue 18) on the `make demo` sandbox (started when it is not up):
+# deliveries fanned out to pod IPs, the Service and the edge with redeliveries, a seeded nemesis
+# (pod SIGKILL, rolling update, scaling, Redis paused / flushed / restarted, the operator's leader
+# killed), the LLM stand-in's turn records and a condition watch, classified by
+# tests/support/exactly_once.py. VERIFY_SEED, VERIFY_JSON=<file>, VERIFY_PNG=<file>,
+# VERIFY_MESSAGES, VERIFY_COPIES, VERIFY_FAULTS; exit 1 when a target is missed.
+verify-exactly-once: system-deps venv binaries node-binaries images
+	PYTHONPATH=tests $(PY) hack/verify-exactly-once.py
+.PHONY: verify-exactly-once
+
 demo:  # hack/demo.sh installs what is missing itself, saying so, and times it
 	@hack/demo.sh
 
