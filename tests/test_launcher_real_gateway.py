@@ -462,3 +462,23 @@ def test_a_stopping_replica_finishes_or_releases_its_webhook_turn(launch, real_r
         status, body = b.webhook({"id": delivery, "text": f"msg={delivery}-retry"})
         assert status == 200 and body.get("action") == "agent" and not body.get("deduplicated"), body
     assert "draining: no new requests; 1 in flight" in a.output(), a.output()
+
+
+def test_a_replica_restarted_after_sigkill_starts_despite_the_pid_lock_it_left(launch, tmp_path: Path,
+                                                                                real_redis: RedisServer) -> None:
+    """A SIGKILLed gateway leaves ~/.praisonai/gateway-<host>-<port>.pid on the pod's state volume,
+    naming PID 1; in the next container PID 1 is alive, and 0.1.16 refused to start for ever
+    (CrashLoopBackOff, found by the exactly-once checker). The launcher clears it."""
+    first = launch("killed", documented_config(real_redis))
+    lock = next((tmp_path / "killed/home/.praisonai").glob(f"gateway-*-{first.port}.pid"))
+    first.proc.kill()
+    first.proc.wait(10)
+    lock.write_text("1")  # as the lock reads in a container, where the gateway was PID 1
+    port = first.port
+    again = LaunchedGateway(run_launcher(tmp_path, "killed", documented_config(real_redis), None, port), port,
+                            tmp_path / "killed/launcher.log")
+    try:
+        again.wait_ready()
+        assert "removed a stale gateway PID lock" in again.output(), again.output()
+    finally:
+        assert again.stop() == 0, again.output()

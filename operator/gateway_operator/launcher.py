@@ -42,6 +42,7 @@ import os
 import re
 import signal
 import sys
+from pathlib import Path
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Tuple
 from urllib.parse import quote, urlsplit, urlunsplit
 
@@ -321,6 +322,27 @@ def load_checked(path: str) -> Dict[str, Any]:
         raise ConfigError(f"gateway rejected the config: {exc}") from None
 
 
+def clear_stale_pid_lock(home: str, port: Optional[int]) -> bool:
+    """Remove the gateway's PID lock for ``port`` left by an earlier container of this pod.
+
+    0.1.16 writes ``~/.praisonai/gateway-<host>-<port>.pid`` and refuses to start while the PID
+    in it is alive. ``~/.praisonai`` is the pod's state volume, which outlives a container: after
+    a SIGKILL (OOM, a liveness kill) the lock names PID 1, which in the new container is alive
+    (it is this launcher), so the replica crash-looped for ever ("another instance is running";
+    found by the exactly-once checker). One gateway runs per pod, started only by this launcher,
+    so a lock present before it starts is always stale."""
+    if not port:
+        return False
+    removed = False
+    for lock in (Path(home) / ".praisonai").glob(f"gateway-*-{int(port)}.pid"):
+        try:
+            lock.unlink()
+            removed = True
+        except OSError:
+            pass
+    return removed
+
+
 def build_gateway(
     loaded: Mapping[str, Any],
     redis: Optional[Mapping[str, Any]],
@@ -475,6 +497,8 @@ def main(argv: Optional[List[str]] = None) -> int:
         turn_lock = turn_lock_settings(documented, os.environ)
         path = write_working_copy(working, args.workdir)
         loaded = load_checked(path)
+        if clear_stale_pid_lock(os.environ.get("HOME") or str(Path.home()), args.port):
+            _say("removed a stale gateway PID lock left by an earlier container of this pod")
         gateway = build_gateway(loaded, redis, turn_lock)
         for warning in config_warnings(working, redis):
             _say(f"warning: {warning}")
