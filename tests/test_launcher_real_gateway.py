@@ -133,7 +133,8 @@ def _gateway_env(home: Path, llm: Optional[StandInLLM]) -> Dict[str, str]:
     return env
 
 
-def run_launcher(tmp: Path, name: str, documented: Any, llm: Optional[StandInLLM], port: int) -> subprocess.Popen:
+def run_launcher(tmp: Path, name: str, documented: Any, llm: Optional[StandInLLM], port: int,
+                 extra_env: Optional[Dict[str, str]] = None) -> subprocess.Popen:
     base = tmp / name
     (base / "home").mkdir(parents=True, exist_ok=True)
     config = base / "gateway.yaml"
@@ -143,7 +144,8 @@ def run_launcher(tmp: Path, name: str, documented: Any, llm: Optional[StandInLLM
         return subprocess.Popen(
             [sys.executable, str(LAUNCHER_PATH), "--config", str(config), "--workdir", str(base / "work"),
              "--host", "127.0.0.1", "--port", str(port)],
-            env=_gateway_env(base / "home", llm), stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+            env={**_gateway_env(base / "home", llm), **(extra_env or {})}, stdin=subprocess.DEVNULL, stdout=log,
+            stderr=subprocess.STDOUT,
         )
     finally:
         log.close()
@@ -482,3 +484,64 @@ def test_a_replica_restarted_after_sigkill_starts_despite_the_pid_lock_it_left(l
         assert "removed a stale gateway PID lock" in again.output(), again.output()
     finally:
         assert again.stop() == 0, again.output()
+
+
+
+# --------------------------------------------------------------------------
+# The switch from one SQLite replica to Redis (issue 18: the backend switch)
+# --------------------------------------------------------------------------
+
+
+def test_the_launcher_and_the_operator_agree_on_the_migration_names() -> None:
+    from gateway_operator import dedup_history, render
+    assert launcher.MIGRATED_KEY == dedup_history.MIGRATED_KEY
+    assert launcher.SQLITE_MIGRATION_ENV == render.SQLITE_MIGRATION_ENV
+    assert launcher.RECORD_TTL_SECONDS == dedup_history.RECORD_TTL_SECONDS
+    assert Path(render.STATE_DIR, *launcher.SQLITE_STORE[1:]) == Path(render.HOME_DIR, *launcher.SQLITE_STORE)
+
+
+def test_migration_copies_recorded_rows_with_their_ttl_left_and_skips_the_rest(tmp_path: Path,
+                                                                             real_redis: RedisServer) -> None:
+    import sqlite3
+    path = tmp_path / "hook_idempotency.sqlite"
+    now = 1_800_000_000.0
+    with sqlite3.connect(path) as conn:  # 0.1.16's schema
+        conn.execute("CREATE TABLE hook_idempotency(key TEXT PRIMARY KEY, ts REAL NOT NULL, status TEXT NOT NULL)")
+        conn.executemany("INSERT INTO hook_idempotency VALUES (?, ?, ?)", [
+            ("fresh", now - 60, "recorded"), ("expired", now - 86400 - 1, "recorded"),
+            ("running", now - 5, "inflight"), ("known", now - 10, "recorded")])
+    client = real_redis.client()
+    client.set(f"{PREFIX}hookidem:known", "recorded")
+    copied, kept = launcher.migrate_sqlite_records(str(path), client, PREFIX, time.time(), "tok-1", ttl=86400 + time.time() - now)
+    assert (copied, kept) == (1, 1)
+    assert client.get(f"{PREFIX}hookidem:fresh") == "recorded"
+    assert 86000 * 1000 < client.pttl(f"{PREFIX}hookidem:fresh") <= (86400 - 60) * 1000 + 2000
+    assert client.get(f"{PREFIX}hookidem:expired") is None and client.get(f"{PREFIX}hookidem:running") is None
+    assert client.get(f"{PREFIX}sqlite-migrated") == "tok-1"
+
+
+def test_a_webhook_the_single_sqlite_replica_admitted_is_deduplicated_after_the_switch(
+        launch, tmp_path: Path, real_redis: RedisServer, llm: StandInLLM) -> None:
+    """One replica on SQLite admits a webhook; the same HOME (its state PVC) then starts on Redis
+    with the operator's migration token: the record reaches Redis, and the provider's redelivery to
+    another Redis replica is answered deduplicated instead of running the agent again."""
+    single = documented_config(None)
+    single["hooks"]["idempotency"] = {"store_backend": "sqlite"}
+    single.pop("turn_lock")
+    solo = launch("solo", single)
+    assert solo.webhook({"id": "before-switch", "text": "hello"})[0] == 200
+    assert solo.stop() == 0, solo.output()
+    port = free_port()
+    switched = LaunchedGateway(run_launcher(tmp_path, "solo", documented_config(real_redis), llm, port,
+                                            {launcher.SQLITE_MIGRATION_ENV: "switch-1"}), port,
+                               tmp_path / "solo/launcher.log")
+    try:
+        switched.wait_ready()
+        assert "1 copied, 0 already there" in switched.output(), switched.output()
+        assert real_redis.client().get(f"{PREFIX}sqlite-migrated") == "switch-1"
+        other = launch("other", documented_config(real_redis))
+        turns = llm.completions
+        assert other.webhook({"id": "before-switch", "text": "hello"}) == (200, {"ok": True, "deduplicated": True})
+        assert llm.completions == turns
+    finally:
+        switched.stop()

@@ -525,3 +525,31 @@ def test_drain_seconds_sets_the_grace_period_the_prestop_pause_and_the_gateways_
     assert pod["terminationGracePeriodSeconds"] == expected + 25  # preStop 5 + exit margin 20
     assert pod["containers"][0]["lifecycle"] == {"preStop": {"sleep": {"seconds": 5}}}
     assert render.gateway_config(OWNER, s, None)["gateway"]["drain_timeout"] == expected
+
+
+def test_the_switch_from_one_sqlite_replica_holds_one_replica_on_its_pvc_until_the_records_are_in_redis() -> None:
+    from gateway_operator.replicas import Migration, migration_state, replicas_to_run
+    s = spec(replicas=3, config=redis_store(), persistence={"enabled": True})
+    tokens = iter(["t1", "t2"])
+
+    def state(previous: dict, claim: bool, marker: str | None) -> Migration | None:
+        return migration_state(s, previous, lambda: claim, marker, lambda: next(tokens))
+    pending = state({}, True, None)
+    assert pending == Migration("t1", False) and replicas_to_run(s, True, 1, pending) == 1
+    objects = render.desired_objects(OWNER, s, None, 1, migration=pending.token)
+    deployment = next(o for o in objects if o["kind"] == "Deployment")["spec"]
+    pod = deployment["template"]["spec"]
+    assert deployment["strategy"] == {"type": "Recreate"}  # the old pod lets go of the PVC first
+    assert {"name": "state", "persistentVolumeClaim": {"claimName": "gw-gateway-state"}} in pod["volumes"]
+    assert {"name": "GWOP_SQLITE_MIGRATION", "value": "t1"} in pod["containers"][0]["env"]
+    # the token is kept by status until the launcher writes it; an old marker does not count
+    assert state(pending.status(), True, "t0") == Migration("t1", False)
+    done = state(pending.status(), True, "t1")
+    assert done == Migration("t1", True) and replicas_to_run(s, True, 1, done) == 3
+    assert state(done.status(), False, None) == done  # done stays done
+    after = next(o for o in render.desired_objects(OWNER, s, None, 3) if o["kind"] == "Deployment")["spec"]
+    assert {"name": "state", "emptyDir": {}} in after["template"]["spec"]["volumes"]
+    # nothing to carry over: no PVC (an emptyDir's records died with its pod), or not on Redis
+    assert state({}, False, None) is None
+    sqlite = spec(replicas=1, persistence={"enabled": True})
+    assert migration_state(sqlite, done.status(), lambda: True, None, lambda: "x") is None

@@ -51,6 +51,7 @@ class Facts:
     health: Sequence[ReplicaHealth] = field(default_factory=tuple)
     dedup: History = History()   # the canary's history (dedup_history.assess)
     now: float = 0.0             # unix seconds, for the lost window
+    migrating: bool = False      # one replica copies the single SQLite replica's records to Redis
 
     @property
     def dedup_lost(self) -> bool:
@@ -93,6 +94,11 @@ def _rolling(f: Facts) -> bool:
 def _reconciling(f: Facts) -> Condition:
     if f.problem:
         return Condition(RECONCILING, "False", R.RECONCILE_STALLED, "reconciliation is blocked; see Stalled")
+    if f.migrating:
+        return Condition(RECONCILING, "True", R.MIGRATING_DEDUP_RECORDS,
+                         "holding one replica, with the single SQLite replica's state volume mounted, until it has "
+                         "copied the webhooks that replica admitted into Redis; then scaling to "
+                         f"{f.desired_replicas}")
     if f.gated:
         return Condition(RECONCILING, "True", R.WAITING_FOR_REDIS,
                          f"holding {f.running_replicas} of {f.desired_replicas} replicas until the "

@@ -143,7 +143,8 @@ class GatewayController:
             redis_configured=spec.redis.configured if spec else False, running_replicas=observed.running,
             ready_replicas=observed.ready, updated_replicas=observed.updated,
             rollout_observed=observed.rollout_observed, problem=outcome.problem, probe=outcome.probe,
-            health=tuple(replicas), dedup=_dedup_history(body, outcome, now), now=now)
+            health=tuple(replicas), dedup=_dedup_history(body, outcome, now), now=now,
+            migrating=bool(outcome.migration and not outcome.migration.done))
         policy = render.gateway_network_policy_name(self.name) if spec and spec.network_policy.enabled else ""
         await self._publish(body, facts, outcome, policy)
         if spec is not None:
@@ -198,7 +199,10 @@ class GatewayController:
     async def _publish(self, body: Mapping[str, Any], facts: Facts, outcome: Outcome, policy: str) -> None:
         previous = body.get("status") or {}
         selector = ",".join(f"{k}={v}" for k, v in api.selector_for(self.name).items())
-        new = status.build(previous, facts, outcome.target, now_iso(), selector, self._exposure, policy)
+        # a pass that stopped before it could tell (a problem) keeps what status said
+        migration = (outcome.migration.status() if outcome.migration is not None
+                     else previous.get("sqliteMigration") if outcome.problem is not None else None)
+        new = status.build(previous, facts, outcome.target, now_iso(), selector, self._exposure, policy, migration)
         metrics.observe_conditions(self.namespace, self.name, new["conditions"])
         if not status.changed(previous, new):
             return

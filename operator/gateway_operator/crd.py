@@ -487,6 +487,14 @@ def status_schema() -> Schema:
                        }},
             "networkPolicy": {"type": "object", "description": "The gateway pods' NetworkPolicy (spec.networkPolicy), "
                               "when enabled.", "properties": {"name": _s("string", "Its name.")}},
+            "sqliteMigration": {"type": "object", "description": "The switch from one SQLite replica with "
+                                "spec.persistence to the Redis store: one replica with the old state volume mounted "
+                                "copies the records it admitted into Redis before others take traffic.",
+                                "properties": {
+                                    "token": _s("string", "Names this switch; the launcher writes it to Redis "
+                                                "(<prefix>sqlite-migrated) once the records are there."),
+                                    "state": _s("string", "Pending or Done.", enum=["Pending", "Done"]),
+                                }},
             "redis": {"type": "object", "description": "Redis in use, without credentials.", "properties": {
                 "endpoint": _s("string", "host:port/db."),
                 "prefix": _s("string", "Key prefix."),

@@ -23,6 +23,9 @@ from typing import Any, Mapping
 # cannot change that (it reads only hooks.idempotency.store_backend)
 RECORD_TTL_SECONDS = 86400
 CANARY_KEY = "operator-canary"   # under the GatewayDeployment's prefix
+# written by the launcher once a single SQLite replica's records are in Redis (launcher.MIGRATED_KEY;
+# tests/test_launcher_real_gateway.py proves the two agree); its value is the operator's token
+MIGRATED_KEY = "sqlite-migrated"
 NO_EVICTION = "noeviction"
 
 
@@ -36,6 +39,7 @@ class StoreFacts:
     persistent: bool | None = None      # AOF on, or RDB saves configured; None: not readable
     maxmemory_policy: str | None = None  # None: CONFIG GET refused
     refused: tuple[str, ...] = ()       # the commands the server refused ("INFO", "CONFIG GET")
+    migrated: str | None = None         # the SQLite migration marker's value, when present
 
 
 @dataclass(frozen=True)

@@ -322,6 +322,70 @@ def load_checked(path: str) -> Dict[str, Any]:
         raise ConfigError(f"gateway rejected the config: {exc}") from None
 
 
+# praisonai-bot 0.1.16's per-replica store (Path.home()/.praisonai/state/hook_idempotency.sqlite)
+# and its Redis layout (push.redis.prefix + "hookidem:" + key); a record lives RECORD_TTL_SECONDS
+SQLITE_STORE = (".praisonai", "state", "hook_idempotency.sqlite")
+RECORD_TTL_SECONDS = 86400.0
+# set once this replica's SQLite records are in Redis (no TTL): the operator's probe reads it
+# before it lets a second Redis-backed replica take traffic (the operator's dedup_history.MIGRATED_KEY)
+MIGRATED_KEY = "sqlite-migrated"
+SQLITE_MIGRATION_ENV = "GWOP_SQLITE_MIGRATION"  # the operator's token for one migration (render.py)
+
+
+def migrate_sqlite_records(sqlite_path: str, client: Any, prefix: str, now: float, token: str,
+                           ttl: float = RECORD_TTL_SECONDS) -> Tuple[int, int]:
+    """Copy the webhooks a single SQLite replica admitted into the Redis store, each with the TTL it
+    has left (``SET NX PX``: a record Redis already holds is kept), and mark the prefix migrated.
+    In-flight rows are skipped (their turn never finished: the provider's retry should run it).
+    Returns (copied, already there)."""
+    import sqlite3
+    rows: List[Tuple[str, float]] = []
+    if os.path.exists(sqlite_path):
+        conn = sqlite3.connect(f"file:{sqlite_path}?mode=ro", uri=True, timeout=10)
+        try:
+            rows = [(str(k), float(ts)) for k, ts in conn.execute(
+                "SELECT key, ts FROM hook_idempotency WHERE status = 'recorded'")]
+        except sqlite3.DatabaseError:
+            rows = []  # no table yet: nothing was admitted
+        finally:
+            conn.close()
+    copied = kept = 0
+    for key, ts in rows:
+        left_ms = int((ts + ttl - now) * 1000)
+        if left_ms <= 0:
+            continue
+        if client.set(f"{prefix}hookidem:{key}", "recorded", nx=True, px=left_ms):
+            copied += 1
+        else:
+            kept += 1
+    client.set(f"{prefix}{MIGRATED_KEY}", token)
+    return copied, kept
+
+
+def migrate_before_start(redis: Optional[Mapping[str, Any]], backend: Optional[str], home: str,
+                         token: str) -> None:
+    """At start-up of the one Redis-backed replica the operator runs with the single SQLite
+    replica's state volume still mounted (``token``: its ``SQLITE_MIGRATION_ENV``, empty
+    otherwise), bring that replica's records into Redis, then write ``token`` as the marker the
+    operator waits for before a second replica takes traffic. Bounded (the client's timeouts) and
+    never fatal: the gateway fails open the same way."""
+    if backend != "redis" or not redis or not token:
+        return
+    path = os.path.join(home, *SQLITE_STORE)
+    try:
+        import time
+        import redis as redis_py
+        kwargs = dict(socket_timeout=5, socket_connect_timeout=5)
+        client = (redis_py.Redis.from_url(str(redis["url"]), **kwargs) if "url" in redis else redis_py.Redis(
+            host=redis["host"], port=int(redis.get("port", 6379)), db=int(redis.get("db", 0)),
+            password=redis.get("password") or None, **kwargs))
+        prefix = str(redis.get("prefix") or "praison:push:")
+        copied, kept = migrate_sqlite_records(path, client, prefix, time.time(), token)
+        _say(f"migrated the single replica's SQLite dedup records to Redis: {copied} copied, {kept} already there")
+    except Exception as exc:  # noqa: BLE001 - a Redis that does not answer now is the gateway's to report
+        _say(f"migrating the SQLite dedup records to Redis failed: {type(exc).__name__}")
+
+
 def clear_stale_pid_lock(home: str, port: Optional[int]) -> bool:
     """Remove the gateway's PID lock for ``port`` left by an earlier container of this pod.
 
@@ -497,6 +561,8 @@ def main(argv: Optional[List[str]] = None) -> int:
         turn_lock = turn_lock_settings(documented, os.environ)
         path = write_working_copy(working, args.workdir)
         loaded = load_checked(path)
+        migrate_before_start(redis, idempotency_backend(working), os.environ.get("HOME") or str(Path.home()),
+                             os.environ.get(SQLITE_MIGRATION_ENV, ""))
         if clear_stale_pid_lock(os.environ.get("HOME") or str(Path.home()), args.port):
             _say("removed a stale gateway PID lock left by an earlier container of this pod")
         gateway = build_gateway(loaded, redis, turn_lock)

@@ -13,6 +13,8 @@ REPLICAS_NOT_READY = "ReplicasNotReady"    #: fewer ready replicas than desired 
 
 # -- Reconciling ---------------------------------------------------------------------------
 ROLLING_OUT = "RollingOut"                 #: the Deployment is rolling out the latest template
+#: one replica copies the single SQLite replica's dedup records into Redis before others start
+MIGRATING_DEDUP_RECORDS = "MigratingDedupRecords"
 RECONCILE_COMPLETE = "ReconcileComplete"   #: every object matches the spec
 RECONCILE_STALLED = "Stalled"              #: blocked; the Stalled condition says why
 

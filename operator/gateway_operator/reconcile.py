@@ -29,7 +29,7 @@ from .expose import Exposure
 from .kube import Kube, NotOwned, NotServed, SecretUndecodable, controlled_by
 from .redis_probe import ProbeResult, Prober
 from .redis_target import InvalidRedisURL, RedisTarget, managed_redis_name, resolve
-from .replicas import replicas_to_run
+from .replicas import Migration, migration_state, replicas_to_run
 from .tenancy import MSG_HOST_CLAIMED, Claim, TenancyPolicy, claim_of, claimed_elsewhere
 from .tenancy import violations as tenancy_violations
 from .validation import MSG_REPLICAS_NEED_REDIS, limit_violations, violations
@@ -119,6 +119,7 @@ class Outcome(NamedTuple):
     applied: bool = False   # a full pass (apply) ran, not only observation
     error: Exception | None = None  # an unforeseen error behind the problem (its traceback is logged)
     exposure: Exposure | None = None  # read this pass (spec.expose); None: not read, keep the last
+    migration: Migration | None = None  # a single SQLite replica's records on their way to Redis
 
 
 class Result(NamedTuple):
@@ -179,9 +180,10 @@ async def reconcile(kube: Kube, prober: Prober, settings: ReconcileSettings, bod
     exposed_before = "expose" in (body.get("status") or {})
     # the gateway NetworkPolicy exists only once status.networkPolicy was written
     policy_before = "networkPolicy" in (body.get("status") or {})
+    previous_migration = (body.get("status") or {}).get("sqliteMigration") or {}
     try:
         outcome, inputs = await _reconcile(kube, prober, settings, owner, mine, body.get("spec") or {}, pods, full,
-                                           seen, (exposed_before, policy_before))
+                                           seen, (exposed_before, policy_before), previous_migration)
     except Exception as e:  # noqa: BLE001 - the boundary: nothing escapes to the loop
         outcome, inputs = Outcome(problem=_unexpected(e), applied=full, error=e), None
     read = inputs if full and outcome.problem is None else None
@@ -192,7 +194,7 @@ async def reconcile(kube: Kube, prober: Prober, settings: ReconcileSettings, bod
 
 async def _reconcile(kube: Kube, prober: Prober, settings: ReconcileSettings, owner: render.Owner, mine: Claim,
                      raw_spec: Mapping[str, Any], pods: Sequence[PodView], full: bool, seen: Observation,
-                     before: tuple[bool, bool]) -> _Pass:
+                     before: tuple[bool, bool], previous_migration: Mapping[str, Any]) -> _Pass:
     cached = None if full else seen.inputs
     prepared = await asyncio.to_thread(_prepare, kube, owner, raw_spec, full, cached, settings.tenancy)
     if full or seen.deployment is None:
@@ -210,7 +212,11 @@ async def _reconcile(kube: Kube, prober: Prober, settings: ReconcileSettings, ow
     claimed = claimed_elsewhere(mine, spec.expose.hosts, seen.host_claims)
     claim = _claim_problem(claimed)
     problem = _policy_problem(spec) or _probe_problem(probe) or claim
-    replicas = replicas_to_run(spec, bool(probe and probe.ok), observed.running)
+    migration = await asyncio.to_thread(
+        migration_state, spec, previous_migration,
+        lambda: kube.get("v1", "PersistentVolumeClaim", owner.namespace, render.state_claim_name(owner.name)) is not None,
+        probe.store.migrated if probe and probe.store else None, lambda: token_source.token_hex(8))
+    replicas = replicas_to_run(spec, bool(probe and probe.ok), observed.running, migration)
     writes = prepared.writes
     # the scale-out gate just opened: grow now rather than at the next full pass (only a
     # Deployment that exists grows this way; creating one waits for a full pass and its backoff)
@@ -219,7 +225,8 @@ async def _reconcile(kube: Kube, prober: Prober, settings: ReconcileSettings, ow
     if apply and (problem is None or problem.reason in _APPLY_DESPITE):
         try:
             applied = await asyncio.to_thread(_apply, kube, owner, spec, target, replicas, prepared.revision,
-                                              settings.operator, before, not claimed)
+                                              settings.operator, before, not claimed,
+                                              migration.token if migration and not migration.done else "")
             writes += applied.writes
             # status.expose says why there is no route, whatever else is wrong
             exposure = (Exposure(message=claim.message) if claim else
@@ -239,7 +246,8 @@ async def _reconcile(kube: Kube, prober: Prober, settings: ReconcileSettings, ow
         except NotServed:
             exposure = None  # the full pass reports it
     problem = problem or _pod_problem(pods) or _deployment_problem(observed)
-    return _Pass(Outcome(target, problem, probe, observed, writes, apply, exposure=exposure), prepared.inputs)
+    return _Pass(Outcome(target, problem, probe, observed, writes, apply, exposure=exposure, migration=migration),
+                 prepared.inputs)
 
 
 # problems that still leave the rest applied: the replica guard (one replica runs), a host
@@ -295,14 +303,14 @@ class Applied(NamedTuple):
 
 def _apply(kube: Kube, owner: render.Owner, spec: GatewaySpec, target: RedisTarget | None, replicas: int,
            revision: str, operator: render.OperatorIdentity, before: tuple[bool, bool] = (False, False),
-           routes_allowed: bool = True) -> Applied:
+           routes_allowed: bool = True, migration: str = "") -> Applied:
     """``before``: whether status says routes (status.expose) and the gateway NetworkPolicy
     (status.networkPolicy) were written, so that only then are they looked for to be removed.
     ``routes_allowed`` False: a host is claimed by someone older, so no route of this
     GatewayDeployment may stand (one written before the older claim was seen goes)."""
     exposed_before, policy_before = before
     writes, routes = 0, {}
-    for manifest in render.desired_objects(owner, spec, target, replicas, revision, operator):
+    for manifest in render.desired_objects(owner, spec, target, replicas, revision, operator, migration):
         if manifest["kind"] in _EXPOSE_FIELD and not routes_allowed:
             continue
         result = kube.apply(manifest, owner.uid)

@@ -35,7 +35,7 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from . import reasons
-from .dedup_history import CANARY_KEY, StoreFacts
+from .dedup_history import CANARY_KEY, MIGRATED_KEY, StoreFacts
 from .redis_target import RedisTarget
 
 TIMEOUT_CEILING = 5.0      # whatever spec.health.timeoutSeconds says
@@ -271,7 +271,9 @@ async def _store_facts(client: aioredis.Redis, prefix: str) -> StoreFacts:
     except redis.ResponseError:
         refused.append("CONFIG GET")
     persistent = True if aof else (bool(str(save).strip()) if save is not None and aof is not None else None)
-    return StoreFacts(value.decode(errors="replace"), created, run_id, persistent, policy, tuple(refused))
+    migrated = await client.get(f"{prefix}{MIGRATED_KEY}")
+    return StoreFacts(value.decode(errors="replace"), created, run_id, persistent, policy, tuple(refused),
+                      migrated.decode(errors="replace") if migrated is not None else None)
 
 
 def _refused_password(where: str) -> ProbeResult:

@@ -25,6 +25,7 @@ HOME_DIR = "/var/lib/gateway/home"
 STATE_DIR = f"{HOME_DIR}/.praisonai"  # the gateway keeps its SQLite store under $HOME/.praisonai/state
 LAUNCHER_SOURCE = Path(__file__).with_name("launcher.py")
 RUN_AS_USER = 10001
+SQLITE_MIGRATION_ENV = "GWOP_SQLITE_MIGRATION"  # launcher.SQLITE_MIGRATION_ENV (a test ties the two)
 OPERATOR_APP_NAME = "gateway-operator"  # app.kubernetes.io/name of the chart's operator pod
 # redis-py URL options of the gateway's Redis clients: a hung Redis (paused, overloaded, a
 # black-holed route) costs a webhook about three round trips of this before the gateway
@@ -113,10 +114,12 @@ def config_hash(config_map_manifest: Manifest) -> str:
 
 
 def deployment(owner: Owner, spec: GatewaySpec, redis: RedisTarget | None, replicas: int,
-               config_checksum: str, secrets_revision: str = "") -> Manifest:
+               config_checksum: str, secrets_revision: str = "", migration: str = "") -> Manifest:
+    """``migration``: the operator's token while one Redis-backed replica, with the single SQLite
+    replica's state PVC still mounted, copies that replica's records to Redis (see migrating())."""
     single_sqlite = spec.store_backend != "redis" and spec.replicas <= 1
     strategy: dict[str, Any] = (
-        {"type": "Recreate"} if single_sqlite  # never two pods with separate stores at once
+        {"type": "Recreate"} if single_sqlite or migration  # never two pods with separate stores at once
         else {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 0, "maxSurge": 1}})
     pod_labels = {**dict(spec.pod.get("podLabels") or {}), **api.labels_for(owner.name)}
     annotations = {**dict(spec.pod.get("podAnnotations") or {}), api.ANNOTATION_CONFIG_HASH: config_checksum}
@@ -128,8 +131,8 @@ def deployment(owner: Owner, spec: GatewaySpec, redis: RedisTarget | None, repli
         "automountServiceAccountToken": False,
         "enableServiceLinks": False,
         "terminationGracePeriodSeconds": spec.drain_seconds + api.PRESTOP_SECONDS + api.EXIT_MARGIN_SECONDS,
-        "containers": [_gateway_container(spec, redis, auth_token_ref(owner.name, spec))],
-        "volumes": _volumes(owner, spec),
+        "containers": [_gateway_container(spec, redis, auth_token_ref(owner.name, spec), migration)],
+        "volumes": _volumes(owner, spec, bool(migration)),
     }
     if spec.image_pull_secrets:
         pod_spec["imagePullSecrets"] = [{"name": n} for n in spec.image_pull_secrets]
@@ -154,7 +157,8 @@ def auth_token_ref(name: str, spec: GatewaySpec) -> SecretKeyRef:
     return spec.auth_token_ref or SecretKeyRef(auth_secret_name(name), "token")
 
 
-def _gateway_container(spec: GatewaySpec, redis: RedisTarget | None, auth: SecretKeyRef) -> dict[str, Any]:
+def _gateway_container(spec: GatewaySpec, redis: RedisTarget | None, auth: SecretKeyRef,
+                       migration: str = "") -> dict[str, Any]:
     env: list[dict[str, Any]] = [
         {"name": "HOME", "value": HOME_DIR},
         {"name": "PYTHONUNBUFFERED", "value": "1"},
@@ -164,6 +168,8 @@ def _gateway_container(spec: GatewaySpec, redis: RedisTarget | None, auth: Secre
     if redis is not None and redis.password_ref is not None:
         env.append({"name": api.REDIS_PASSWORD_ENV, "valueFrom": {"secretKeyRef": {
             "name": redis.password_ref.name, "key": redis.password_ref.key}}})
+    if migration:  # the launcher copies the SQLite records, then writes this token to Redis
+        env.append({"name": SQLITE_MIGRATION_ENV, "value": migration})
     env.extend(spec.pod.get("env") or [])
     probe = {"timeoutSeconds": 3, "periodSeconds": 10}
     container: dict[str, Any] = {
@@ -197,10 +203,10 @@ def _gateway_container(spec: GatewaySpec, redis: RedisTarget | None, auth: Secre
     return container
 
 
-def _volumes(owner: Owner, spec: GatewaySpec) -> list[dict[str, Any]]:
+def _volumes(owner: Owner, spec: GatewaySpec, migrating: bool = False) -> list[dict[str, Any]]:
     state: dict[str, Any] = (
         {"persistentVolumeClaim": {"claimName": state_claim_name(owner.name)}}
-        if spec.persistence.enabled and spec.replicas <= 1 else {"emptyDir": {}})
+        if spec.persistence.enabled and (spec.replicas <= 1 or migrating) else {"emptyDir": {}})
     return [
         {"name": "config", "configMap": {"name": config_map_name(owner.name)}},
         {"name": "work", "emptyDir": {}},
@@ -363,7 +369,8 @@ def generated_secret(owner: Owner, name: str, key: str, value: str, component: s
 
 
 def desired_objects(owner: Owner, spec: GatewaySpec, redis: RedisTarget | None, replicas: int,
-                    secrets_revision: str = "", operator: OperatorIdentity = OperatorIdentity()) -> list[Manifest]:
+                    secrets_revision: str = "", operator: OperatorIdentity = OperatorIdentity(),
+                    migration: str = "") -> list[Manifest]:
     """Everything the gateway needs, in apply order (config before the pods that mount it)."""
     cm = config_map(owner, spec, redis)
     objects = [cm]
@@ -371,7 +378,7 @@ def desired_objects(owner: Owner, spec: GatewaySpec, redis: RedisTarget | None, 
     if claim:
         objects.append(claim)
     objects += managed_redis(owner, spec, operator)
-    objects.append(deployment(owner, spec, redis, replicas, config_hash(cm), secrets_revision))
+    objects.append(deployment(owner, spec, redis, replicas, config_hash(cm), secrets_revision, migration))
     objects.append(service(owner, spec))
     pdb = disruption_budget(owner, spec)
     if pdb:

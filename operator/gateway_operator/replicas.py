@@ -1,7 +1,37 @@
 """How many gateway replicas run now: the replica policy and the scale-out gate (pure)."""
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping
+
 from .api import GatewaySpec, Policy
+
+
+@dataclass(frozen=True)
+class Migration:
+    """The switch from one SQLite replica (its records on the state PVC) to the Redis store:
+    ``token`` names this switch (status.sqliteMigration keeps it); ``done`` once the launcher of
+    the one replica run with that PVC mounted wrote it to Redis after copying the records."""
+
+    token: str
+    done: bool
+
+    def status(self) -> dict[str, str]:
+        return {"token": self.token, "state": "Done" if self.done else "Pending"}
+
+
+def migration_state(spec: GatewaySpec, previous: Mapping[str, Any], state_claim_exists: Callable[[], bool],
+                    marker: str | None, new_token: Callable[[], str]) -> Migration | None:
+    """None when there is nothing to carry over: not on Redis, no state PVC (an emptyDir's records
+    died with its pod, which ExactlyOnceAdmission said: StoreNotPersistent)."""
+    if spec.store_backend != "redis" or not spec.persistence.enabled:
+        return None
+    if previous.get("state") == "Done" and previous.get("token"):
+        return Migration(str(previous["token"]), True)
+    if not state_claim_exists():
+        return None
+    token = str(previous.get("token") or new_token())
+    return Migration(token, marker == token)
 
 
 def gate_holds(store_backend: str, probe_ok: bool, running: int, desired: int) -> bool:
@@ -11,10 +41,13 @@ def gate_holds(store_backend: str, probe_ok: bool, running: int, desired: int) -
     return store_backend == "redis" and not probe_ok and running < desired
 
 
-def replicas_to_run(spec: GatewaySpec, probe_ok: bool, running: int) -> int:
+def replicas_to_run(spec: GatewaySpec, probe_ok: bool, running: int, migration: Migration | None = None) -> int:
     """Never more than one replica without Redis under Refuse (even if the CRD's rule is
-    missing), and no scale-out past what runs (at least one) while the gate holds."""
+    missing), one while a single SQLite replica's records are carried into Redis, and no
+    scale-out past what runs (at least one) while the gate holds."""
     if spec.policy == Policy.REFUSE and spec.store_backend != "redis":
+        return min(spec.replicas, 1)
+    if migration is not None and not migration.done:
         return min(spec.replicas, 1)
     if gate_holds(spec.store_backend, probe_ok, running, spec.replicas):
         return min(spec.replicas, max(1, running))

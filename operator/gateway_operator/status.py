@@ -8,11 +8,12 @@ from .conditions import Facts
 from .expose import Exposure
 from .redis_target import RedisTarget
 
-REMOVABLE = ("redis", "expose", "networkPolicy")  # keys that go when the spec stops asking for them
+REMOVABLE = ("redis", "expose", "networkPolicy", "sqliteMigration")  # keys that go when the spec stops asking for them
 
 
 def build(previous: Mapping[str, Any] | None, facts: Facts, target: RedisTarget | None, now: str,
-          selector: str = "", exposure: Exposure | None = None, network_policy: str = "") -> dict[str, Any]:
+          selector: str = "", exposure: Exposure | None = None, network_policy: str = "",
+          migration: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """``selector``: the gateway pods' label selector (the scale subresource reads it);
     ``exposure``: where clients outside reach the replicas (spec.expose), when set;
     ``network_policy``: the gateway NetworkPolicy's name (spec.networkPolicy), when enabled."""
@@ -37,6 +38,8 @@ def build(previous: Mapping[str, Any] | None, facts: Facts, target: RedisTarget 
         status["expose"] = exposure.status()
     if network_policy:
         status["networkPolicy"] = {"name": network_policy}
+    if migration:
+        status["sqliteMigration"] = dict(migration)
     return status
 
 
