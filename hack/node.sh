@@ -841,5 +841,8 @@ case ${1:-} in
   status)
     bin=$("$repo/hack/build-binaries.sh" 2>/dev/null)
     if status; then log "node $NODE_NAME up"; else log "node not up"; exit 1; fi ;;
-  *) echo "usage: $0 network|up|down|status" >&2; exit 2 ;;
+  images)  # a running node takes the images of `make images` again (`make demo` on a reused sandbox)
+    nbin=$("$repo/hack/build-binaries.sh" --node 2>/dev/null)
+    import_images ;;
+  *) echo "usage: $0 network|up|down|status|images" >&2; exit 2 ;;
 esac

@@ -68,8 +68,14 @@ def images() -> Images:
 
 
 def cluster_up(directory: Path) -> Cluster:
-    """The control plane with the real node in ``directory`` (started unless it runs)."""
-    return Cluster.start(directory, GWOP_NODE="1")
+    """The control plane with the real node in ``directory`` (started unless it runs; a node that
+    runs takes the images of `make images` again, so a rebuilt image reaches it)."""
+    env = dict(os.environ, GWOP_CLUSTER_DIR=str(directory))
+    running = subprocess.run([str(REPO / "hack/node.sh"), "status"], env=env, capture_output=True).returncode == 0
+    cluster = Cluster.start(directory, GWOP_NODE="1")
+    if running:
+        subprocess.run([str(REPO / "hack/node.sh"), "images"], env=env, check=True, stdout=subprocess.DEVNULL)
+    return cluster
 
 
 def install_operator(cluster: Cluster, *extra: str, release: str = RELEASE,
@@ -78,13 +84,20 @@ def install_operator(cluster: Cluster, *extra: str, release: str = RELEASE,
     the restricted Pod Security profile; waits for the operator pods."""
     built = images()
     repository, tag = built.operator.rsplit(":", 1)
+    # the archive's name carries a hash of the image's inputs: a rebuilt operator image under the
+    # same tag rolls the operator pods (the node re-imported it: hack/node.sh images)
+    archive = next(line.split()[1] for line in IMAGES_LIST.read_text().splitlines() if line.startswith(built.operator + " "))
+    build = Path(archive).stem.rsplit("-", 1)[-1].split(".")[0]
     cluster.apply(json.dumps({"apiVersion": "v1", "kind": "Namespace", "metadata": {
         "name": namespace, "labels": {"pod-security.kubernetes.io/enforce": "restricted"}}}))
+    # helm installs crds/ once and never upgrades them: a reused cluster gets the chart's CRD here
+    cluster.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(CHART / "crds"))
     return cluster.helm(
         "upgrade", "--install", release, str(CHART), "-n", namespace, "--wait", "--timeout", "180s",
         "--set", f"image.repository={repository}", "--set", f"image.tag={tag}",
         "--set", "image.pullPolicy=Never",  # imported into the node's containerd; no registry here
-        "--set", f"managedRedis.image={built.redis}", "--set", f"tests.image={built.operator}", *extra)
+        "--set", f"managedRedis.image={built.redis}", "--set", f"tests.image={built.operator}",
+        "--set-string", f"podAnnotations.gateway-operator\\.dev/image-build={build}", *extra)
 
 
 def secret_value(cluster: Cluster, namespace: str, name: str, key: str) -> str:
