@@ -545,3 +545,65 @@ def test_a_webhook_the_single_sqlite_replica_admitted_is_deduplicated_after_the_
         assert llm.completions == turns
     finally:
         switched.stop()
+
+
+# --------------------------------------------------------------------------
+# Shared session history (issue 18: conversations must not split between replicas)
+# --------------------------------------------------------------------------
+
+
+def session_config(redis: RedisServer, store: str = "redis", max_messages: int = 50) -> Dict[str, Any]:
+    documented = documented_config(redis)
+    documented["hooks"]["hooks"][0]["session_key"] = "{session}"
+    documented["session_history"] = {"store": store, "max_messages": max_messages, "ttl_seconds": 3600}
+    return documented
+
+
+def turn_of(llm: StandInLLM, msg: str) -> Dict[str, Any]:
+    return next(t for t in reversed(llm.turns) if t["msg"] == msg)
+
+
+def test_a_conversation_alternating_between_replicas_sees_its_whole_history(launch, real_redis: RedisServer,
+                                                                            llm: StandInLLM) -> None:
+    """Turns of one session sent to replica A, B, A, B, ... each reach the model with every earlier
+    turn of that session, and with no turn of another session; the history sits in Redis, bounded."""
+    a, b = launch("sessions-a", session_config(real_redis)), launch("sessions-b", session_config(real_redis))
+    sent: List[str] = []
+    for i in range(6):
+        msg = f"conv-{i}"
+        gw = (a, b)[i % 2]
+        status, body = gw.webhook({"id": msg, "session": "s-one", "text": f"msg={msg} session=s-one"})
+        assert status == 200 and body.get("action") == "agent", body
+        assert turn_of(llm, msg)["history"] == sent, (msg, turn_of(llm, msg))
+        sent.append(msg)
+        other = f"other-{i}"  # another conversation in between, on the other replica
+        assert (b, a)[i % 2].webhook({"id": other, "session": "s-two", "text": f"msg={other} session=s-two"})[0] == 200
+        assert turn_of(llm, other)["history"] == [f"other-{j}" for j in range(i)]
+    keys = real_redis.client().keys(f"{PREFIX}session:*")
+    assert len(keys) == 2 and real_redis.client().llen(keys[0]) == 12, keys  # 6 turns: user + assistant each
+    assert "webhook sessions=shared in Redis" in a.output()
+
+
+def test_a_bounded_history_keeps_the_last_messages_and_replica_keeps_0_1_16s_behaviour(
+        launch, real_redis: RedisServer, llm: StandInLLM) -> None:
+    bounded = launch("bounded", session_config(real_redis, max_messages=4))
+    for i in range(4):
+        assert bounded.webhook({"id": f"b-{i}", "session": "s", "text": f"msg=b-{i} session=s"})[0] == 200
+    assert turn_of(llm, "b-3")["history"] == ["b-1", "b-2"]  # the last 4 messages: 2 turns
+    local = launch("local", session_config(real_redis, store="replica"))
+    assert "webhook sessions=per replica" in local.output()
+
+
+def test_turns_of_one_session_on_two_replicas_at_once_run_one_after_the_other(launch, real_redis: RedisServer,
+                                                                             llm: StandInLLM) -> None:
+    """Two deliveries of one conversation at the same moment, one per replica: the session's lock
+    makes the second wait for the first, so the second's history holds the first."""
+    import threading
+    a, b = launch("lock-a", session_config(real_redis)), launch("lock-b", session_config(real_redis))
+    first = threading.Thread(target=a.webhook, args=({"id": "l-1", "session": "s", "text": "msg=l-1 session=s delay=2"},))
+    first.start()
+    _wait_until(lambda: any(t["msg"] == "l-1" for t in llm.turns), 20, "the first turn at the stand-in")
+    assert b.webhook({"id": "l-2", "session": "s", "text": "msg=l-2 session=s"})[0] == 200
+    first.join(10)
+    assert turn_of(llm, "l-2")["history"] == ["l-1"]
+    assert turn_of(llm, "l-2")["started"] >= turn_of(llm, "l-1")["ended"]

@@ -553,3 +553,26 @@ def test_the_switch_from_one_sqlite_replica_holds_one_replica_on_its_pvc_until_t
     assert state({}, False, None) is None
     sqlite = spec(replicas=1, persistence={"enabled": True})
     assert migration_state(sqlite, done.status(), lambda: True, None, lambda: "x") is None
+
+
+@pytest.mark.parametrize("sessions, redis, replicas, expected", [
+    (None, {"managed": {"enabled": True}}, 3, ("redis", "True", "SharedSessionHistory")),
+    ({"store": "replica"}, {"managed": {"enabled": True}}, 3, ("replica", "False", "PerReplicaHistory")),
+    (None, None, 1, ("replica", "True", "SingleReplicaHistory")),
+    ({"store": "redis"}, {"managed": {"enabled": True}}, 1, ("redis", "True", "SharedSessionHistory")),
+])
+def test_session_history_is_shared_whenever_redis_is_wired(sessions, redis, replicas, expected) -> None:
+    extra = {**({"sessions": sessions} if sessions else {}), **({"redis": redis} if redis else {})}
+    s = spec(replicas=replicas, config=redis_store() if redis else None, **extra) if redis else spec(replicas=replicas)
+    store, status, reason = expected
+    assert s.sessions_store == store
+    rendered = render.gateway_config(OWNER, s, resolve(s.redis, OWNER.namespace, OWNER.name) if redis else None)
+    if redis:
+        assert rendered["session_history"] == {"store": store, "max_messages": 50, "ttl_seconds": 604800}
+    else:
+        assert "session_history" not in rendered
+    probe = ProbeResult(True, "ProbeSucceeded", "ok")
+    c = {x.type: x for x in conditions.compute(Facts(
+        generation=1, desired_replicas=replicas, store_backend=s.store_backend, policy="Refuse", persistence=False,
+        redis_configured=bool(redis), probe=probe if redis else None, sessions_store=store))}["SessionsShared"]
+    assert (c.status, c.reason) == (status, reason), c

@@ -135,6 +135,31 @@ class PersistenceSpec:
                    storage_class=raw.get("storageClassName"))
 
 
+DEFAULT_SESSION_MESSAGES = 50
+DEFAULT_SESSION_TTL_SECONDS = 7 * 24 * 3600
+
+
+@dataclass(frozen=True)
+class SessionsSpec:
+    """Where webhook session history lives: ``redis`` (one history per session, shared by every
+    replica; the default whenever spec.redis is set) or ``replica`` (0.1.16's own: each replica's
+    agent keeps one in-memory history)."""
+
+    store: str | None = None    # None: redis when spec.redis is set, else replica
+    max_messages: int = DEFAULT_SESSION_MESSAGES
+    ttl_seconds: int = DEFAULT_SESSION_TTL_SECONDS
+
+    def effective(self, redis_configured: bool) -> str:
+        return self.store or ("redis" if redis_configured else "replica")
+
+    @classmethod
+    def parse(cls, raw: Mapping[str, Any] | None) -> "SessionsSpec":
+        raw = raw or {}
+        return cls(store=raw.get("store") or None,
+                   max_messages=int(raw.get("maxMessages", DEFAULT_SESSION_MESSAGES)),
+                   ttl_seconds=int(raw.get("ttlSeconds", DEFAULT_SESSION_TTL_SECONDS)))
+
+
 @dataclass(frozen=True)
 class NetworkPolicySpec:
     """An optional NetworkPolicy for the gateway pods: only the listed namespaces (the edge's), the
@@ -224,6 +249,11 @@ class GatewaySpec:
     expose: ExposeSpec = field(default_factory=ExposeSpec)
     network_policy: NetworkPolicySpec = field(default_factory=NetworkPolicySpec)
     drain_seconds: int = DEFAULT_DRAIN_SECONDS
+    sessions: SessionsSpec = field(default_factory=SessionsSpec)
+
+    @property
+    def sessions_store(self) -> str:
+        return self.sessions.effective(self.redis.configured)
 
     @property
     def store_backend(self) -> str:
@@ -264,6 +294,7 @@ class GatewaySpec:
             expose=ExposeSpec.parse(spec.get("expose")),
             network_policy=NetworkPolicySpec.parse(spec.get("networkPolicy")),
             drain_seconds=int(spec.get("drainSeconds", DEFAULT_DRAIN_SECONDS)),
+            sessions=SessionsSpec.parse(spec.get("sessions")),
         )
 
 

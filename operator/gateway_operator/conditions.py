@@ -1,7 +1,7 @@
 """Status conditions: computed from observed facts by pure functions.
 
 Types: Ready, Reconciling, Stalled (kstatus reads these three), RedisReachable,
-IdempotencyDegraded, ExactlyOnceAdmission, RedisDurable. ``merge`` keeps ``lastTransitionTime`` unless the
+IdempotencyDegraded, ExactlyOnceAdmission, RedisDurable, SessionsShared. ``merge`` keeps ``lastTransitionTime`` unless the
 status flips, so an unchanged world yields an identical status and no write.
 """
 from __future__ import annotations
@@ -19,8 +19,9 @@ from .replicas import gate_holds
 
 READY, RECONCILING, STALLED = "Ready", "Reconciling", "Stalled"
 REDIS_REACHABLE, IDEMPOTENCY_DEGRADED, EXACTLY_ONCE = "RedisReachable", "IdempotencyDegraded", "ExactlyOnceAdmission"
-REDIS_DURABLE = "RedisDurable"
-ORDER = (READY, RECONCILING, STALLED, REDIS_REACHABLE, IDEMPOTENCY_DEGRADED, EXACTLY_ONCE, REDIS_DURABLE)
+REDIS_DURABLE, SESSIONS_SHARED = "RedisDurable", "SessionsShared"
+ORDER = (READY, RECONCILING, STALLED, REDIS_REACHABLE, IDEMPOTENCY_DEGRADED, EXACTLY_ONCE, REDIS_DURABLE,
+         SESSIONS_SHARED)
 
 # a replica state worse than another decides the IdempotencyDegraded reason
 _SEVERITY = (Idempotency.BUILD_TIME_FALLBACK, Idempotency.RUNTIME_OUTAGE, Idempotency.OTHER)
@@ -52,6 +53,7 @@ class Facts:
     dedup: History = History()   # the canary's history (dedup_history.assess)
     now: float = 0.0             # unix seconds, for the lost window
     migrating: bool = False      # one replica copies the single SQLite replica's records to Redis
+    sessions_store: str = "replica"  # where webhook session history lives (spec.sessions)
 
     @property
     def dedup_lost(self) -> bool:
@@ -77,7 +79,8 @@ class Condition:
 
 
 def compute(f: Facts) -> list[Condition]:
-    return [_ready(f), _reconciling(f), _stalled(f), _redis(f), _degraded(f), _exactly_once(f), _durable(f)]
+    return [_ready(f), _reconciling(f), _stalled(f), _redis(f), _degraded(f), _exactly_once(f), _durable(f),
+            _sessions(f)]
 
 
 def _stalled(f: Facts) -> Condition:
@@ -187,6 +190,22 @@ def _exactly_once(f: Facts) -> Condition:
                          f"{len(unknown)} replicas did not answer GET /health (pods: {', '.join(sorted(unknown))})")
     return Condition(EXACTLY_ONCE, "True", R.SHARED_REDIS_STORE,
                      f"every polled replica ({len(f.health)}) dedups through the shared Redis store")
+
+
+def _sessions(f: Facts) -> Condition:
+    def c(status: str, reason: str, message: str) -> Condition:
+        return Condition(SESSIONS_SHARED, status, reason, message)
+
+    if f.sessions_store == "redis":
+        if f.probe is None or not f.probe.ok:
+            return c("False", R.REDIS_UNREACHABLE, "session history lives in Redis, which is not reachable: each "
+                     "replica runs webhook turns on its own history until it is")
+        return c("True", R.SHARED_SESSION_HISTORY, "every replica runs a webhook session's turns on one history in "
+                 "Redis, one turn of a session at a time")
+    if f.desired_replicas > 1:
+        return c("False", R.PER_REPLICA_HISTORY, f"each of {f.desired_replicas} replicas keeps its own session "
+                 "history: a conversation whose turns reach two replicas splits (spec.sessions.store: redis shares it)")
+    return c("True", R.SINGLE_REPLICA_HISTORY, "one replica keeps every session's history")
 
 
 def _durable(f: Facts) -> Condition:

@@ -235,6 +235,23 @@ def spec_schema() -> Schema:
                                 "idempotency store. Warn: run them and report that exactly-once webhook "
                                 "admission is not held.", enum=[api.Policy.REFUSE, api.Policy.WARN],
                                 default=api.Policy.REFUSE),
+            "sessions": {"type": "object", "description": "Where the history of webhook sessions (the hook's "
+                         "session_key) lives. Default: store redis when spec.redis is set, else replica.",
+                         "properties": {
+                             "store": _s("string", "redis: one history per session in the GatewayDeployment's Redis "
+                                         "(<prefix>session:<hash>), shared by every replica, turns of one session "
+                                         "run one after another; replica: 0.1.16's own (each replica's agent keeps "
+                                         "one in-memory history, so a conversation that reaches two replicas "
+                                         "splits). Default: redis when spec.redis is set, else replica.",
+                                         enum=["redis", "replica"]),
+                             "maxMessages": _s("integer", f"Messages kept per session, 2-10000. Default "
+                                               f"{api.DEFAULT_SESSION_MESSAGES}.", format="int32", minimum=2,
+                                               maximum=10000, default=api.DEFAULT_SESSION_MESSAGES),
+                             "ttlSeconds": _s("integer", "How long an idle session's history is kept, 60-31536000 "
+                                              f"seconds. Default {api.DEFAULT_SESSION_TTL_SECONDS}.", format="int32",
+                                              minimum=60, maximum=31536000,
+                                              default=api.DEFAULT_SESSION_TTL_SECONDS),
+                         }},
             "drainSeconds": _s("integer", "How long a stopping replica (rolling update, scale-in, eviction, "
                                "drain) lets its in-flight webhook turns finish, 1-3600 seconds. It first leaves the "
                                f"Service and the edge ({api.PRESTOP_SECONDS} s preStop pause), then stops taking "
@@ -511,7 +528,7 @@ def status_schema() -> Schema:
                                      }},
             }},
             "conditions": {"type": "array", "description": "Ready, Reconciling, Stalled, RedisReachable, "
-                           "IdempotencyDegraded, ExactlyOnceAdmission, RedisDurable.", "items": condition,
+                           "IdempotencyDegraded, ExactlyOnceAdmission, RedisDurable, SessionsShared.", "items": condition,
                            "x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]},
         },
     }

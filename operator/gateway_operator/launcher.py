@@ -131,6 +131,7 @@ def translate_config(documented: Mapping[str, Any]) -> Dict[str, Any]:
     cfg = copy.deepcopy(dict(documented))
     cfg.pop("push", None)
     cfg.pop("turn_lock", None)
+    cfg.pop(SESSION_HISTORY_KEY, None)  # the launcher's own (share_sessions)
     hooks = cfg.pop("hooks", None)
     if isinstance(hooks, Mapping):
         entries, idempotency = _split_nested_hooks(hooks)
@@ -386,6 +387,172 @@ def migrate_before_start(redis: Optional[Mapping[str, Any]], backend: Optional[s
         _say(f"migrating the SQLite dedup records to Redis failed: {type(exc).__name__}")
 
 
+# --------------------------------------------------------------------------
+# Shared session history for webhook turns (issue 18: conversations must not split)
+# --------------------------------------------------------------------------
+
+# the documented config's launcher-only section, written by the operator from spec.sessions:
+# ``session_history: {store: redis|replica, max_messages, ttl_seconds}``
+SESSION_HISTORY_KEY = "session_history"
+SESSION_LOCK_LEASE_MS = 30_000     # renewed while the turn runs; a dead replica's lock goes after it
+SESSION_LOCK_WAIT_SECONDS = 300.0  # a turn waits this long for its session's earlier turn, then runs
+_RELEASE_LUA = "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) else return 0 end"
+
+
+def session_settings(documented: Mapping[str, Any]) -> Optional[Dict[str, Any]]:
+    raw = documented.get(SESSION_HISTORY_KEY)
+    if raw is None:
+        return None
+    if not isinstance(raw, Mapping) or raw.get("store") not in ("redis", "replica"):
+        raise ConfigError(f"{SESSION_HISTORY_KEY}.store must be redis or replica")
+    return {"store": raw["store"], "max_messages": _as_int(raw.get("max_messages", 50), "max_messages"),
+            "ttl_seconds": _as_int(raw.get("ttl_seconds", 604800), "ttl_seconds")}
+
+
+class SharedSessions:
+    """One history per webhook session (the hook's ``session_key``), kept in Redis under
+    ``{prefix}session:<sha256 of the key>`` as a list of JSON messages, bounded to ``max_messages``
+    (LTRIM) and ``ttl_seconds`` (EXPIRE), each append one MULTI. A turn of a session takes the
+    session's lock (``{prefix}session-lock:<hash>``, SET NX PX with its own token, renewed while it
+    runs, released owner-checked), so turns of one conversation run one after another on any
+    replica and each sees every earlier one. While Redis cannot be used the turn runs on the
+    agent's own history (0.1.16's behaviour) and the next turn tries again."""
+
+    def __init__(self, client: Any, prefix: str, max_messages: int, ttl_seconds: int) -> None:
+        self.client, self.prefix = client, prefix
+        self.max_messages, self.ttl = max(2, max_messages), max(60, ttl_seconds)
+        self.failing = False
+
+    def _keys(self, session: str) -> Tuple[str, str]:
+        import hashlib
+        digest = hashlib.sha256(session.encode()).hexdigest()[:40]
+        return f"{self.prefix}session:{digest}", f"{self.prefix}session-lock:{digest}"
+
+    def load(self, session: str) -> List[Dict[str, Any]]:
+        import json
+        key, _ = self._keys(session)
+        return [json.loads(raw) for raw in self.client.lrange(key, 0, -1)]
+
+    def append(self, session: str, messages: List[Dict[str, Any]]) -> None:
+        import json
+        if not messages:
+            return
+        key, _ = self._keys(session)
+        pipe = self.client.pipeline(transaction=True)
+        pipe.rpush(key, *[json.dumps({k: m[k] for k in ("role", "content") if k in m}) for m in messages])
+        pipe.ltrim(key, -self.max_messages, -1)
+        pipe.expire(key, self.ttl)
+        pipe.execute()
+
+    async def _lock(self, session: str, token: str) -> bool:
+        _, lock = self._keys(session)
+        deadline = asyncio.get_running_loop().time() + SESSION_LOCK_WAIT_SECONDS
+        pause = 0.02
+        while not self.client.set(lock, token, nx=True, px=SESSION_LOCK_LEASE_MS):
+            if asyncio.get_running_loop().time() > deadline:
+                return False
+            await asyncio.sleep(pause)
+            pause = min(pause * 2, 0.5)
+        return True
+
+    async def _renew(self, session: str, token: str) -> None:
+        _, lock = self._keys(session)
+        while True:
+            await asyncio.sleep(SESSION_LOCK_LEASE_MS / 3000)
+            if self.client.get(lock) not in (token, token.encode()):
+                return
+            self.client.pexpire(lock, SESSION_LOCK_LEASE_MS)
+
+    async def run(self, session: str, agent: Any, dispatch: Any, content: str, *args: Any, **kwargs: Any) -> Any:
+        """One turn of ``session`` on a copy of ``agent`` whose history is the session's."""
+        import secrets
+        token = secrets.token_hex(16)
+        _, lock = self._keys(session)
+        try:
+            locked = await self._lock(session, token)
+            history = self.load(session)
+        except Exception as exc:  # noqa: BLE001 - Redis unusable: this turn runs as 0.1.16 runs it
+            self._note_failure(exc)
+            return await dispatch(agent, content, *args, **kwargs)
+        renew = asyncio.ensure_future(self._renew(session, token)) if locked else None
+        try:
+            turn_agent = _turn_copy(agent, history)
+            result = await dispatch(turn_agent, content, *args, **kwargs)
+            try:
+                self.append(session, list(turn_agent.chat_history)[len(history):])
+                self._note_recovery()
+            except Exception as exc:  # noqa: BLE001
+                self._note_failure(exc)
+            return result
+        finally:
+            if renew is not None:
+                renew.cancel()
+            if locked:
+                try:
+                    self.client.eval(_RELEASE_LUA, 1, lock, token)
+                except Exception:  # noqa: BLE001 - the lease ends it
+                    pass
+
+    def _note_failure(self, exc: BaseException) -> None:
+        if not self.failing:
+            _say(f"shared session history unavailable ({type(exc).__name__}): turns use this replica's history "
+                 "until Redis answers again")
+        self.failing = True
+
+    def _note_recovery(self) -> None:
+        if self.failing:
+            _say("shared session history available again")
+        self.failing = False
+
+
+def _turn_copy(agent: Any, history: List[Dict[str, Any]]) -> Any:
+    """A shallow copy of the hook's one Agent with a history of its own: 0.1.16 runs every webhook
+    turn on that shared instance, so its in-memory history mixes every session of the replica. The
+    copy shares the LLM client and tools; only ``chat_history`` (praisonaiagents 1.7.17 keeps it in
+    the private ``_Agent__chat_history_state``, an ``AsyncSafeState``) is its own."""
+    import copy as copy_module
+    from praisonaiagents.agent.async_safety import AsyncSafeState
+    turn = copy_module.copy(agent)
+    turn._Agent__chat_history_state = AsyncSafeState([dict(m) for m in history])
+    return turn
+
+
+def share_sessions(gateway: Any, settings: Optional[Mapping[str, Any]], redis: Optional[Mapping[str, Any]]) -> bool:
+    """Wrap the gateway's webhook path so that each turn runs on its session's shared history
+    (what 0.1.16 offers no hook for: ``_run_hook`` resolves the session key and then calls the
+    static ``_dispatch_agent_turn(agent, message)`` without it). The session key reaches the
+    dispatch through a context variable set around ``_run_hook``."""
+    if not settings or settings.get("store") != "redis" or not redis:
+        return False
+    import contextvars
+    import redis as redis_py
+    kwargs = dict(socket_timeout=2, socket_connect_timeout=2, decode_responses=True)
+    client = (redis_py.Redis.from_url(str(redis["url"]), **kwargs) if "url" in redis else redis_py.Redis(
+        host=redis["host"], port=int(redis.get("port", 6379)), db=int(redis.get("db", 0)),
+        password=redis.get("password") or None, **kwargs))
+    shared = SharedSessions(client, str(redis.get("prefix") or "praison:push:"), settings["max_messages"],
+                            settings["ttl_seconds"])
+    current: "contextvars.ContextVar[Optional[str]]" = contextvars.ContextVar("gwop_session", default=None)
+    run_hook, dispatch = gateway._run_hook, gateway._dispatch_agent_turn
+
+    async def run_hook_in_session(hook: Any, payload: Any, *args: Any, **kwargs: Any) -> Any:
+        marker = current.set(hook.resolve_session_key(payload))
+        try:
+            return await run_hook(hook, payload, *args, **kwargs)
+        finally:
+            current.reset(marker)
+
+    async def dispatch_in_session(agent: Any, content: Any, *args: Any, **kwargs: Any) -> Any:
+        session = current.get()
+        if session is None:
+            return await dispatch(agent, content, *args, **kwargs)
+        return await shared.run(session, agent, dispatch, content, *args, **kwargs)
+
+    gateway._run_hook, gateway._dispatch_agent_turn = run_hook_in_session, dispatch_in_session
+    gateway._gwop_sessions = shared
+    return True
+
+
 def clear_stale_pid_lock(home: str, port: Optional[int]) -> bool:
     """Remove the gateway's PID lock for ``port`` left by an earlier container of this pod.
 
@@ -566,12 +733,15 @@ def main(argv: Optional[List[str]] = None) -> int:
         if clear_stale_pid_lock(os.environ.get("HOME") or str(Path.home()), args.port):
             _say("removed a stale gateway PID lock left by an earlier container of this pod")
         gateway = build_gateway(loaded, redis, turn_lock)
+        sessions = session_settings(documented)
+        shared = share_sessions(gateway, sessions, redis)
         for warning in config_warnings(working, redis):
             _say(f"warning: {warning}")
         _say(
             f"starting on {loaded['gateway'].get('host')}:{loaded['gateway'].get('port')} "
             f"config={path} idempotency={idempotency_backend(working) or 'default'} "
-            f"redis={describe_redis(redis)} turn_lock={(turn_lock or {}).get('backend', 'local')}"
+            f"redis={describe_redis(redis)} turn_lock={(turn_lock or {}).get('backend', 'local')} "
+            f"webhook sessions={'shared in Redis' if shared else 'per replica'}"
         )
         return asyncio.run(serve(gateway, path, drain_timeout(loaded)))
     except KeyboardInterrupt:

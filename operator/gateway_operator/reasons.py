@@ -58,6 +58,11 @@ NO_DEGRADED_REPLICAS = "NoDegradedReplicas"  #: no polled replica reports durabi
 #: the store forgot its records (canary gone, or a restart without persistence); one record TTL
 DEDUP_HISTORY_LOST = "DedupHistoryLost"
 
+# -- SessionsShared: does every replica run a webhook session on one history? -------------------
+SHARED_SESSION_HISTORY = "SharedSessionHistory"  #: one history per session in Redis, for every replica
+PER_REPLICA_HISTORY = "PerReplicaHistory"  #: several replicas, each with its own history (conversations split)
+SINGLE_REPLICA_HISTORY = "SingleReplicaHistory"  #: one replica keeps every history
+
 # -- RedisDurable: can the shared store keep its records? -------------------------------------
 DURABLE_STORE = "DurableStore"             #: persistence on and maxmemory-policy noeviction
 EVICTING_MAXMEMORY_POLICY = "EvictingMaxmemoryPolicy"  #: an evicting policy drops dedup records (all have a TTL)

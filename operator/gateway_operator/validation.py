@@ -72,6 +72,10 @@ MSG_REDIS_HOST = (
 MSG_PUSH_REDIS_OWNED = (
     "config.push.redis is written by the operator from spec.redis; remove it from config."
 )
+MSG_SESSIONS_NEED_REDIS = (
+    "spec.sessions.store: redis keeps webhook session history in the GatewayDeployment's Redis; set "
+    "spec.redis (url, host or managed) or use store: replica."
+)
 MSG_PERSISTENCE_ONE_REPLICA = (
     "spec.persistence holds one replica's SQLite store and cannot be shared; with replicas > 1 "
     "use store_backend: redis (persistence is then unnecessary) or disable persistence."
@@ -180,6 +184,10 @@ RULES: tuple[Rule, ...] = (
          f"{_REDIS_SOURCES} <= 1",
          MSG_REDIS_ONE_SOURCE,
          lambda s: _redis_sources(s.spec) <= 1),
+    Rule("spec",
+         f"!(has(self.sessions) && has(self.sessions.store) && self.sessions.store == 'redis' && {_REDIS_SOURCES} == 0)",
+         MSG_SESSIONS_NEED_REDIS,
+         lambda s: not ((s.spec.get("sessions") or {}).get("store") == "redis" and _redis_sources(s.spec) == 0)),
     Rule("spec",
          "!(has(self.persistence) && self.persistence.enabled && self.replicas > 1 && "
          f"!{_HAS_REDIS_BACKEND})",

@@ -63,6 +63,7 @@ class Settings:
     faults: tuple[str, ...] = FAULT_KINDS
     replicas: int = 3
     workers: int = 96
+    session_window: int = 25      # turns a bounded session history keeps (maxMessages / 2)
     spec: dict[str, Any] = field(default_factory=dict)   # extra spec of the GatewayDeployment
 
 
@@ -221,6 +222,7 @@ class Nemesis:
             expect = Expectation("RedisReachable", "False")
         elif kind == "redis_flush":
             detail = self._redis_cli("FLUSHALL")
+            start = time.time()  # the flush ran as kubectl exec returned (its start-up took the time)
             expect = Expectation("IdempotencyDegraded", "True", "DedupHistoryLost", clears=False)
         elif kind == "redis_restart":
             persistent = "aof_enabled:1" in self._redis_cli("INFO", "persistence")
@@ -383,8 +385,9 @@ def run(cluster: Cluster, settings: Settings, say: Callable[[str], None] = print
     time.sleep(2 * nemesis.lag)  # the last answers' conditions
     watch.stop()
     pods.stop()
+    # spec.sessions.maxMessages (50 by default) keeps the last 25 turns of a session
     report = classify(provider.deliveries, turns(cluster), watch.samples, nemesis.faults, lag=nemesis.lag,
-                      window=None)
+                      window=settings.session_window)
     report.update(seed=settings.seed, started=t0, duration_s=round(time.time() - t0, 1),
                   settings={k: v for k, v in asdict(settings).items() if k != "spec"},
                   timeline=[{"at": s.at, "state": s.state, "conditions": {k: list(v) for k, v in s.conditions.items()}}
