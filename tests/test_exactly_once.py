@@ -200,7 +200,8 @@ def test_split_when_history_lacks_an_earlier_turn() -> None:
     turns = session_turns(())
     report = run([delivery("A", T0 - 0.2), delivery("B", T0 + 9.8)], turns)
     assert report["splits"] == 1
-    assert report["examples"]["splits"] == [{"session": "s", "msg": "B", "missing": ["A"], "at": T0 + 10.0}]
+    assert report["examples"]["splits"] == [{"session": "s", "msg": "B", "missing": ["A"], "at": T0 + 10.0,
+                                            "missing_ended": T0 + 1.0}]
     assert targets_met(report) is False
 
 
@@ -375,3 +376,14 @@ def test_duplicate_near_the_first_sample_with_all_held_is_silent() -> None:
     samples = [held(T0), held(T0 + 10.0)]   # the watch's first sample at T0, lag 5: window starts at T0-3
     report = classify(deliveries, turns, samples, [], LAG)
     assert (report["silent_duplicates"], report["announced_duplicates"]) == (1, 0)
+
+
+def test_a_split_across_a_flush_is_counted_apart() -> None:
+    flush = Fault("redis_flush", T0 + 5.0, T0 + 5.5, expect=Expectation("IdempotencyDegraded", "True",
+                                                                         "DedupHistoryLost", clears=False))
+    turns = [turn("A", T0, session="s"), turn("B", T0 + 10.0, session="s", history=())]
+    deliveries = [delivery("A", T0), delivery("B", T0 + 10.0)]
+    across = classify(deliveries, turns, [held(T0 - 1)], [flush], LAG)
+    assert (across["splits"], across["splits_across_forgetting"]) == (0, 1)
+    plain = classify(deliveries, turns, [held(T0 - 1)], [], LAG)
+    assert (plain["splits"], plain["splits_across_forgetting"]) == (1, 0)

@@ -165,7 +165,11 @@ def classify(deliveries: Iterable[Delivery], turns: Iterable[Turn], samples: Ite
             lost.append({"msg": msg, "deliveries": len(sent), "ok": sum(d.ok for d in sent),
                          "deduplicated": sum(d.deduplicated for d in sent), "turns_started": started.get(msg, 0)})
 
-    splits = _splits([t for ts in answered.values() for t in ts], slack, window)
+    # a fault that makes Redis forget (flush, a restart without persistence) takes the session
+    # histories with it: a split across one is the fault's (and announced by DedupHistoryLost)
+    forgets = sorted(f.started for f in faults if f.expect and f.expect.reason == "DedupHistoryLost")
+    every_split = _splits([t for ts in answered.values() for t in ts], slack, window)
+    splits = [x for x in every_split if not any(x["missing_ended"] <= at <= x["at"] for at in forgets)]
     lags = [_fault_lag(f, timeline) for f in faults]
     announce = [x["announced_after_s"] for x in lags if x["announced_after_s"] is not None]
     clear = [x["cleared_after_s"] for x in lags if x["cleared_after_s"] is not None]
@@ -182,6 +186,7 @@ def classify(deliveries: Iterable[Delivery], turns: Iterable[Turn], samples: Ite
         "announced_duplicates": len(announced),
         "lost": len(lost),
         "splits": len(splits),
+        "splits_across_forgetting": len(every_split) - len(splits),
         "fault_lag_max_s": max(announce) if announce else None,
         "fault_clear_max_s": max(clear) if clear else None,
         "faults_unannounced": sum(1 for x in lags if x["expected"] and x["announced_after_s"] is None),
@@ -215,7 +220,9 @@ def _splits(answered: list[Turn], slack: float, window: int | None) -> list[dict
                 earlier = earlier[-window:]
             missing = [m for m in earlier if m not in t.history]
             if missing:
-                found.append({"session": session, "msg": t.msg, "missing": missing[:5], "at": t.started})
+                ended = max(u.ended or 0.0 for u in ts if u.msg in missing)
+                found.append({"session": session, "msg": t.msg, "missing": missing[:5], "at": t.started,
+                              "missing_ended": ended})
     return found
 
 
@@ -252,7 +259,7 @@ KEYS = ("deliveries", "unique", "silent_duplicates", "announced_duplicates", "lo
 def table(report: Mapping[str, Any]) -> str:
     """The report for people: the headline figures, then one line per fault."""
     lines = [f"  {k:<24} {report.get(k)}" for k in
-             (*KEYS, "fault_clear_max_s", "faults_unannounced", "faults_uncleared", "turns_started",
+             (*KEYS, "splits_across_forgetting", "fault_clear_max_s", "faults_unannounced", "faults_uncleared", "turns_started",
               "turns_answered", "ok_deliveries", "deduplicated_deliveries", "failed_deliveries")]
     lines.append(f"  {'lag bound (s)':<24} {report.get('lag_bound_s')}")
     lines.append("")
