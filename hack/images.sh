@@ -32,6 +32,7 @@ DPKG_OPTS=(path-exclude=/usr/share/doc/* path-include=/usr/share/doc/*/copyright
            path-exclude=/usr/share/man/* path-exclude=/usr/share/info/*
            path-exclude=/usr/share/locale/* path-include=/usr/share/locale/locale.alias)
 GATEWAY_VERSION=0.1.16
+CRYPTOGRAPHY_VERSION=50.0.2  # in the gateway image: EncryptedSessionStore for the shared session history
 REDIS_TAG=7
 PAUSE_TAG=3
 # bump one to rebuild that image when its recipe below changes
@@ -246,8 +247,9 @@ prune() {
 lock_gateway() {
   local tmp; tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
   python3 -m venv "$tmp/venv"
-  "$tmp/venv/bin/pip" install -q --only-binary=:all: "praisonai-bot[gateway]==$GATEWAY_VERSION"
-  { echo "# praisonai-bot[gateway]==$GATEWAY_VERSION and every package it pulls, pinned (generated: hack/images.sh lock-gateway)."
+  # cryptography: praisonaiagents' EncryptedSessionStore, which the launcher wraps the shared session history in
+  "$tmp/venv/bin/pip" install -q --only-binary=:all: "praisonai-bot[gateway]==$GATEWAY_VERSION" "cryptography==$CRYPTOGRAPHY_VERSION"
+  { echo "# praisonai-bot[gateway]==$GATEWAY_VERSION, cryptography==$CRYPTOGRAPHY_VERSION and every package they pull, pinned (generated: hack/images.sh lock-gateway)."
     "$tmp/venv/bin/pip" freeze | sed "s/^praisonai-bot==/praisonai-bot[gateway]==/"
   } >"$repo/images/gateway/requirements.lock"
 }

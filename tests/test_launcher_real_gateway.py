@@ -607,3 +607,34 @@ def test_turns_of_one_session_on_two_replicas_at_once_run_one_after_the_other(la
     first.join(10)
     assert turn_of(llm, "l-2")["history"] == ["l-1"]
     assert turn_of(llm, "l-2")["started"] >= turn_of(llm, "l-1")["ended"]
+
+
+def test_the_shared_history_is_encrypted_at_rest_with_the_packages_own_store(tmp_path: Path, real_redis: RedisServer,
+                                                                            llm: StandInLLM) -> None:
+    """With GATEWAY_SESSION_KEY (a Secret the operator generates) the history goes through
+    praisonaiagents' EncryptedSessionStore: Redis holds only ciphertext of the content, the model
+    still gets the whole history, and the key is in no log line. A key that is not a Fernet key is
+    a fatal config error (78), not a crash loop."""
+    from praisonaiagents.session.encrypted_store import generate_session_key
+    key = generate_session_key()
+    port = free_port()
+    gw = LaunchedGateway(run_launcher(tmp_path, "encrypted", session_config(real_redis), llm, port,
+                                      {launcher.SESSION_KEY_ENV: key}), port, tmp_path / "encrypted/launcher.log")
+    try:
+        gw.wait_ready()
+        for i in range(2):
+            assert gw.webhook({"id": f"e-{i}", "session": "secret-talk", "text": f"msg=e-{i} session=secret-talk "
+                                                                                 "my card is 4111"})[0] == 200
+        assert turn_of(llm, "e-1")["history"] == ["e-0"]
+        (stored,) = real_redis.client().keys(f"{PREFIX}session:*")
+        rows = [json.loads(r) for r in real_redis.client().lrange(stored, 0, -1)]
+        assert [r["role"] for r in rows] == ["user", "assistant"] * 2
+        assert all(r["content"].startswith("praisonai:enc:v1:") for r in rows), rows
+        assert "4111" not in json.dumps(rows) and "secret-talk" not in stored  # the session key is hashed
+        assert "(encrypted)" in gw.output() and key not in gw.output()
+    finally:
+        gw.stop()
+    bad = run_launcher(tmp_path, "bad-key", session_config(real_redis), llm, free_port(),
+                       {launcher.SESSION_KEY_ENV: "not-a-fernet-key"})
+    assert bad.wait(60) == 78
+    assert "is not a Fernet key" in (tmp_path / "bad-key/launcher.log").read_text()

@@ -576,3 +576,20 @@ def test_session_history_is_shared_whenever_redis_is_wired(sessions, redis, repl
         generation=1, desired_replicas=replicas, store_backend=s.store_backend, policy="Refuse", persistence=False,
         redis_configured=bool(redis), probe=probe if redis else None, sessions_store=store))}["SessionsShared"]
     assert (c.status, c.reason) == (status, reason), c
+
+
+def test_the_session_history_key_reaches_the_pods_only_from_a_secret() -> None:
+    shared = spec(replicas=3, config=redis_store(), redis={"managed": {"enabled": True}})
+    target = resolve(shared.redis, OWNER.namespace, OWNER.name)
+    env = {e["name"]: e for e in render.deployment(OWNER, shared, target, 3, "h")["spec"]["template"]["spec"][
+        "containers"][0]["env"]}
+    assert env["GATEWAY_SESSION_KEY"] == {"name": "GATEWAY_SESSION_KEY", "valueFrom": {"secretKeyRef": {
+        "name": "gw-session-key", "key": "key"}}}
+    own = spec(replicas=3, config=redis_store(), redis={"managed": {"enabled": True}},
+               sessions={"encryptionKeySecretRef": {"name": "mine"}})
+    env = {e["name"]: e for e in render.deployment(OWNER, own, target, 3, "h")["spec"]["template"]["spec"][
+        "containers"][0]["env"]}
+    assert env["GATEWAY_SESSION_KEY"]["valueFrom"]["secretKeyRef"] == {"name": "mine", "key": "key"}
+    local = spec(replicas=3, config=redis_store(), redis={"managed": {"enabled": True}}, sessions={"store": "replica"})
+    assert "GATEWAY_SESSION_KEY" not in {e["name"] for e in render.deployment(OWNER, local, target, 3, "h")[
+        "spec"]["template"]["spec"]["containers"][0]["env"]}

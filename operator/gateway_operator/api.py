@@ -36,6 +36,7 @@ REDIS_PASSWORD_ENV = "GATEWAY_REDIS_PASSWORD"
 DEFAULT_EDGE_TIMEOUT_SECONDS = 3600
 DEFAULT_AFFINITY_COOKIE = "gateway-replica"
 AUTH_TOKEN_ENV = "GATEWAY_AUTH_TOKEN"
+SESSION_KEY_ENV = "GATEWAY_SESSION_KEY"  # launcher.SESSION_KEY_ENV: the session history's Fernet key
 # spec.drainSeconds: how long a stopping replica lets its in-flight webhook turns finish (a model
 # turn can take minutes); the pod's grace period adds the preStop pause and the exit around it
 DEFAULT_DRAIN_SECONDS = 120
@@ -148,6 +149,7 @@ class SessionsSpec:
     store: str | None = None    # None: redis when spec.redis is set, else replica
     max_messages: int = DEFAULT_SESSION_MESSAGES
     ttl_seconds: int = DEFAULT_SESSION_TTL_SECONDS
+    key_ref: SecretKeyRef | None = None  # None: a key the operator generates once
 
     def effective(self, redis_configured: bool) -> str:
         return self.store or ("redis" if redis_configured else "replica")
@@ -157,7 +159,8 @@ class SessionsSpec:
         raw = raw or {}
         return cls(store=raw.get("store") or None,
                    max_messages=int(raw.get("maxMessages", DEFAULT_SESSION_MESSAGES)),
-                   ttl_seconds=int(raw.get("ttlSeconds", DEFAULT_SESSION_TTL_SECONDS)))
+                   ttl_seconds=int(raw.get("ttlSeconds", DEFAULT_SESSION_TTL_SECONDS)),
+                   key_ref=SecretKeyRef.parse(raw.get("encryptionKeySecretRef"), "key"))
 
 
 @dataclass(frozen=True)

@@ -247,6 +247,11 @@ def spec_schema() -> Schema:
                              "maxMessages": _s("integer", f"Messages kept per session, 2-10000. Default "
                                                f"{api.DEFAULT_SESSION_MESSAGES}.", format="int32", minimum=2,
                                                maximum=10000, default=api.DEFAULT_SESSION_MESSAGES),
+                             "encryptionKeySecretRef": _secret_ref(
+                                 "the Fernet key (32 url-safe base64-encoded bytes) the session history is encrypted "
+                                 "with at rest (praisonaiagents' EncryptedSessionStore: message content is "
+                                 "encrypted; roles, the session key's hash and the list order are not)", "key",
+                                 default="a key the operator generates once in the Secret <name>-session-key"),
                              "ttlSeconds": _s("integer", "How long an idle session's history is kept, 60-31536000 "
                                               f"seconds. Default {api.DEFAULT_SESSION_TTL_SECONDS}.", format="int32",
                                               minimum=60, maximum=31536000,

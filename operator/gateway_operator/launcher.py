@@ -409,6 +409,38 @@ def session_settings(documented: Mapping[str, Any]) -> Optional[Dict[str, Any]]:
             "ttl_seconds": _as_int(raw.get("ttl_seconds", 604800), "ttl_seconds")}
 
 
+SESSION_KEY_ENV = "GATEWAY_SESSION_KEY"  # a Fernet key from a Secret (render.py): history encrypted at rest
+
+
+class RedisHistoryStore:
+    """The Redis list behind one session's history, as the package's session stores are called
+    (``add_message``, ``get_chat_history``), so that its own ``EncryptedSessionStore`` can wrap it:
+    ``{prefix}session:<sha256 of the key>``, each append one MULTI (RPUSH, LTRIM to ``max_messages``,
+    EXPIRE ``ttl``)."""
+
+    def __init__(self, client: Any, prefix: str, max_messages: int, ttl: int) -> None:
+        self.client, self.prefix, self.max_messages, self.ttl = client, prefix, max_messages, ttl
+
+    def key(self, session_id: str) -> str:
+        import hashlib
+        return f"{self.prefix}session:{hashlib.sha256(session_id.encode()).hexdigest()[:40]}"
+
+    def add_message(self, session_id: str, role: str, content: str, metadata: Any = None, **_: Any) -> bool:
+        import json
+        key = self.key(session_id)
+        pipe = self.client.pipeline(transaction=True)
+        pipe.rpush(key, json.dumps({"role": role, "content": content}))
+        pipe.ltrim(key, -self.max_messages, -1)
+        pipe.expire(key, self.ttl)
+        pipe.execute()
+        return True
+
+    def get_chat_history(self, session_id: str, max_messages: Optional[int] = None) -> List[Dict[str, Any]]:
+        import json
+        rows = [json.loads(raw) for raw in self.client.lrange(self.key(session_id), 0, -1)]
+        return rows[-max_messages:] if max_messages else rows
+
+
 class SharedSessions:
     """One history per webhook session (the hook's ``session_key``), kept in Redis under
     ``{prefix}session:<sha256 of the key>`` as a list of JSON messages, bounded to ``max_messages``
@@ -418,31 +450,32 @@ class SharedSessions:
     replica and each sees every earlier one. While Redis cannot be used the turn runs on the
     agent's own history (0.1.16's behaviour) and the next turn tries again."""
 
-    def __init__(self, client: Any, prefix: str, max_messages: int, ttl_seconds: int) -> None:
+    def __init__(self, client: Any, prefix: str, max_messages: int, ttl_seconds: int, key: str = "") -> None:
+        """``key``: a Fernet key; the history is then stored through the package's own
+        ``EncryptedSessionStore`` (content encrypted; roles and the key's hash stay readable)."""
         self.client, self.prefix = client, prefix
-        self.max_messages, self.ttl = max(2, max_messages), max(60, ttl_seconds)
+        self.inner = RedisHistoryStore(client, prefix, max(2, max_messages), max(60, ttl_seconds))
+        self.store: Any = self.inner
+        if key:
+            from praisonaiagents.session.encrypted_store import EncryptedSessionStore, SessionEncryptionError
+            try:
+                self.store = EncryptedSessionStore(self.inner, key)
+            except SessionEncryptionError:
+                raise ConfigError(f"{SESSION_KEY_ENV} (spec.sessions.encryptionKeySecretRef) is not a Fernet key: "
+                                  "32 url-safe base64-encoded bytes (or cryptography is missing)") from None
         self.failing = False
 
     def _keys(self, session: str) -> Tuple[str, str]:
-        import hashlib
-        digest = hashlib.sha256(session.encode()).hexdigest()[:40]
-        return f"{self.prefix}session:{digest}", f"{self.prefix}session-lock:{digest}"
+        key = self.inner.key(session)
+        return key, key.replace(f"{self.prefix}session:", f"{self.prefix}session-lock:", 1)
 
     def load(self, session: str) -> List[Dict[str, Any]]:
-        import json
-        key, _ = self._keys(session)
-        return [json.loads(raw) for raw in self.client.lrange(key, 0, -1)]
+        return [{"role": m.get("role"), "content": m.get("content")} for m in self.store.get_chat_history(session)]
 
     def append(self, session: str, messages: List[Dict[str, Any]]) -> None:
-        import json
-        if not messages:
-            return
-        key, _ = self._keys(session)
-        pipe = self.client.pipeline(transaction=True)
-        pipe.rpush(key, *[json.dumps({k: m[k] for k in ("role", "content") if k in m}) for m in messages])
-        pipe.ltrim(key, -self.max_messages, -1)
-        pipe.expire(key, self.ttl)
-        pipe.execute()
+        for m in messages:
+            if m.get("role") and isinstance(m.get("content"), str):
+                self.store.add_message(session, str(m["role"]), m["content"])
 
     async def _lock(self, session: str, token: str) -> bool:
         _, lock = self._keys(session)
@@ -531,7 +564,7 @@ def share_sessions(gateway: Any, settings: Optional[Mapping[str, Any]], redis: O
         host=redis["host"], port=int(redis.get("port", 6379)), db=int(redis.get("db", 0)),
         password=redis.get("password") or None, **kwargs))
     shared = SharedSessions(client, str(redis.get("prefix") or "praison:push:"), settings["max_messages"],
-                            settings["ttl_seconds"])
+                            settings["ttl_seconds"], os.environ.get(SESSION_KEY_ENV, ""))
     current: "contextvars.ContextVar[Optional[str]]" = contextvars.ContextVar("gwop_session", default=None)
     run_hook, dispatch = gateway._run_hook, gateway._dispatch_agent_turn
 
@@ -710,7 +743,7 @@ def _say(message: str) -> None:
 
 def _secrets(documented: Mapping[str, Any], redis: Optional[Mapping[str, Any]]) -> List[Optional[str]]:
     """Values that must never reach a log line (env behind ``${VAR}`` + token)."""
-    names = set(env_refs(documented)) | {"GATEWAY_AUTH_TOKEN", "GATEWAY_REDIS_PASSWORD"}
+    names = set(env_refs(documented)) | {"GATEWAY_AUTH_TOKEN", "GATEWAY_REDIS_PASSWORD", SESSION_KEY_ENV}
     values = [os.environ.get(name) for name in names]
     if redis:
         values.append(str(redis.get("password") or ""))
@@ -742,6 +775,7 @@ def main(argv: Optional[List[str]] = None) -> int:
             f"config={path} idempotency={idempotency_backend(working) or 'default'} "
             f"redis={describe_redis(redis)} turn_lock={(turn_lock or {}).get('backend', 'local')} "
             f"webhook sessions={'shared in Redis' if shared else 'per replica'}"
+            f"{' (encrypted)' if shared and os.environ.get(SESSION_KEY_ENV) else ''}"
         )
         return asyncio.run(serve(gateway, path, drain_timeout(loaded)))
     except KeyboardInterrupt:

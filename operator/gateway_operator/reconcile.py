@@ -13,6 +13,7 @@ so a slow Redis never holds a thread that another namespace's reconcile needs.
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 import logging
 import random
@@ -377,6 +378,10 @@ def _ensure_generated_secrets(kube: Kube, owner: render.Owner, spec: GatewaySpec
     if spec.redis.managed:
         created += kube.create_if_absent(render.generated_secret(
             owner, managed_redis_name(owner.name), "password", token_source.token_urlsafe(32), "redis"), owner.uid)
+    if spec.sessions_store == "redis" and spec.sessions.key_ref is None:  # a Fernet key
+        key = base64.urlsafe_b64encode(token_source.token_bytes(32)).decode()
+        created += kube.create_if_absent(render.generated_secret(
+            owner, render.session_key_secret_name(owner.name), "key", key, "gateway"), owner.uid)
     return created
 
 
@@ -386,6 +391,9 @@ def _secret_inputs(kube: Kube, owner: render.Owner, spec: GatewaySpec, target: R
     refs = [("spec.authTokenSecretRef", render.auth_token_ref(owner.name, spec))]
     if target is not None and target.password_ref is not None:
         refs.append(("spec.redis.passwordSecretRef", target.password_ref))
+    session_key = render.session_key_ref(owner.name, spec) if target is not None else None
+    if session_key is not None:
+        refs.append(("spec.sessions.encryptionKeySecretRef", session_key))
     password, versions = None, []
     for field_name, ref in refs:
         try:

@@ -64,6 +64,17 @@ def auth_secret_name(name: str) -> str:
     return f"{name}-gateway-auth"
 
 
+def session_key_secret_name(name: str) -> str:
+    return f"{name}-session-key"
+
+
+def session_key_ref(name: str, spec: GatewaySpec) -> SecretKeyRef | None:
+    """The Secret holding the session history's encryption key (shared sessions only)."""
+    if spec.sessions_store != "redis":
+        return None
+    return spec.sessions.key_ref or SecretKeyRef(session_key_secret_name(name), "key")
+
+
 def config_map_name(name: str) -> str:
     return f"{name}-gateway-config"
 
@@ -134,7 +145,8 @@ def deployment(owner: Owner, spec: GatewaySpec, redis: RedisTarget | None, repli
         "automountServiceAccountToken": False,
         "enableServiceLinks": False,
         "terminationGracePeriodSeconds": spec.drain_seconds + api.PRESTOP_SECONDS + api.EXIT_MARGIN_SECONDS,
-        "containers": [_gateway_container(spec, redis, auth_token_ref(owner.name, spec), migration)],
+        "containers": [_gateway_container(spec, redis, auth_token_ref(owner.name, spec), migration,
+                                          session_key_ref(owner.name, spec) if redis is not None else None)],
         "volumes": _volumes(owner, spec, bool(migration)),
     }
     if spec.image_pull_secrets:
@@ -161,7 +173,7 @@ def auth_token_ref(name: str, spec: GatewaySpec) -> SecretKeyRef:
 
 
 def _gateway_container(spec: GatewaySpec, redis: RedisTarget | None, auth: SecretKeyRef,
-                       migration: str = "") -> dict[str, Any]:
+                       migration: str = "", session_key: SecretKeyRef | None = None) -> dict[str, Any]:
     env: list[dict[str, Any]] = [
         {"name": "HOME", "value": HOME_DIR},
         {"name": "PYTHONUNBUFFERED", "value": "1"},
@@ -171,6 +183,9 @@ def _gateway_container(spec: GatewaySpec, redis: RedisTarget | None, auth: Secre
     if redis is not None and redis.password_ref is not None:
         env.append({"name": api.REDIS_PASSWORD_ENV, "valueFrom": {"secretKeyRef": {
             "name": redis.password_ref.name, "key": redis.password_ref.key}}})
+    if session_key is not None:  # the shared session history is encrypted with it (launcher.SharedSessions)
+        env.append({"name": api.SESSION_KEY_ENV, "valueFrom": {"secretKeyRef": {
+            "name": session_key.name, "key": session_key.key}}})
     if migration:  # the launcher copies the SQLite records, then writes this token to Redis
         env.append({"name": SQLITE_MIGRATION_ENV, "value": migration})
     env.extend(spec.pod.get("env") or [])

@@ -33,7 +33,7 @@ class Subject(NamedTuple):
 MAX_NAME_LENGTH = 57  # "<name>-redis" must still be a 63-character Service name
 MAX_CONFIG_DEPTH = 32
 MAX_CONFIG_BYTES = 256 * 1024  # the rendered ConfigMap (gateway.yaml + launcher) must stay under 1 MiB
-RESERVED_ENV = (api.AUTH_TOKEN_ENV, api.REDIS_PASSWORD_ENV, "HOME", "PYTHONUNBUFFERED", "PYTHONDONTWRITEBYTECODE")
+RESERVED_ENV = (api.AUTH_TOKEN_ENV, api.REDIS_PASSWORD_ENV, api.SESSION_KEY_ENV, "HOME", "PYTHONUNBUFFERED", "PYTHONDONTWRITEBYTECODE")
 # Every other place 0.1.16 reads the idempotency backend from (praisonai_bot.gateway.server
 # _apply_hooks_from_config). Only config.hooks.idempotency is allowed, so admission, the
 # operator and the launcher all read the one the user wrote.
