@@ -201,7 +201,7 @@ def test_split_when_history_lacks_an_earlier_turn() -> None:
     report = run([delivery("A", T0 - 0.2), delivery("B", T0 + 9.8)], turns)
     assert report["splits"] == 1
     assert report["examples"]["splits"] == [{"session": "s", "msg": "B", "missing": ["A"], "at": T0 + 10.0,
-                                            "missing_ended": T0 + 1.0}]
+                                            "missing_ended": T0 + 1.0, "times": [T0 + 10.0, T0]}]
     assert targets_met(report) is False
 
 
@@ -384,6 +384,16 @@ def test_a_split_across_a_flush_is_counted_apart() -> None:
     turns = [turn("A", T0, session="s"), turn("B", T0 + 10.0, session="s", history=())]
     deliveries = [delivery("A", T0), delivery("B", T0 + 10.0)]
     across = classify(deliveries, turns, [held(T0 - 1)], [flush], LAG)
-    assert (across["splits"], across["splits_across_forgetting"]) == (0, 1)
+    assert (across["splits"], across["splits_across_faults"]) == (0, 1)
     plain = classify(deliveries, turns, [held(T0 - 1)], [], LAG)
-    assert (plain["splits"], plain["splits_across_forgetting"]) == (1, 0)
+    assert (plain["splits"], plain["splits_across_faults"]) == (1, 0)
+
+
+def test_a_split_whose_turns_ran_while_redis_was_paused_is_counted_apart() -> None:
+    pause = Fault("redis_pause", T0 + 20.0, T0 + 28.0, expect=Expectation("RedisReachable", "False"))
+    turns = [turn("A", T0 + 22.0, session="s"), turn("B", T0 + 60.0, session="s", history=())]
+    deliveries = [delivery("A", T0 + 22.0), delivery("B", T0 + 60.0)]
+    across = classify(deliveries, turns, [held(T0 - 1)], [pause], LAG)
+    assert (across["splits"], across["splits_across_faults"]) == (0, 1)
+    later = Fault("redis_pause", T0 + 40.0, T0 + 45.0)  # no turn of the split ran in it
+    assert classify(deliveries, turns, [held(T0 - 1)], [later], LAG)["splits"] == 1

@@ -638,3 +638,34 @@ def test_the_shared_history_is_encrypted_at_rest_with_the_packages_own_store(tmp
                        {launcher.SESSION_KEY_ENV: "not-a-fernet-key"})
     assert bad.wait(60) == 78
     assert "is not a Fernet key" in (tmp_path / "bad-key/launcher.log").read_text()
+
+
+def test_a_replica_killed_mid_turn_has_its_claims_released_by_the_next_process_in_its_pod(
+        tmp_path: Path, real_redis: RedisServer, llm: StandInLLM) -> None:
+    """SIGKILL (OOM, a liveness kill, the checker's kill_pod) leaves no chance to release: the turn's
+    claim would answer retries ``deduplicated`` for 900 s. The next gateway process of the same pod
+    (HOSTNAME) releases its predecessor's claims at start, so the provider's retry runs the turn."""
+    env = {"HOSTNAME": "eo-bot-abc12"}
+    port = free_port()
+    first = LaunchedGateway(run_launcher(tmp_path, "pod", documented_config(real_redis), llm, port, env), port,
+                            tmp_path / "pod/launcher.log")
+    first.wait_ready()
+    owner = f"{PREFIX}hookidem-owner:eo-bot-abc12"
+    _wait_until(lambda: real_redis.client().get(owner) is not None, 20, "the owner token recorded")
+    flight = _turn_in_flight(first, llm, "killed-turn", 60)
+    first.proc.kill()
+    first.proc.wait(10)
+    flight["thread"].join(10)
+    assert "answer" not in flight
+    stuck = [k for k in real_redis.client().keys(f"{PREFIX}hookidem:*") if real_redis.client().get(k) ==
+             real_redis.client().get(owner)]
+    assert len(stuck) == 1, stuck  # the killed turn's claim, as 0.1.16 leaves it
+    again = LaunchedGateway(run_launcher(tmp_path, "pod", documented_config(real_redis), llm, port, env), port,
+                            tmp_path / "pod/launcher.log")
+    try:
+        again.wait_ready()
+        assert "released 1 webhook claim(s) a killed predecessor" in again.output(), again.output()
+        status, body = again.webhook({"id": "killed-turn", "text": "msg=killed-turn-retry"})
+        assert status == 200 and body.get("action") == "agent" and not body.get("deduplicated"), body
+    finally:
+        again.stop()

@@ -375,11 +375,7 @@ def migrate_before_start(redis: Optional[Mapping[str, Any]], backend: Optional[s
     path = os.path.join(home, *SQLITE_STORE)
     try:
         import time
-        import redis as redis_py
-        kwargs = dict(socket_timeout=5, socket_connect_timeout=5)
-        client = (redis_py.Redis.from_url(str(redis["url"]), **kwargs) if "url" in redis else redis_py.Redis(
-            host=redis["host"], port=int(redis.get("port", 6379)), db=int(redis.get("db", 0)),
-            password=redis.get("password") or None, **kwargs))
+        client = _redis_client(redis)
         prefix = str(redis.get("prefix") or "praison:push:")
         copied, kept = migrate_sqlite_records(path, client, prefix, time.time(), token)
         _say(f"migrated the single replica's SQLite dedup records to Redis: {copied} copied, {kept} already there")
@@ -558,11 +554,7 @@ def share_sessions(gateway: Any, settings: Optional[Mapping[str, Any]], redis: O
     if not settings or settings.get("store") != "redis" or not redis:
         return False
     import contextvars
-    import redis as redis_py
-    kwargs = dict(socket_timeout=2, socket_connect_timeout=2, decode_responses=True)
-    client = (redis_py.Redis.from_url(str(redis["url"]), **kwargs) if "url" in redis else redis_py.Redis(
-        host=redis["host"], port=int(redis.get("port", 6379)), db=int(redis.get("db", 0)),
-        password=redis.get("password") or None, **kwargs))
+    client = _redis_client(redis, timeout=2.0)
     shared = SharedSessions(client, str(redis.get("prefix") or "praison:push:"), settings["max_messages"],
                             settings["ttl_seconds"], os.environ.get(SESSION_KEY_ENV, ""))
     current: "contextvars.ContextVar[Optional[str]]" = contextvars.ContextVar("gwop_session", default=None)
@@ -652,11 +644,13 @@ async def serve(gateway: Any, config_path: str, drain: float) -> int:
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop_requested.set)
     stopper = asyncio.ensure_future(_stop_when_requested(gateway, start, stop_requested, drain))
+    owner = asyncio.ensure_future(register_owner(gateway, start, os.environ.get("HOSTNAME", "")))
     try:
         await start
     finally:
         stop_requested.set()  # normal return or failure: stop whatever still runs
         await stopper
+        owner.cancel()
         released = release_unfinished_claims(getattr(gateway, "_hook_idem", None))
         if released:
             _say(f"released {released} unfinished webhook claim(s): a provider's retry runs them on another replica")
@@ -691,27 +685,74 @@ def release_unfinished_claims(store: Any, budget: float = RELEASE_BUDGET_SECONDS
     stopped: a turn cut by the drain's end (a cancelled handler never releases its claim in 0.1.16)
     would otherwise answer the provider's retries ``deduplicated`` for the 900 s lease, and the
     message would never be answered. 0.1.16 keeps no list of its claims, so the Redis store's keys
-    are scanned for its owner token (``_client``, ``_prefix``, ``_token``); ``release`` itself is
-    the store's compare-and-delete. Any other store (SQLite) is left as it is. Bounded by
-    ``budget`` seconds; a failure is logged, never raised."""
-    import time
+    are scanned for its owner token (``_client``, ``_prefix``, ``_token``) and deleted only while
+    they still hold it (a compare-and-delete). Any other store (SQLite) is left as it is."""
     client, prefix, token = (getattr(store, name, None) for name in ("_client", "_prefix", "_token"))
     if client is None or not prefix or not token or not hasattr(client, "scan_iter"):
         return 0
+    return release_claims_of(client, str(prefix), str(token), budget)
+
+
+def release_claims_of(client: Any, prefix: str, token: str, budget: float = RELEASE_BUDGET_SECONDS) -> int:
+    """Delete every key under ``prefix`` whose value is ``token`` (compare-and-delete, one Lua call
+    each), within ``budget`` seconds; a failure is logged, never raised."""
+    import time
     deadline, released = time.monotonic() + budget, 0
     try:
         for key in client.scan_iter(match=f"{prefix}*", count=1000):
             if time.monotonic() > deadline:
                 _say("releasing unfinished claims: out of time; the rest expire with their lease")
                 break
-            value = client.get(key)
-            if value is not None and (value.decode() if isinstance(value, bytes) else str(value)) == token:
-                name = key.decode() if isinstance(key, bytes) else str(key)
-                store.release(name[len(prefix):])
-                released += 1
-    except Exception as exc:  # noqa: BLE001 - the pod is stopping: say so and go
+            released += int(client.eval(_RELEASE_LUA, 1, key, token) or 0)
+    except Exception as exc:  # noqa: BLE001 - say so and go on
         _say(f"releasing unfinished claims failed: {type(exc).__name__}")
     return released
+
+
+# {push prefix}hookidem-owner:<pod> holds the owner token of the pod's running gateway process, so
+# that the next process in the same pod (a container restarted after SIGKILL, OOM or a liveness
+# kill: nothing ran to release its claims) releases what its predecessor still held
+OWNER_KEY = "hookidem-owner:"
+
+
+def _redis_client(redis: Mapping[str, Any], timeout: float = 5.0) -> Any:
+    import redis as redis_py
+    kwargs = dict(socket_timeout=timeout, socket_connect_timeout=timeout, decode_responses=True)
+    if "url" in redis:
+        return redis_py.Redis.from_url(str(redis["url"]), **kwargs)
+    return redis_py.Redis(host=redis["host"], port=int(redis.get("port", 6379)), db=int(redis.get("db", 0)),
+                          password=redis.get("password") or None, **kwargs)
+
+
+def release_predecessor_claims(redis: Optional[Mapping[str, Any]], backend: Optional[str], pod: str) -> int:
+    """At start: the claims a killed earlier gateway process of this pod left (see OWNER_KEY)."""
+    if backend != "redis" or not redis or not pod:
+        return 0
+    prefix = str(redis.get("prefix") or "praison:push:")
+    try:
+        client = _redis_client(redis)
+        token = client.get(f"{prefix}{OWNER_KEY}{pod}")
+        released = release_claims_of(client, f"{prefix}hookidem:", token) if token else 0
+    except Exception as exc:  # noqa: BLE001 - a Redis that does not answer now: the lease ends them
+        _say(f"releasing a predecessor's claims failed: {type(exc).__name__}")
+        return 0
+    if released:
+        _say(f"released {released} webhook claim(s) a killed predecessor in this pod left: their retries run")
+    return released
+
+
+async def register_owner(gateway: Any, start: "asyncio.Future[Any]", pod: str) -> None:
+    """Once the gateway runs, build its idempotency store now (0.1.16 builds it on the first
+    webhook) and record its owner token under this pod's name."""
+    while not (gateway.is_running or start.done()):
+        await asyncio.sleep(0.05)
+    try:
+        store = gateway._get_hook_idem_store()
+        client, prefix, token = (getattr(store, n, None) for n in ("_client", "_prefix", "_token"))
+        if client is not None and prefix and token and pod and str(prefix).endswith("hookidem:"):
+            client.set(f"{str(prefix)[:-len('hookidem:')]}{OWNER_KEY}{pod}", token)
+    except Exception as exc:  # noqa: BLE001 - the lease still ends a dead process's claims
+        _say(f"recording the store's owner failed: {type(exc).__name__}")
 
 
 def exit_code_for(exc: BaseException) -> int:
@@ -763,6 +804,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         loaded = load_checked(path)
         migrate_before_start(redis, idempotency_backend(working), os.environ.get("HOME") or str(Path.home()),
                              os.environ.get(SQLITE_MIGRATION_ENV, ""))
+        release_predecessor_claims(redis, idempotency_backend(working), os.environ.get("HOSTNAME", ""))
         if clear_stale_pid_lock(os.environ.get("HOME") or str(Path.home()), args.port):
             _say("removed a stale gateway PID lock left by an earlier container of this pod")
         gateway = build_gateway(loaded, redis, turn_lock)

@@ -30,6 +30,7 @@ import bisect
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping, Sequence
 
+OUTAGES = ("redis_pause", "redis_restart")  # faults during which Redis cannot be used
 HELD = "held"          # ExactlyOnceAdmission True and IdempotencyDegraded not True
 NOT_HELD = "not-held"
 
@@ -166,10 +167,14 @@ def classify(deliveries: Iterable[Delivery], turns: Iterable[Turn], samples: Ite
                          "deduplicated": sum(d.deduplicated for d in sent), "turns_started": started.get(msg, 0)})
 
     # a fault that makes Redis forget (flush, a restart without persistence) takes the session
-    # histories with it: a split across one is the fault's (and announced by DedupHistoryLost)
+    # histories with it, and while Redis is unusable (paused, restarting) a turn runs on its
+    # replica's own history, which never reaches Redis: a split across either is the fault's, and
+    # announced by its condition (DedupHistoryLost, RedisReachable=False); it is counted apart
     forgets = sorted(f.started for f in faults if f.expect and f.expect.reason == "DedupHistoryLost")
+    outages = [(f.started - lag, f.ended + lag) for f in faults if f.kind in OUTAGES]
     every_split = _splits([t for ts in answered.values() for t in ts], slack, window)
-    splits = [x for x in every_split if not any(x["missing_ended"] <= at <= x["at"] for at in forgets)]
+    splits = [x for x in every_split if not any(x["missing_ended"] <= at <= x["at"] for at in forgets)
+              and not any(a <= t <= b for a, b in outages for t in x["times"])]
     lags = [_fault_lag(f, timeline) for f in faults]
     announce = [x["announced_after_s"] for x in lags if x["announced_after_s"] is not None]
     clear = [x["cleared_after_s"] for x in lags if x["cleared_after_s"] is not None]
@@ -186,7 +191,7 @@ def classify(deliveries: Iterable[Delivery], turns: Iterable[Turn], samples: Ite
         "announced_duplicates": len(announced),
         "lost": len(lost),
         "splits": len(splits),
-        "splits_across_forgetting": len(every_split) - len(splits),
+        "splits_across_faults": len(every_split) - len(splits),
         "fault_lag_max_s": max(announce) if announce else None,
         "fault_clear_max_s": max(clear) if clear else None,
         "faults_unannounced": sum(1 for x in lags if x["expected"] and x["announced_after_s"] is None),
@@ -221,8 +226,9 @@ def _splits(answered: list[Turn], slack: float, window: int | None) -> list[dict
             missing = [m for m in earlier if m not in t.history]
             if missing:
                 ended = max(u.ended or 0.0 for u in ts if u.msg in missing)
+                times = [t.started] + [u.started for u in ts if u.msg in missing]
                 found.append({"session": session, "msg": t.msg, "missing": missing[:5], "at": t.started,
-                              "missing_ended": ended})
+                              "missing_ended": ended, "times": times})
     return found
 
 
@@ -259,7 +265,7 @@ KEYS = ("deliveries", "unique", "silent_duplicates", "announced_duplicates", "lo
 def table(report: Mapping[str, Any]) -> str:
     """The report for people: the headline figures, then one line per fault."""
     lines = [f"  {k:<24} {report.get(k)}" for k in
-             (*KEYS, "splits_across_forgetting", "fault_clear_max_s", "faults_unannounced", "faults_uncleared", "turns_started",
+             (*KEYS, "splits_across_faults", "fault_clear_max_s", "faults_unannounced", "faults_uncleared", "turns_started",
               "turns_answered", "ok_deliveries", "deduplicated_deliveries", "failed_deliveries")]
     lines.append(f"  {'lag bound (s)':<24} {report.get('lag_bound_s')}")
     lines.append("")
