@@ -23,11 +23,12 @@ from pathlib import Path
 from typing import Callable, Iterator, NamedTuple
 
 import pytest
+import yaml
 
 from gateway_operator import api
 from gateway_operator.render import OPERATOR_APP_NAME
 
-from support import exactly_once, exactly_once_run, node
+from support import exactly_once, exactly_once_run, llm_pod, node
 from support.cluster import REPO, Cluster
 from support.gateways import (conditions, events, is_ready, ready_pods, reconcile_latency, wait_condition,
                               wait_ready_pods)
@@ -549,6 +550,31 @@ def test_solo_bots_sqlite_state_on_its_pvc_survives_a_pod_restart(sandbox: Sandb
                  what="solo-bot's new pod Ready")
     turns, answers = deliver(cluster, "solo-bot", [pods[0]["status"]["podIP"]], delivery)
     assert turns == 0, answers  # the new pod's store remembers the delivery
+
+
+def test_the_switch_from_one_sqlite_replica_to_three_on_redis_carries_its_records_over(sandbox: Sandbox) -> None:
+    """1 (SQLite on its PVC) -> 3 (Redis): a webhook the single replica admitted is answered
+    deduplicated by every replica after the switch, and the agent never runs it again. The operator
+    held one replica on the old PVC while its launcher copied the records (MigratingDedupRecords)."""
+    cluster = sandbox.cluster
+    solo = yaml.safe_load((REPO / "examples/gateway-single.yaml").read_text())
+    solo["metadata"]["name"] = "switch-bot"
+    solo["spec"]["env"] = [{"name": k, "value": v} for k, v in llm_pod.deploy(cluster, NS, node.images().gateway).items()]
+    cluster.apply(json.dumps(solo), "-n", NS)
+    wait_ready_pods(cluster, NS, "switch-bot", 1, timeout=180)
+    delivery = f"before-switch-{uuid.uuid4().hex[:8]}"
+    turns, _ = deliver(cluster, "switch-bot", pod_ips(cluster, "switch-bot"), delivery)
+    assert turns == 1
+    config = solo["spec"]["config"]
+    config["hooks"]["idempotency"] = {"store_backend": "redis"}
+    cluster.kubectl("patch", "gatewaydeployment", "switch-bot", "-n", NS, "--type", "merge", "-p", json.dumps(
+        {"spec": {"replicas": 3, "redis": {"managed": {"enabled": True}}, "config": config}}))
+    until(lambda: (cluster.get_json("gatewaydeployment", "switch-bot", "-n", NS).get("status") or {})
+          .get("sqliteMigration", {}).get("state") == "Done", timeout=240, what="the migration Done")
+    wait_ready_pods(cluster, NS, "switch-bot", 3, timeout=240)
+    turns, answers = deliver(cluster, "switch-bot", pod_ips(cluster, "switch-bot"), delivery)
+    assert turns == 0 and all(a.body == {"ok": True, "deduplicated": True} for a in answers), answers
+    cluster.kubectl("delete", "gatewaydeployment", "switch-bot", "-n", NS, "--wait=true", "--timeout=180s")
 
 
 # -- again, then down ----------------------------------------------------------------------
