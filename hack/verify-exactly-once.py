@@ -23,7 +23,7 @@ import sys
 from pathlib import Path
 
 from support import exactly_once, exactly_once_run
-from support.cluster import REPO, Cluster
+from support.cluster import REPO, Cluster, tool
 
 
 def settings() -> exactly_once_run.Settings:
@@ -39,8 +39,8 @@ def settings() -> exactly_once_run.Settings:
 def main() -> int:
     directory = Path(os.environ.get("GWOP_CLUSTER_DIR") or REPO / ".cluster/sandbox")
     kubeconfig = directory / "kubeconfig"
-    if not kubeconfig.exists() or subprocess.run([str(REPO / "hack/cluster.sh"), "status"], env=dict(
-            os.environ, GWOP_CLUSTER_DIR=str(directory)), capture_output=True).returncode != 0:
+    if not kubeconfig.exists() or subprocess.run([tool("kubectl"), "--kubeconfig", str(kubeconfig), "get", "--raw",
+                                                  "/readyz"], capture_output=True).returncode != 0:
         subprocess.run([str(REPO / "hack/demo.sh")], env=dict(os.environ, GWOP_CLUSTER_DIR=str(directory)), check=True,
                        stdout=subprocess.DEVNULL)
     report = exactly_once_run.run(Cluster(kubeconfig, owned=False, real_node=True), settings())

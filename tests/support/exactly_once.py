@@ -30,7 +30,7 @@ import bisect
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping, Sequence
 
-OUTAGES = ("redis_pause", "redis_restart")  # faults during which Redis cannot be used
+OUTAGES = ("redis_pause", "redis_restart", "redis_persistence_flip")  # faults during which Redis is unusable
 HELD = "held"          # ExactlyOnceAdmission True and IdempotencyDegraded not True
 NOT_HELD = "not-held"
 

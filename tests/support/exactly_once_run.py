@@ -45,7 +45,7 @@ NAMESPACE = "exactly-once"
 NAME = "eo-bot"
 HOST = "eo-bot.gateway.test"
 FAULT_KINDS = ("kill_pod", "rolling_update", "scale_up", "scale_down", "redis_pause", "redis_flush",
-               "redis_restart", "operator_kill")
+               "redis_restart", "operator_kill", "redis_persistence_flip")
 
 
 @dataclass
@@ -172,6 +172,7 @@ class Nemesis:
         self.cluster, self.settings, self.rng = cluster, settings, rng
         self.faults: list[Fault] = []
         self.replicas = settings.replicas
+        self.persistent = True   # a managed Redis for 3 replicas persists by default
         self.lag = 2 + 1 + 1.0   # health interval + timeout + 1 s
 
     def _pods(self, component: str, namespace: str = NAMESPACE, instance: str = NAME) -> list[dict[str, Any]]:
@@ -232,6 +233,16 @@ class Nemesis:
             detail = "with persistence (AOF)" if persistent else "without persistence"
             # a Redis that persists keeps the records: nothing to announce (a duplicate would be silent)
             expect = None if persistent else Expectation("IdempotencyDegraded", "True", "DedupHistoryLost", clears=False)
+        elif kind == "redis_persistence_flip":
+            # the operator recreates its managed Redis: without its PVC (empty), or back on the old PVC
+            # (what it kept from before): either way the records it answers with are not the latest
+            self.persistent = on = not self.persistent
+            before = {p["metadata"]["uid"] for p in self._pods("redis")}
+            self._patch({"redis": {"managed": {"enabled": True, "persistence": {"enabled": on}}}})
+            until(lambda: [p for p in self._pods("redis") if p["metadata"]["uid"] not in before], timeout=180,
+                  interval=1, what="the managed Redis recreated")
+            detail = "persistence on (the old PVC)" if on else "persistence off (an emptyDir)"
+            expect = Expectation("IdempotencyDegraded", "True", "DedupHistoryLost", clears=False)
         elif kind == "operator_kill":
             lease = self.cluster.get_json("lease", "-n", node.SYSTEM_NAMESPACE)["items"]
             holder = next((l["spec"].get("holderIdentity") for l in lease if l["spec"].get("holderIdentity")), "")
