@@ -669,3 +669,34 @@ def test_a_replica_killed_mid_turn_has_its_claims_released_by_the_next_process_i
         assert status == 200 and body.get("action") == "agent" and not body.get("deduplicated"), body
     finally:
         again.stop()
+
+
+def test_the_private_hooks_of_0_1_16_the_launcher_reaches_into_are_there() -> None:
+    """What the launcher relies on in praisonai-bot 0.1.16 / praisonaiagents 1.7.17 that no public
+    API offers (a new release must fail here first, not in a rollout)."""
+    import inspect
+
+    import uvicorn
+    from praisonai_bot.bots._idempotency import RedisIdempotencyStore
+    from praisonai_bot.gateway.port_utils import GatewayPIDLock
+    from praisonai_bot.gateway.server import WebSocketGateway
+    from praisonaiagents import Agent
+    from praisonaiagents.agent.async_safety import AsyncSafeState
+    from praisonaiagents.session.encrypted_store import EncryptedSessionStore
+
+    # the webhook path: _run_hook(hook, payload) resolves the session, then the static dispatch
+    assert isinstance(inspect.getattr_static(WebSocketGateway, "_dispatch_agent_turn"), staticmethod)
+    assert list(inspect.signature(WebSocketGateway._run_hook).parameters)[:3] == ["self", "hook", "payload"]
+    assert callable(WebSocketGateway._get_hook_idem_store)
+    # the agent's history lives in a private AsyncSafeState (the per-turn copy replaces it)
+    agent = Agent(instructions="x", model="gpt-4o-mini")
+    assert isinstance(agent._Agent__chat_history_state, AsyncSafeState)
+    # the Redis store's owner token, prefix and client (claims are released by that token)
+    store = RedisIdempotencyStore(object(), prefix="p:hookidem:")
+    assert len(store._token) == 32 and store._prefix == "p:hookidem:" and store._client is not None
+    # uvicorn waits for in-flight requests without a bound unless told (the drain sets it)
+    assert uvicorn.Config(app=None).timeout_graceful_shutdown is None
+    # the PID lock the launcher clears: ~/.praisonai/gateway-<host>-<port>.pid
+    assert GatewayPIDLock(lock_dir=Path("/tmp/gwop-pid-probe"), host="0.0.0.0", port=8765).lock_file.name == \
+        "gateway-0_0_0_0-8765.pid"
+    assert {"add_message", "get_chat_history"} <= set(vars(EncryptedSessionStore))
