@@ -700,3 +700,20 @@ def test_the_private_hooks_of_0_1_16_the_launcher_reaches_into_are_there() -> No
     assert GatewayPIDLock(lock_dir=Path("/tmp/gwop-pid-probe"), host="0.0.0.0", port=8765).lock_file.name == \
         "gateway-0_0_0_0-8765.pid"
     assert {"add_message", "get_chat_history"} <= set(vars(EncryptedSessionStore))
+
+
+def test_a_duplicate_of_a_turn_still_in_flight_is_told_to_retry_not_that_it_was_deduplicated(
+        launch, real_redis: RedisServer, llm: StandInLLM) -> None:
+    """0.1.16 answers a delivery whose key is in flight 200 ``deduplicated``: the provider stops, and
+    if that turn then fails the message is lost. In flight: 503 with Retry-After; recorded: 200
+    deduplicated; released (the turn failed, or its replica stopped): the retry runs it."""
+    a, b = launch("inflight-a", documented_config(real_redis)), launch("inflight-b", documented_config(real_redis))
+    for name, gw in (("a", a), ("b", b)):
+        assert gw.webhook({"id": f"warm-{name}", "text": "hi"})[0] == 200
+    flight = _turn_in_flight(a, llm, "slow-one", 4)
+    status, body = b.webhook({"id": "slow-one", "text": "msg=slow-one-copy"})
+    assert (status, body.get("in_progress")) == (503, True), (status, body)
+    flight["thread"].join(20)
+    assert flight["answer"][0] == 200
+    assert b.webhook({"id": "slow-one", "text": "msg=slow-one-copy"}) == (200, {"ok": True, "deduplicated": True})
+    assert sum(t["msg"] == "slow-one" for t in llm.turns) == 1

@@ -741,11 +741,70 @@ def release_predecessor_claims(redis: Optional[Mapping[str, Any]], backend: Opti
     return released
 
 
+def answer_inflight_duplicates(gateway: Any) -> bool:
+    """A delivery whose key another request still holds in flight is answered 503 with
+    Retry-After, not 0.1.16's 200 ``deduplicated``: a 2xx makes the provider stop retrying, and if
+    the turn in flight then fails or its pod stops, the message is never answered (found by the
+    checker: lost messages whose only turn was still queued when their retries were answered).
+    A recorded key is still answered 200 ``deduplicated``. Wraps ``_hook_reserve`` (which sees the
+    outcome) and the ``/hooks/`` route's endpoint (which can change the answer); Redis store only."""
+    import contextvars
+    from starlette.responses import JSONResponse
+    from starlette.routing import Route, request_response
+    app = getattr(getattr(getattr(gateway, "_server", None), "config", None), "app", None)
+    route = None
+    for _ in range(8):  # through middleware to the router
+        routes = getattr(app, "routes", None)
+        if routes is not None:
+            route = next((r for r in routes if isinstance(r, Route) and r.path == "/hooks/{path:path}"), None)
+            break
+        app = getattr(app, "app", None)
+    if route is None:
+        _say("warning: no /hooks/ route found; in-flight duplicates keep 0.1.16's 200 deduplicated")
+        return False
+    in_flight: "contextvars.ContextVar[bool]" = contextvars.ContextVar("gwop_in_flight", default=False)
+    reserve, endpoint = gateway._hook_reserve, route.endpoint
+
+    def reserve_or_note(key: str) -> bool:
+        if reserve(key):
+            return True
+        store = getattr(gateway, "_hook_idem", None)
+        client, prefix = getattr(store, "_client", None), getattr(store, "_prefix", None)
+        if client is not None and prefix:
+            try:
+                value = client.get(f"{prefix}{key}")
+            except Exception:  # noqa: BLE001 - Redis just answered reserve; treat as in flight
+                value = None
+            if value not in (b"recorded", "recorded"):
+                in_flight.set(True)
+        return False
+
+    async def hook_endpoint(request: Any) -> Any:
+        marker = in_flight.set(False)
+        try:
+            response = await endpoint(request)
+            if in_flight.get():
+                return JSONResponse({"ok": False, "in_progress": True,
+                                     "error": "this delivery is being processed; retry later"},
+                                    status_code=503, headers={"Retry-After": "10"})
+            return response
+        finally:
+            in_flight.reset(marker)
+
+    gateway._hook_reserve = reserve_or_note
+    route.endpoint, route.app = hook_endpoint, request_response(hook_endpoint)
+    return True
+
+
 async def register_owner(gateway: Any, start: "asyncio.Future[Any]", pod: str) -> None:
     """Once the gateway runs, build its idempotency store now (0.1.16 builds it on the first
-    webhook) and record its owner token under this pod's name."""
+    webhook), record its owner token under this pod's name, and answer in-flight duplicates 503."""
     while not (gateway.is_running or start.done()):
         await asyncio.sleep(0.05)
+    try:
+        answer_inflight_duplicates(gateway)
+    except Exception as exc:  # noqa: BLE001 - 0.1.16's own answer stays
+        _say(f"answering in-flight duplicates 503 failed: {type(exc).__name__}")
     try:
         store = gateway._get_hook_idem_store()
         client, prefix, token = (getattr(store, n, None) for n in ("_client", "_prefix", "_token"))

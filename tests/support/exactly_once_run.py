@@ -6,8 +6,8 @@ model provider exists here), then at once:
 
 * **deliveries**: W unique webhooks, each delivered k times as a provider fans out and retries:
   to a pod IP, to the Service's ClusterIP, or through the edge, each redelivery after a seeded
-  random delay (up to ``redeliver_max_s``); a delivery with no 2xx is retried with backoff, up to
-  ``retries`` times. A seeded share of the messages asks the stand-in for a long model turn.
+  random delay (up to ``redeliver_max_s``); a delivery with no 2xx (a 503 "in progress" included)
+  is retried with backoff, up to ``retries`` times. A seeded share of the messages asks the stand-in for a long model turn.
   Every message belongs to one of ``sessions`` conversations (the hook's ``session_key``).
 * **the nemesis**: a seeded schedule of faults (support.exactly_once.Fault), one every
   ``fault_gap_s``: a gateway pod SIGKILLed (every process of its container, from the node's
@@ -58,7 +58,7 @@ class Settings:
     redeliver_max_s: float = 90.0
     long_share: float = 0.03      # messages whose model turn is long
     long_s: tuple[float, float] = (15.0, 45.0)
-    retries: int = 4
+    retries: int = 8              # a provider retries for minutes (backoff 1, 2, 4 ... 30 s)
     fault_gap_s: float = 35.0
     faults: tuple[str, ...] = FAULT_KINDS
     replicas: int = 3
@@ -329,7 +329,7 @@ class Provider:
         with self._cv:
             self.deliveries.append(d)
         if not d.ok and retry < self.settings.retries:
-            self._push(time.time() + 2 ** retry, msg, copy, retry + 1, text)
+            self._push(time.time() + min(2 ** retry, 30), msg, copy, retry + 1, text)
         with self._cv:
             self._pending -= 1
             self._cv.notify_all()
