@@ -265,7 +265,7 @@ KEYS = ("deliveries", "unique", "silent_duplicates", "announced_duplicates", "lo
 def table(report: Mapping[str, Any]) -> str:
     """The report for people: the headline figures, then one line per fault."""
     lines = [f"  {k:<24} {report.get(k)}" for k in
-             (*KEYS, "splits_across_faults", "fault_clear_max_s", "faults_unannounced", "faults_uncleared", "turns_started",
+             (*KEYS, "splits_across_faults", "unfinished_messages", "fault_clear_max_s", "faults_unannounced", "faults_uncleared", "turns_started",
               "turns_answered", "ok_deliveries", "deduplicated_deliveries", "failed_deliveries")]
     lines.append(f"  {'lag bound (s)':<24} {report.get('lag_bound_s')}")
     lines.append("")

@@ -64,6 +64,7 @@ class Settings:
     replicas: int = 3
     workers: int = 96
     session_window: int = 25      # turns a bounded session history keeps (maxMessages / 2)
+    tail_s: float = 240.0         # after the last redelivery, how long retries may still run
     spec: dict[str, Any] = field(default_factory=dict)   # extra spec of the GatewayDeployment
 
 
@@ -285,6 +286,8 @@ class Provider:
         self._queue: list[tuple[float, int, str, int, int, str]] = []
         self._seq = 0
         self._pending = 0
+        self._in_flight: dict[str, int] = {}
+        self.unfinished: set[str] = set()   # messages still queued or in flight at the deadline
         self._cv = threading.Condition(self._lock)
 
     def plan(self, t0: float) -> None:
@@ -332,13 +335,22 @@ class Provider:
             self._push(time.time() + min(2 ** retry, 30), msg, copy, retry + 1, text)
         with self._cv:
             self._pending -= 1
+            self._in_flight[msg] -= 1
+            if not self._in_flight[msg]:
+                del self._in_flight[msg]
             self._cv.notify_all()
 
-    def run(self) -> None:
-        with ThreadPoolExecutor(self.settings.workers) as pool:
+    def run(self, deadline: float) -> None:
+        """Until every delivery and retry is done, or ``deadline`` (unix time): then what is still
+        queued or in flight is left (``unfinished``), and its messages are not judged."""
+        pool = ThreadPoolExecutor(self.settings.workers)
+        try:
             while True:
                 with self._cv:
                     if not self._pending:
+                        return
+                    if time.time() > deadline:
+                        self.unfinished = {q[2] for q in self._queue} | set(self._in_flight)
                         return
                     if not self._queue:
                         self._cv.wait(1.0)
@@ -349,7 +361,10 @@ class Provider:
                         self._cv.wait(min(at - now, 1.0))
                         continue
                     _, _, msg, copy, retry, text = heapq.heappop(self._queue)
+                    self._in_flight[msg] = self._in_flight.get(msg, 0) + 1
                 pool.submit(self._deliver, msg, copy, retry, text)
+        finally:
+            pool.shutdown(wait=False, cancel_futures=True)
 
 
 def setup(cluster: Cluster, settings: Settings, say: Callable[[str], None]) -> None:
@@ -389,7 +404,7 @@ def run(cluster: Cluster, settings: Settings, say: Callable[[str], None] = print
     chaos = threading.Thread(target=nemesis.schedule, args=(stop, say), daemon=True)
     chaos.start()
     try:
-        provider.run()
+        provider.run(t0 + settings.spread_s + settings.redeliver_max_s + settings.tail_s)
     finally:
         stop.set()
         chaos.join(timeout=400)
@@ -397,8 +412,11 @@ def run(cluster: Cluster, settings: Settings, say: Callable[[str], None] = print
     watch.stop()
     pods.stop()
     # spec.sessions.maxMessages (50 by default) keeps the last 25 turns of a session
-    report = classify(provider.deliveries, turns(cluster), watch.samples, nemesis.faults, lag=nemesis.lag,
+    with provider._cv:
+        judged = [d for d in provider.deliveries if d.msg not in provider.unfinished]
+    report = classify(judged, turns(cluster), watch.samples, nemesis.faults, lag=nemesis.lag,
                       window=settings.session_window)
+    report["unfinished_messages"] = len(provider.unfinished)  # still queued at the deadline: not judged
     report.update(seed=settings.seed, started=t0, duration_s=round(time.time() - t0, 1),
                   settings={k: v for k, v in asdict(settings).items() if k != "spec"},
                   timeline=[{"at": s.at, "state": s.state, "conditions": {k: list(v) for k, v in s.conditions.items()}}
