@@ -285,8 +285,10 @@ def _dedup_history(body: Mapping[str, Any], outcome: Outcome, replicas: Sequence
     remembered = (body.get("status") or {}).get("redis") or {}
     same = remembered.get("endpoint") == target.endpoint and remembered.get("prefix") == target.prefix
     previous = dedup_history.History.from_status(remembered if same else None)
-    unrecorded = any(h.state in (health.Idempotency.RUNTIME_OUTAGE, health.Idempotency.BUILD_TIME_FALLBACK)
-                     for h in replicas)
+    # RuntimeOutage is reported only after a webhook was admitted without Redis (0.1.16 fails open);
+    # BuildTimeFallback says how the store was built (a replica that started before its Redis), not
+    # that anything was admitted, and the operator restarts such a replica
+    unrecorded = any(h.state is health.Idempotency.RUNTIME_OUTAGE for h in replicas)
     return dedup_history.assess(previous, outcome.probe.store if outcome.probe else None, now,
                                 unrecorded=unrecorded)
 

@@ -797,16 +797,19 @@ def answer_inflight_duplicates(gateway: Any) -> bool:
 
 
 async def register_owner(gateway: Any, start: "asyncio.Future[Any]", pod: str) -> None:
-    """Once the gateway runs, build its idempotency store now (0.1.16 builds it on the first
-    webhook), record its owner token under this pod's name, and answer in-flight duplicates 503."""
+    """Once the gateway runs, answer in-flight duplicates 503, and once its idempotency store is
+    built (0.1.16 builds it on the first webhook: building it earlier, before a new Redis answers,
+    would fall back to SQLite), record the store's owner token under this pod's name."""
     while not (gateway.is_running or start.done()):
         await asyncio.sleep(0.05)
     try:
         answer_inflight_duplicates(gateway)
     except Exception as exc:  # noqa: BLE001 - 0.1.16's own answer stays
         _say(f"answering in-flight duplicates 503 failed: {type(exc).__name__}")
+    while getattr(gateway, "_hook_idem", None) is None and not start.done():
+        await asyncio.sleep(0.2)
     try:
-        store = gateway._get_hook_idem_store()
+        store = gateway._hook_idem
         client, prefix, token = (getattr(store, n, None) for n in ("_client", "_prefix", "_token"))
         if client is not None and prefix and token and pod and str(prefix).endswith("hookidem:"):
             client.set(f"{str(prefix)[:-len('hookidem:')]}{OWNER_KEY}{pod}", token)
