@@ -649,13 +649,15 @@ def test_a_replica_killed_mid_turn_has_its_claims_released_by_the_next_process_i
     port = free_port()
     first = LaunchedGateway(run_launcher(tmp_path, "pod", documented_config(real_redis), llm, port, env), port,
                             tmp_path / "pod/launcher.log")
-    first.wait_ready()
-    assert first.webhook({"id": "warm", "text": "hi"})[0] == 200  # 0.1.16 builds its store on the first webhook
-    owner = f"{PREFIX}hookidem-owner:eo-bot-abc12"
-    _wait_until(lambda: real_redis.client().get(owner) is not None, 20, "the owner token recorded")
-    flight = _turn_in_flight(first, llm, "killed-turn", 60)
-    first.proc.kill()
-    first.proc.wait(10)
+    try:
+        first.wait_ready()
+        assert first.webhook({"id": "warm", "text": "hi"})[0] == 200  # 0.1.16 builds its store on the first webhook
+        owner = f"{PREFIX}hookidem-owner:eo-bot-abc12"
+        _wait_until(lambda: real_redis.client().get(owner) is not None, 20, "the owner token recorded")
+        flight = _turn_in_flight(first, llm, "killed-turn", 60)
+    finally:
+        first.proc.kill()
+        first.proc.wait(10)
     flight["thread"].join(10)
     assert "answer" not in flight
     stuck = [k for k in real_redis.client().keys(f"{PREFIX}hookidem:*") if real_redis.client().get(k) ==
