@@ -143,7 +143,7 @@ class GatewayController:
             redis_configured=spec.redis.configured if spec else False, running_replicas=observed.running,
             ready_replicas=observed.ready, updated_replicas=observed.updated,
             rollout_observed=observed.rollout_observed, problem=outcome.problem, probe=outcome.probe,
-            health=tuple(replicas), dedup=_dedup_history(body, outcome, replicas, now), now=now,
+            health=tuple(replicas), dedup=_dedup_history(body, outcome, now), now=now,
             migrating=bool(outcome.migration and not outcome.migration.done),
             sessions_store=spec.sessions_store if spec else "replica")
         policy = render.gateway_network_policy_name(self.name) if spec and spec.network_policy.enabled else ""
@@ -276,8 +276,7 @@ def _resource_version(body: Mapping[str, Any]) -> int:
         return 0
 
 
-def _dedup_history(body: Mapping[str, Any], outcome: Outcome, replicas: Sequence[health.ReplicaHealth],
-                   now: float) -> dedup_history.History:
+def _dedup_history(body: Mapping[str, Any], outcome: Outcome, now: float) -> dedup_history.History:
     """The canary's history after this pass; what status remembers counts only for the same store."""
     target = outcome.target
     if target is None:
@@ -285,12 +284,7 @@ def _dedup_history(body: Mapping[str, Any], outcome: Outcome, replicas: Sequence
     remembered = (body.get("status") or {}).get("redis") or {}
     same = remembered.get("endpoint") == target.endpoint and remembered.get("prefix") == target.prefix
     previous = dedup_history.History.from_status(remembered if same else None)
-    # RuntimeOutage is reported only after a webhook was admitted without Redis (0.1.16 fails open);
-    # BuildTimeFallback says how the store was built (a replica that started before its Redis), not
-    # that anything was admitted, and the operator restarts such a replica
-    unrecorded = any(h.state is health.Idempotency.RUNTIME_OUTAGE for h in replicas)
-    return dedup_history.assess(previous, outcome.probe.store if outcome.probe else None, now,
-                                unrecorded=unrecorded)
+    return dedup_history.assess(previous, outcome.probe.store if outcome.probe else None, now)
 
 
 def _event_for(t: conditions.Transition) -> tuple[str, str, str] | None:

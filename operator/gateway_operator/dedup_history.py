@@ -74,18 +74,8 @@ class History:
                    lost_why=str(lost.get("why") or ""))
 
 
-UNRECORDED = "a replica admitted webhooks while it could not use Redis, and recorded none of them there"
-
-
-def assess(previous: History, store: StoreFacts | None, now: float, ttl: float = RECORD_TTL_SECONDS,
-           unrecorded: bool = False) -> History:
-    """The history after one probe (``store`` None: the probe did not get that far).
-    ``unrecorded``: a polled replica reports RuntimeOutage (it admitted a webhook without Redis:
-    the gateway fails open), so what it admitted meanwhile has no record in Redis, and a redelivery
-    of it runs again until one TTL after the last such report."""
-    if unrecorded:
-        since = previous.lost_at if previous.lost(now) and previous.lost_why == UNRECORDED else now
-        previous = replace(previous, lost_at=since, lost_until=now + ttl, lost_why=UNRECORDED)
+def assess(previous: History, store: StoreFacts | None, now: float, ttl: float = RECORD_TTL_SECONDS) -> History:
+    """The history after one probe (``store`` None: the probe did not get that far)."""
     if store is None:
         return previous
     why = ""
