@@ -720,3 +720,20 @@ def test_a_duplicate_of_a_turn_still_in_flight_is_told_to_retry_not_that_it_was_
     assert flight["answer"][0] == 200
     assert b.webhook({"id": "slow-one", "text": "msg=slow-one-copy"}) == (200, {"ok": True, "deduplicated": True})
     assert sum(t["msg"] == "slow-one" for t in llm.turns) == 1
+
+
+def test_the_migration_waits_for_a_redis_that_starts_with_the_switch(tmp_path: Path) -> None:
+    """The switch often enables a managed Redis in the same change, so the migrating replica can
+    start first: it tries again until Redis answers, and gives up (exit 75, restarted) after its wait."""
+    import threading
+    server = RedisServer(password=REDIS_PASSWORD)
+    settings = {"host": "127.0.0.1", "port": server.port, "password": REDIS_PASSWORD, "prefix": PREFIX}
+    with pytest.raises(launcher.MigrationPending, match="within 1s"):
+        launcher.migrate_before_start(settings, "redis", str(tmp_path), "tok", wait=1)
+    threading.Timer(3, server.start).start()
+    try:
+        launcher.migrate_before_start(settings, "redis", str(tmp_path), "tok-2", wait=30)
+        assert server.client().get(f"{PREFIX}sqlite-migrated") == "tok-2"
+        assert launcher.exit_code_for(launcher.MigrationPending("x")) == launcher.EXIT_RESTART
+    finally:
+        server.close()

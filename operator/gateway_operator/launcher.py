@@ -363,24 +363,38 @@ def migrate_sqlite_records(sqlite_path: str, client: Any, prefix: str, now: floa
     return copied, kept
 
 
+MIGRATION_WAIT_SECONDS = 120.0  # for a Redis that starts with the switch (a new managed Redis)
+
+
+class MigrationPending(Exception):
+    """The records could not reach Redis yet: exit 75, so the kubelet restarts the container and
+    it tries again (the operator holds the other replicas back meanwhile)."""
+
+
 def migrate_before_start(redis: Optional[Mapping[str, Any]], backend: Optional[str], home: str,
-                         token: str) -> None:
+                         token: str, wait: float = MIGRATION_WAIT_SECONDS) -> None:
     """At start-up of the one Redis-backed replica the operator runs with the single SQLite
     replica's state volume still mounted (``token``: its ``SQLITE_MIGRATION_ENV``, empty
     otherwise), bring that replica's records into Redis, then write ``token`` as the marker the
-    operator waits for before a second replica takes traffic. Bounded (the client's timeouts) and
-    never fatal: the gateway fails open the same way."""
+    operator waits for before a second replica takes traffic. The Redis often starts with the
+    switch (a managed Redis enabled in the same change), so it is tried for ``wait`` seconds."""
     if backend != "redis" or not redis or not token:
         return
+    import time
     path = os.path.join(home, *SQLITE_STORE)
-    try:
-        import time
-        client = _redis_client(redis)
-        prefix = str(redis.get("prefix") or "praison:push:")
-        copied, kept = migrate_sqlite_records(path, client, prefix, time.time(), token)
-        _say(f"migrated the single replica's SQLite dedup records to Redis: {copied} copied, {kept} already there")
-    except Exception as exc:  # noqa: BLE001 - a Redis that does not answer now is the gateway's to report
-        _say(f"migrating the SQLite dedup records to Redis failed: {type(exc).__name__}")
+    deadline = time.monotonic() + wait
+    while True:
+        try:
+            client = _redis_client(redis)
+            prefix = str(redis.get("prefix") or "praison:push:")
+            copied, kept = migrate_sqlite_records(path, client, prefix, time.time(), token)
+            _say(f"migrated the single replica's SQLite dedup records to Redis: {copied} copied, {kept} already there")
+            return
+        except Exception as exc:  # noqa: BLE001 - a Redis still starting: try again, bounded
+            if time.monotonic() > deadline:
+                raise MigrationPending(f"the SQLite dedup records could not reach Redis within {wait:g}s "
+                                       f"({type(exc).__name__}); restarting to try again") from None
+            time.sleep(2)
 
 
 # --------------------------------------------------------------------------
