@@ -404,7 +404,9 @@ def run_scenario(cluster: Cluster, live: Live, redis: RedisServer, standins: Hea
 def live(own_cluster: Cluster) -> Iterator[Live]:
     cluster = own_cluster
     monitoring = render_monitoring(RELEASE, SYSTEM_NAMESPACE, *LIVE_VALUES)
-    redis = RedisServer(password="monitoring-redis-password").start()
+    # persistent: the "Redis stopped" phase is an outage, not a lost dedup history (DedupHistoryLost
+    # would hold ExactlyOnceAdmission False, and its alert, for a record TTL)
+    redis = RedisServer(password="monitoring-redis-password", persistent=True).start()
     standins = HealthStandIns()
     operator = [OperatorProcess(cluster, resync_seconds=2).start()]  # reconcile durations in each 4 s window
     prometheus: Prometheus | None = None

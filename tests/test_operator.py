@@ -30,7 +30,7 @@ from support.wait import until
 pytestmark = [pytest.mark.cluster, pytest.mark.real_pods]
 
 CONDITION_TYPES = {"Ready", "Reconciling", "Stalled", "RedisReachable", "IdempotencyDegraded",
-                   "ExactlyOnceAdmission"}
+                   "ExactlyOnceAdmission", "RedisDurable", "SessionsShared"}
 
 
 # -- one replica on SQLite ---------------------------------------------------------------
@@ -76,6 +76,8 @@ def test_single_replica_sqlite_objects_and_conditions(cluster: Cluster, operator
     assert found["ExactlyOnceAdmission"]["reason"] == "SingleReplicaDurableStore"
     assert found["Stalled"]["status"] == "False" and found["Reconciling"]["status"] == "False"
     assert found["RedisReachable"]["status"] == "Unknown"
+    assert (found["RedisDurable"]["status"], found["RedisDurable"]["reason"]) == ("Unknown", "RedisNotConfigured")
+    assert (found["SessionsShared"]["status"], found["SessionsShared"]["reason"]) == ("True", "SingleReplicaHistory")
     table = cluster.kubectl("-n", namespace, "get", "gatewaydeployment", "solo").stdout
     assert table.split("\n")[0].split()[:6] == ["NAME", "READY", "REASON", "REPLICAS", "STORE", "EXACTLY-ONCE"]
     assert table.split("\n")[1].split()[:6] == ["solo", "True", "Available", "1/1", "sqlite", "True"]

@@ -23,7 +23,11 @@ def free_port(host: str = "127.0.0.1") -> int:
 class RedisServer:
     """One redis-server. ``stop`` and ``start`` keep the same port so clients can reconnect."""
 
-    def __init__(self, password: str | None = None, host: str = "127.0.0.1", port: int | None = None) -> None:
+    def __init__(self, password: str | None = None, host: str = "127.0.0.1", port: int | None = None,
+                 persistent: bool = False) -> None:
+        """``persistent``: an append-only file in its directory, so a restart keeps the data (and the
+        operator's canary: a restart without persistence is a lost dedup history, DedupHistoryLost)."""
+        self.persistent = persistent
         binary = shutil.which("redis-server")
         if binary is None:
             raise RuntimeError("redis-server is not installed (apt-get install redis-server)")
@@ -42,7 +46,7 @@ class RedisServer:
 
     def start(self) -> "RedisServer":
         args = [self.binary, "--port", str(self.port), "--bind", self.host, "--save", "",
-                "--appendonly", "no", "--dir", str(self.dir), "--daemonize", "no"]
+                "--appendonly", "yes" if self.persistent else "no", "--dir", str(self.dir), "--daemonize", "no"]
         if self.password:
             args += ["--requirepass", self.password]
         self.proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
