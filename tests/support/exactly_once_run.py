@@ -38,7 +38,7 @@ from typing import Any, Callable
 from . import llm_pod, node
 from .cluster import Cluster
 from .exactly_once import Delivery, Expectation, Fault, Sample, Turn, classify
-from .gateways import is_ready
+from .gateways import is_ready, ready_pods, wait_condition, wait_ready_pods
 from .wait import until
 
 NAMESPACE = "exactly-once"
@@ -101,9 +101,7 @@ class Pods:
         self._thread.start()
 
     def refresh(self) -> None:
-        pods = self.cluster.get_json("pods", "-n", NAMESPACE, "-l",
-                                     f"app.kubernetes.io/instance={NAME},app.kubernetes.io/component=gateway")
-        self.ips = [p["status"]["podIP"] for p in pods["items"] if is_ready(p)]
+        self.ips = [p["status"]["podIP"] for p in ready_pods(self.cluster, NAMESPACE, NAME)]
         self.cluster_ip = self.cluster.get_json("service", NAME, "-n", NAMESPACE)["spec"]["clusterIP"]
 
     def _loop(self) -> None:
@@ -375,12 +373,8 @@ def setup(cluster: Cluster, settings: Settings, say: Callable[[str], None]) -> N
     cluster.kubectl("delete", "deployment", llm_pod.NAME, "-n", NAMESPACE, "--ignore-not-found", "--wait=true")
     llm_env = llm_pod.deploy(cluster, NAMESPACE, node.images().gateway)
     cluster.apply(json.dumps(manifest(settings, llm_env)))
-    until(lambda: len([p for p in cluster.get_json("pods", "-n", NAMESPACE, "-l",
-                                                   f"app.kubernetes.io/instance={NAME},app.kubernetes.io/component=gateway")["items"]
-                       if is_ready(p)]) == settings.replicas, timeout=300, interval=1, what=f"{NAME} Ready")
-    until(lambda: any(c["type"] == "ExactlyOnceAdmission" and c["status"] == "True" for c in
-                      (cluster.get_json("gatewaydeployment", NAME, "-n", NAMESPACE).get("status") or {}).get("conditions") or []),
-          timeout=120, interval=1, what=f"{NAME} ExactlyOnceAdmission=True")
+    wait_ready_pods(cluster, NAMESPACE, NAME, settings.replicas, timeout=300)
+    wait_condition(cluster, NAMESPACE, NAME, "ExactlyOnceAdmission", "True", timeout=120)
     say(f"  {NAME}: {settings.replicas} replicas Ready, ExactlyOnceAdmission=True")
 
 
