@@ -224,6 +224,17 @@ def test_no_split_across_sessions_or_without_a_session() -> None:
     assert run(turns=turns)["splits"] == 0
 
 
+def test_crossed_when_a_history_holds_another_sessions_message() -> None:
+    # what a session key that renders empty does: both conversations share hook:<path>
+    turns = [turn("A", T0, session="s"), turn("B", T0 + 10.0, session="t", history=("A",))]
+    report = run(turns=turns)
+    assert (report["crossed"], report["splits"]) == (1, 0)
+    assert report["examples"]["crossed"] == [{"session": "t", "msg": "B", "at": T0 + 10.0, "foreign": ["A"]}]
+    assert targets_met(report) is False
+    apart = run(turns=[turn("A", T0, session="s"), turn("B", T0 + 10.0, session="t")])
+    assert apart["crossed"] == 0 and targets_met(apart) is True
+
+
 def test_unanswered_earlier_turn_is_not_required() -> None:
     turns = [turn("A", T0, session="s", answered=False, ended=T0 + 1.0), turn("B", T0 + 10.0, session="s")]
     assert run(turns=turns)["splits"] == 0

@@ -18,7 +18,9 @@ answered turn, and **silent** otherwise. A message is **lost** when no turn of i
 although a delivery got a 2xx (the provider stops retrying) or every delivery failed (its retries
 ran out). A **split** is an answered turn whose history lacks an earlier answered turn of its
 session (one that ended ``slack`` seconds before it started, within the last ``window`` turns
-of that session when histories are bounded). For each fault with an expected condition the lag
+of that session when histories are bounded). A **crossed** turn is one whose history holds a
+message of another session: two conversations mixed into one (what a session key that renders
+empty does: every event of the hook then shares ``hook:<path>``). For each fault with an expected condition the lag
 from the fault to that condition, and from the fault's end to its clearing, is measured.
 
 Nothing here does I/O, so the classification is tested on histories with planted defects
@@ -175,6 +177,11 @@ def classify(deliveries: Iterable[Delivery], turns: Iterable[Turn], samples: Ite
     every_split = _splits([t for ts in answered.values() for t in ts], slack, window)
     splits = [x for x in every_split if not any(x["missing_ended"] <= at <= x["at"] for at in forgets)
               and not any(a <= t <= b for a, b in outages for t in x["times"])]
+    session_of = {t.msg: t.session for ts in answered.values() for t in ts if t.session}
+    crossed = [{"session": t.session, "msg": t.msg, "at": t.started,
+                "foreign": [m for m in t.history if session_of.get(m, t.session) != t.session][:5]}
+               for ts in answered.values() for t in ts
+               if t.session and any(session_of.get(m, t.session) != t.session for m in t.history)]
     lags = [_fault_lag(f, timeline) for f in faults]
     announce = [x["announced_after_s"] for x in lags if x["announced_after_s"] is not None]
     clear = [x["cleared_after_s"] for x in lags if x["cleared_after_s"] is not None]
@@ -192,6 +199,7 @@ def classify(deliveries: Iterable[Delivery], turns: Iterable[Turn], samples: Ite
         "lost": len(lost),
         "splits": len(splits),
         "splits_across_faults": len(every_split) - len(splits),
+        "crossed": len(crossed),
         "fault_lag_max_s": max(announce) if announce else None,
         "fault_clear_max_s": max(clear) if clear else None,
         "faults_unannounced": sum(1 for x in lags if x["expected"] and x["announced_after_s"] is None),
@@ -199,7 +207,7 @@ def classify(deliveries: Iterable[Delivery], turns: Iterable[Turn], samples: Ite
         "lag_bound_s": lag,
         "faults": lags,
         "examples": {"silent_duplicates": silent[:10], "announced_duplicates": announced[:10],
-                     "lost": lost[:10], "splits": splits[:10]},
+                     "lost": lost[:10], "splits": splits[:10], "crossed": crossed[:10]},
     }
 
 
@@ -251,11 +259,11 @@ def _fault_lag(fault: Fault, timeline: Timeline) -> dict[str, Any]:
 
 
 def targets_met(report: Mapping[str, Any]) -> bool:
-    """Issue 18's targets: no silent duplicate, nothing lost, no split, every fault announced
+    """Issue 18's targets: no silent duplicate, nothing lost, no split, no crossed conversation, every fault announced
     within the bound and cleared within it after it ended."""
     lag = report["lag_bound_s"]
     return (report["silent_duplicates"] == 0 and report["lost"] == 0 and report["splits"] == 0
-            and report["faults_unannounced"] == 0 and report["faults_uncleared"] == 0
+            and report.get("crossed", 0) == 0 and report["faults_unannounced"] == 0 and report["faults_uncleared"] == 0
             and (report["fault_lag_max_s"] or 0) <= lag and (report["fault_clear_max_s"] or 0) <= lag)
 
 
@@ -265,7 +273,7 @@ KEYS = ("deliveries", "unique", "silent_duplicates", "announced_duplicates", "lo
 def table(report: Mapping[str, Any]) -> str:
     """The report for people: the headline figures, then one line per fault."""
     lines = [f"  {k:<24} {report.get(k)}" for k in
-             (*KEYS, "splits_across_faults", "unfinished_messages", "fault_clear_max_s", "faults_unannounced", "faults_uncleared", "turns_started",
+             (*KEYS, "splits_across_faults", "crossed", "unfinished_messages", "fault_clear_max_s", "faults_unannounced", "faults_uncleared", "turns_started",
               "turns_answered", "ok_deliveries", "deduplicated_deliveries", "failed_deliveries")]
     lines.append(f"  {'lag bound (s)':<24} {report.get('lag_bound_s')}")
     lines.append("")

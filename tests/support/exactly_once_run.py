@@ -322,7 +322,8 @@ class Provider:
         sent = time.time()
         status, dedup, error = None, False, ""
         try:
-            answer = node.webhook(address, self.token, msg, text, timeout=self.settings.long_s[1] + 150)
+            answer = node.webhook(address, self.token, msg, text, timeout=self.settings.long_s[1] + 150,
+                                  session=self.sessions[msg])
             status, dedup = answer.status, bool(answer.body.get("deduplicated"))
         except Exception as e:  # noqa: BLE001 - a refused, reset or timed-out delivery is a record too
             error = type(e).__name__

@@ -130,15 +130,17 @@ def base_url(address: str) -> tuple[str, dict[str, str]]:
     return f"http://{EDGE}", {"Host": address}
 
 
-def webhook(address: str, token: str | None, delivery_id: str, text: str = "deployed", timeout: float = 60) -> Answer:
+def webhook(address: str, token: str | None, delivery_id: str, text: str = "deployed", timeout: float = 60,
+            **fields: str) -> Answer:
     """POST /hooks/deploy to a gateway pod, its Service's ClusterIP or its exposed host name, as
-    a webhook provider's retry would; ``token`` None sends no Authorization header."""
+    a webhook provider's retry would; ``token`` None sends no Authorization header. ``fields``
+    go into the payload beside ``id`` and ``text`` (``session=`` for a hook's ``session_key``)."""
     url, headers = base_url(address)
     headers.update({"Content-Type": "application/json",
                     **({"Authorization": f"Bearer {token}"} if token is not None else {})})
     return _answer(urllib.request.Request(
         f"{url}/hooks/{HOOK}", method="POST",
-        data=json.dumps({"id": delivery_id, "text": text}).encode(), headers=headers), timeout)
+        data=json.dumps({"id": delivery_id, "text": text, **fields}).encode(), headers=headers), timeout)
 
 
 def health(address: str, timeout: float = 10) -> Answer:
