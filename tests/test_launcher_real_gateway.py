@@ -594,6 +594,22 @@ def test_a_bounded_history_keeps_the_last_messages_and_replica_keeps_0_1_16s_beh
     assert "webhook sessions=per replica" in local.output()
 
 
+def test_while_redis_is_down_each_session_keeps_its_own_history_on_the_replica(
+        launch, real_redis: RedisServer, llm: StandInLLM) -> None:
+    """Redis stopped: a replica runs each session's turns on its own last copy of that session's
+    history (never 0.1.16's one agent history, which mixes every session of the hook), and keeps
+    serving; once Redis is back the shared history is used again."""
+    gw = launch("outage", session_config(real_redis))
+    assert gw.webhook({"id": "o-0", "session": "s", "text": "msg=o-0 session=s"})[0] == 200  # reaches Redis
+    real_redis.stop()
+    for i in (1, 2):
+        assert gw.webhook({"id": f"o-{i}", "session": "s", "text": f"msg=o-{i} session=s"})[0] == 200
+        assert gw.webhook({"id": f"x-{i}", "session": "t", "text": f"msg=x-{i} session=t"})[0] == 200
+    assert turn_of(llm, "o-2")["history"] == ["o-0", "o-1"]
+    assert turn_of(llm, "x-2")["history"] == ["x-1"]
+    assert "shared session history unavailable" in gw.output()
+
+
 def test_turns_of_one_session_on_two_replicas_at_once_run_one_after_the_other(launch, real_redis: RedisServer,
                                                                              llm: StandInLLM) -> None:
     """Two deliveries of one conversation at the same moment, one per replica: the session's lock

@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import collections
 import copy
 import os
 import re
@@ -457,8 +458,12 @@ class SharedSessions:
     (LTRIM) and ``ttl_seconds`` (EXPIRE), each append one MULTI. A turn of a session takes the
     session's lock (``{prefix}session-lock:<hash>``, SET NX PX with its own token, renewed while it
     runs, released owner-checked), so turns of one conversation run one after another on any
-    replica and each sees every earlier one. While Redis cannot be used the turn runs on the
-    agent's own history (0.1.16's behaviour) and the next turn tries again."""
+    replica and each sees every earlier one. While Redis cannot be used the turn runs on this
+    replica's last copy of the session's history (kept per session, bounded like the shared one;
+    never the hook agent's own, which 0.1.16 shares between every session of the hook) and the
+    next turn tries Redis again."""
+
+    LOCAL_SESSIONS = 1000  # the sessions whose last history a replica keeps for an outage
 
     def __init__(self, client: Any, prefix: str, max_messages: int, ttl_seconds: int, key: str = "") -> None:
         """``key``: a Fernet key; the history is then stored through the package's own
@@ -474,6 +479,20 @@ class SharedSessions:
                 raise ConfigError(f"{SESSION_KEY_ENV} (spec.sessions.encryptionKeySecretRef) is not a Fernet key: "
                                   "32 url-safe base64-encoded bytes (or cryptography is missing)") from None
         self.failing = False
+        self.local: "collections.OrderedDict[str, List[Dict[str, Any]]]" = collections.OrderedDict()
+
+    def _remember(self, session: str, history: List[Dict[str, Any]]) -> None:
+        self.local[session] = history[-self.inner.max_messages:]
+        self.local.move_to_end(session)
+        while len(self.local) > self.LOCAL_SESSIONS:
+            self.local.popitem(last=False)
+
+    async def _run_local(self, session: str, agent: Any, dispatch: Any, content: str, *args: Any, **kwargs: Any) -> Any:
+        history = list(self.local.get(session, ()))
+        turn_agent = _turn_copy(agent, history)
+        result = await dispatch(turn_agent, content, *args, **kwargs)
+        self._remember(session, [dict(m) for m in turn_agent.chat_history])
+        return result
 
     def _keys(self, session: str) -> Tuple[str, str]:
         key = self.inner.key(session)
@@ -514,13 +533,14 @@ class SharedSessions:
         try:
             locked = await self._lock(session, token)
             history = self.load(session)
-        except Exception as exc:  # noqa: BLE001 - Redis unusable: this turn runs as 0.1.16 runs it
+        except Exception as exc:  # noqa: BLE001 - Redis unusable: this turn runs on this replica's copy
             self._note_failure(exc)
-            return await dispatch(agent, content, *args, **kwargs)
+            return await self._run_local(session, agent, dispatch, content, *args, **kwargs)
         renew = asyncio.ensure_future(self._renew(session, token)) if locked else None
         try:
             turn_agent = _turn_copy(agent, history)
             result = await dispatch(turn_agent, content, *args, **kwargs)
+            self._remember(session, [dict(m) for m in turn_agent.chat_history])
             try:
                 self.append(session, list(turn_agent.chat_history)[len(history):])
                 self._note_recovery()
