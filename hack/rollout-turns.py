@@ -39,7 +39,7 @@ def main() -> int:
             address = pods.ips[0]
             while True:
                 try:
-                    answer = node.webhook(address, token, msg, text, timeout=seconds + 200)
+                    answer = node.webhook(address, token, msg, text, timeout=seconds + 200, session="rollout")
                     answers.append((time.time() - started, address, f"HTTP {answer.status} {json.dumps(answer.body)[:80]}"))
                     if 200 <= answer.status < 300:
                         return

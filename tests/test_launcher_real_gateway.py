@@ -584,14 +584,23 @@ def test_a_conversation_alternating_between_replicas_sees_its_whole_history(laun
     assert "webhook sessions=shared in Redis" in a.output()
 
 
-def test_a_bounded_history_keeps_the_last_messages_and_replica_keeps_0_1_16s_behaviour(
+def test_a_bounded_history_keeps_the_last_messages_and_replica_keeps_sessions_apart(
         launch, real_redis: RedisServer, llm: StandInLLM) -> None:
+    """store: replica keeps each session's history in the replica (nothing in Redis), one per
+    session: 0.1.16 alone would give the hook's one Agent history, every conversation mixed."""
     bounded = launch("bounded", session_config(real_redis, max_messages=4))
     for i in range(4):
         assert bounded.webhook({"id": f"b-{i}", "session": "s", "text": f"msg=b-{i} session=s"})[0] == 200
     assert turn_of(llm, "b-3")["history"] == ["b-1", "b-2"]  # the last 4 messages: 2 turns
     local = launch("local", session_config(real_redis, store="replica"))
     assert "webhook sessions=per replica" in local.output()
+    before = set(real_redis.client().keys(f"{PREFIX}session:*"))
+    for i in range(2):
+        for session in ("p", "q"):
+            msg = f"{session}-{i}"
+            assert local.webhook({"id": msg, "session": session, "text": f"msg={msg} session={session}"})[0] == 200
+    assert turn_of(llm, "p-1")["history"] == ["p-0"] and turn_of(llm, "q-1")["history"] == ["q-0"]
+    assert set(real_redis.client().keys(f"{PREFIX}session:*")) == before
 
 
 def test_while_redis_is_down_each_session_keeps_its_own_history_on_the_replica(

@@ -528,6 +528,8 @@ class SharedSessions:
     async def run(self, session: str, agent: Any, dispatch: Any, content: str, *args: Any, **kwargs: Any) -> Any:
         """One turn of ``session`` on a copy of ``agent`` whose history is the session's."""
         import secrets
+        if self.client is None:  # store: replica
+            return await self._run_local(session, agent, dispatch, content, *args, **kwargs)
         token = secrets.token_hex(16)
         _, lock = self._keys(session)
         try:
@@ -580,17 +582,22 @@ def _turn_copy(agent: Any, history: List[Dict[str, Any]]) -> Any:
     return turn
 
 
-def share_sessions(gateway: Any, settings: Optional[Mapping[str, Any]], redis: Optional[Mapping[str, Any]]) -> bool:
+def share_sessions(gateway: Any, settings: Optional[Mapping[str, Any]],
+                   redis: Optional[Mapping[str, Any]]) -> Optional["SharedSessions"]:
     """Wrap the gateway's webhook path so that each turn runs on its session's shared history
     (what 0.1.16 offers no hook for: ``_run_hook`` resolves the session key and then calls the
     static ``_dispatch_agent_turn(agent, message)`` without it). The session key reaches the
-    dispatch through a context variable set around ``_run_hook``."""
-    if not settings or settings.get("store") != "redis" or not redis:
-        return False
+    dispatch through a context variable set around ``_run_hook``. With ``store: replica`` (or no
+    Redis) each session still gets its own history, in this replica's memory: 0.1.16 runs every
+    webhook turn of a hook on one Agent, whose one history mixes every conversation of the hook."""
+    if not settings:
+        return None
     import contextvars
-    client = _redis_client(redis, timeout=2.0)
-    shared = SharedSessions(client, str(redis.get("prefix") or "praison:push:"), settings["max_messages"],
-                            settings["ttl_seconds"], os.environ.get(SESSION_KEY_ENV, ""))
+    if settings.get("store") == "redis" and redis:
+        shared = SharedSessions(_redis_client(redis, timeout=2.0), str(redis.get("prefix") or "praison:push:"),
+                                settings["max_messages"], settings["ttl_seconds"], os.environ.get(SESSION_KEY_ENV, ""))
+    else:
+        shared = SharedSessions(None, "", settings["max_messages"], settings["ttl_seconds"])
     current: "contextvars.ContextVar[Optional[str]]" = contextvars.ContextVar("gwop_session", default=None)
     run_hook, dispatch = gateway._run_hook, gateway._dispatch_agent_turn
 
@@ -609,7 +616,7 @@ def share_sessions(gateway: Any, settings: Optional[Mapping[str, Any]], redis: O
 
     gateway._run_hook, gateway._dispatch_agent_turn = run_hook_in_session, dispatch_in_session
     gateway._gwop_sessions = shared
-    return True
+    return shared
 
 
 def clear_stale_pid_lock(home: str, port: Optional[int]) -> bool:
@@ -912,8 +919,8 @@ def main(argv: Optional[List[str]] = None) -> int:
             f"starting on {loaded['gateway'].get('host')}:{loaded['gateway'].get('port')} "
             f"config={path} idempotency={idempotency_backend(working) or 'default'} "
             f"redis={describe_redis(redis)} turn_lock={(turn_lock or {}).get('backend', 'local')} "
-            f"webhook sessions={'shared in Redis' if shared else 'per replica'}"
-            f"{' (encrypted)' if shared and os.environ.get(SESSION_KEY_ENV) else ''}"
+            f"webhook sessions={'shared in Redis' if shared and shared.client else 'per replica'}"
+            f"{' (encrypted)' if shared and shared.client and os.environ.get(SESSION_KEY_ENV) else ''}"
         )
         return asyncio.run(serve(gateway, path, drain_timeout(loaded)))
     except KeyboardInterrupt:
