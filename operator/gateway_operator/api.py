@@ -143,8 +143,8 @@ DEFAULT_SESSION_TTL_SECONDS = 7 * 24 * 3600
 @dataclass(frozen=True)
 class SessionsSpec:
     """Where webhook session history lives: ``redis`` (one history per session, shared by every
-    replica; the default whenever spec.redis is set) or ``replica`` (0.1.16's own: each replica's
-    agent keeps one in-memory history)."""
+    replica; the default whenever spec.redis is set) or ``replica`` (each replica keeps one
+    history per session in its memory; 0.1.16 alone keeps one agent history for every session)."""
 
     store: str | None = None    # None: redis when spec.redis is set, else replica
     max_messages: int = DEFAULT_SESSION_MESSAGES

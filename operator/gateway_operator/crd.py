@@ -240,9 +240,9 @@ def spec_schema() -> Schema:
                          "properties": {
                              "store": _s("string", "redis: one history per session in the GatewayDeployment's Redis "
                                          "(<prefix>session:<hash>), shared by every replica, turns of one session "
-                                         "run one after another; replica: 0.1.16's own (each replica's agent keeps "
-                                         "one in-memory history, so a conversation that reaches two replicas "
-                                         "splits). Default: redis when spec.redis is set, else replica.",
+                                         "run one after another; replica: each replica keeps one history per session "
+                                         "in its memory (lost when the pod restarts; a conversation that reaches "
+                                         "two replicas splits). Default: redis when spec.redis is set, else replica.",
                                          enum=["redis", "replica"]),
                              "maxMessages": _s("integer", f"Messages kept per session, 2-10000. Default "
                                                f"{api.DEFAULT_SESSION_MESSAGES}.", format="int32", minimum=2,
