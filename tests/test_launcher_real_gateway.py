@@ -762,3 +762,32 @@ def test_the_migration_waits_for_a_redis_that_starts_with_the_switch(tmp_path: P
         assert launcher.exit_code_for(launcher.MigrationPending("x")) == launcher.EXIT_RESTART
     finally:
         server.close()
+
+
+def test_the_stand_ins_record_says_unanswered_when_the_caller_hung_up_during_a_slow_turn(llm: StandInLLM) -> None:
+    """The checker's record of a turn (support/llm_standin.py): a caller whose connection ended
+    while the model 'thinks' was never answered; one that waits was. A gateway pod stopped mid-turn
+    sends its FIN and then nothing more (its network namespace is gone, so no RST answers a later
+    write, and that write succeeds): the caller here ends its side (FIN) and keeps the socket, so a
+    record decided by whether the write failed would say answered (seen in a rollout of a 200 s turn)."""
+    import socket as socket_module
+    from urllib.parse import urlsplit
+    address = urlsplit(llm.base_url)
+
+    def request(msg: str, hang_up_after: Optional[float]) -> None:
+        body = json.dumps({"model": "gpt-4o-mini", "messages": [
+            {"role": "user", "content": f"msg={msg} session=s delay=1.5"}]}).encode()
+        with socket_module.create_connection((address.hostname, address.port), timeout=10) as conn:
+            conn.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                         b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
+            if hang_up_after is None:
+                assert b"stand-in reply" in conn.recv(65536) or b"stand-in reply" in conn.recv(65536)
+            else:
+                time.sleep(hang_up_after)
+                conn.shutdown(socket_module.SHUT_WR)
+                time.sleep(2.0)  # past the turn's end: the stand-in's write would succeed
+
+    request("hung-up", 0.3)
+    request("waited", None)
+    _wait_until(lambda: turn_of(llm, "hung-up")["ended"] is not None, 10, "the hung-up turn's end")
+    assert (turn_of(llm, "hung-up")["answered"], turn_of(llm, "waited")["answered"]) == (False, True)

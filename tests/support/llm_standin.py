@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import json
 import re
+import select
+import socket
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -120,8 +122,10 @@ class StandInLLM:
                 body = json.loads(self.rfile.read(int(self.headers.get("content-length") or 0)) or b"{}")
                 llm._count()
                 turn = llm._begin(body)
-                if turn and turn["delay"]:
-                    time.sleep(turn["delay"])
+                if turn and self._caller_left(turn["delay"]):
+                    llm._end(turn, False)  # the gateway went away during the model turn: never answered
+                    self.close_connection = True
+                    return
                 try:
                     if body.get("stream"):
                         self._send_stream()
@@ -132,6 +136,24 @@ class StandInLLM:
                     llm._end(turn, False)
                     raise
                 llm._end(turn, True)
+
+            def _caller_left(self, seconds: float) -> bool:
+                """Wait ``seconds`` (a slow model), watching the caller's connection: True when it
+                closed (its pod stopped). A write to a connection the peer has closed may still
+                succeed, so "answered" is decided here, not by the write."""
+                end = time.time() + seconds
+                while True:
+                    readable, _, _ = select.select([self.connection], [], [], max(0.0, min(0.2, end - time.time())))
+                    if readable:
+                        try:
+                            if self.connection.recv(1, socket.MSG_PEEK) == b"":
+                                return True
+                        except OSError:
+                            return True
+                    if time.time() >= end:
+                        return False
+                    if readable:
+                        time.sleep(0.2)
 
             def _send_stream(self) -> None:
                 self.send_response(200)
