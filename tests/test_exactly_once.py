@@ -400,6 +400,15 @@ def test_a_split_across_a_flush_is_counted_apart() -> None:
     assert (plain["splits"], plain["splits_across_faults"]) == (1, 0)
 
 
+def test_a_split_across_the_switch_to_redis_is_counted_apart() -> None:
+    switch = Fault("sqlite_to_redis", T0 + 5.0, T0 + 40.0)
+    turns = [turn("A", T0, session="s"), turn("B", T0 + 50.0, session="s", history=())]
+    deliveries = [delivery("A", T0), delivery("B", T0 + 50.0)]
+    across = classify(deliveries, turns, [held(T0 - 1)], [switch], LAG)
+    assert (across["splits"], across["splits_across_faults"]) == (0, 1)
+    assert targets_met(across) is True
+
+
 def test_a_split_whose_turns_ran_while_redis_was_paused_is_counted_apart() -> None:
     pause = Fault("redis_pause", T0 + 20.0, T0 + 28.0, expect=Expectation("RedisReachable", "False"))
     turns = [turn("A", T0 + 22.0, session="s"), turn("B", T0 + 60.0, session="s", history=())]

@@ -33,6 +33,9 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping, Sequence
 
 OUTAGES = ("redis_pause", "redis_restart", "redis_persistence_flip")  # faults during which Redis is unusable
+# faults after which the shared history starts empty: the switch from one SQLite replica (whose
+# session history was in its memory) to Redis
+SESSION_RESETS = ("sqlite_to_redis",)
 HELD = "held"          # ExactlyOnceAdmission True and IdempotencyDegraded not True
 NOT_HELD = "not-held"
 
@@ -172,7 +175,8 @@ def classify(deliveries: Iterable[Delivery], turns: Iterable[Turn], samples: Ite
     # histories with it, and while Redis is unusable (paused, restarting) a turn runs on its
     # replica's own history, which never reaches Redis: a split across either is the fault's, and
     # announced by its condition (DedupHistoryLost, RedisReachable=False); it is counted apart
-    forgets = sorted(f.started for f in faults if f.expect and f.expect.reason == "DedupHistoryLost")
+    forgets = sorted(f.started for f in faults
+                     if (f.expect and f.expect.reason == "DedupHistoryLost") or f.kind in SESSION_RESETS)
     outages = [(f.started - lag, f.ended + lag) for f in faults if f.kind in OUTAGES]
     every_split = _splits([t for ts in answered.values() for t in ts], slack, window)
     splits = [x for x in every_split if not any(x["missing_ended"] <= at <= x["at"] for at in forgets)

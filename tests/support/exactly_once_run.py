@@ -22,6 +22,7 @@ Then support.exactly_once.classify makes the report. Traffic goes to the node's 
 from __future__ import annotations
 
 import heapq
+import itertools
 import json
 import os
 import random
@@ -44,8 +45,11 @@ from .wait import until
 NAMESPACE = "exactly-once"
 NAME = "eo-bot"
 HOST = "eo-bot.gateway.test"
-FAULT_KINDS = ("kill_pod", "rolling_update", "scale_up", "scale_down", "redis_pause", "redis_flush",
-               "redis_restart", "operator_kill", "redis_persistence_flip")
+# sqlite_to_redis is the run's first fault when it is scheduled: the run then starts on one
+# replica with the SQLite store (no Redis) and switches to ``replicas`` on a managed Redis
+FAULT_KINDS = ("sqlite_to_redis", "kill_pod", "rolling_update", "scale_up", "scale_down", "redis_pause",
+               "redis_flush", "redis_restart", "operator_kill", "redis_persistence_flip")
+SWITCH = "sqlite_to_redis"
 
 
 @dataclass
@@ -69,16 +73,19 @@ class Settings:
 
 
 def manifest(settings: Settings, llm_env: dict[str, str]) -> dict[str, Any]:
+    """The GatewayDeployment: ``replicas`` on a managed Redis, or (when the switch is scheduled)
+    one replica on SQLite, without Redis."""
+    solo = SWITCH in settings.faults
     spec: dict[str, Any] = {
-        "replicas": settings.replicas,
+        "replicas": 1 if solo else settings.replicas,
         "image": node.images().gateway, "imagePullPolicy": "Never",
-        "redis": {"managed": {"enabled": True}},
+        **({} if solo else {"redis": {"managed": {"enabled": True}}}),
         "health": {"intervalSeconds": 2, "timeoutSeconds": 1},
         "env": [{"name": k, "value": v} for k, v in llm_env.items()],
         "config": {
             "agents": {"assistant": {"instructions": "Reply in one short sentence.", "model": "gpt-4o-mini"}},
             "channels": {"telegram": {"token": "${TELEGRAM_BOT_TOKEN}"}},  # unset: no bot starts
-            "hooks": {"idempotency": {"store_backend": "redis"}, "hooks": [
+            "hooks": {"idempotency": {"store_backend": "sqlite" if solo else "redis"}, "hooks": [
                 {"path": node.HOOK, "message": "Event: {text}", "idempotency_key": "{id}",
                  "session_key": "{session}"}]},
         },
@@ -170,7 +177,7 @@ class Nemesis:
     def __init__(self, cluster: Cluster, settings: Settings, rng: random.Random) -> None:
         self.cluster, self.settings, self.rng = cluster, settings, rng
         self.faults: list[Fault] = []
-        self.replicas = settings.replicas
+        self.replicas = 1 if SWITCH in settings.faults else settings.replicas
         self.persistent = True   # a managed Redis for 3 replicas persists by default
         self.lag = 2 + 1 + 1.0   # health interval + timeout + 1 s
 
@@ -198,7 +205,18 @@ class Nemesis:
 
     def run(self, kind: str) -> Fault:
         start, detail, expect = time.time(), "", None
-        if kind == "kill_pod":
+        if kind == SWITCH:
+            # what a user does to scale out: Redis, the Redis store, more replicas, in one change; the
+            # operator holds one replica while its launcher copies the SQLite records into Redis
+            self._patch({"replicas": self.settings.replicas, "redis": {"managed": {"enabled": True}},
+                         "config": {"hooks": {"idempotency": {"store_backend": "redis"}}}})
+            until(lambda: (self.cluster.get_json("gatewaydeployment", NAME, "-n", NAMESPACE).get("status") or {})
+                  .get("sqliteMigration", {}).get("state") == "Done", timeout=240, interval=1,
+                  what="the SQLite records migrated")
+            self.replicas = self.settings.replicas
+            self._settle()
+            detail = f"1 (SQLite) -> {self.settings.replicas} (Redis)"
+        elif kind == "kill_pod":
             pods = self._pods("gateway")
             if pods:
                 pod = self.rng.choice(pods)
@@ -258,14 +276,17 @@ class Nemesis:
               what=f"{self.replicas} ready {NAME} pods")
 
     def schedule(self, stop: threading.Event, say: Callable[[str], None]) -> None:
-        kinds = list(self.settings.faults)
+        """One fault every ``fault_gap_s`` (the first after half of it): the switch first when it is
+        scheduled, then the other kinds in a seeded order, round and round until the run ends."""
+        kinds = [k for k in self.settings.faults if k != SWITCH]
         self.rng.shuffle(kinds)
-        if not kinds:
-            return
-        i = 0
-        while not stop.wait(self.settings.fault_gap_s if i else self.settings.fault_gap_s / 2):
-            kind = kinds[i % len(kinds)]
-            i += 1
+        order = itertools.chain([SWITCH] if SWITCH in self.settings.faults else [], itertools.cycle(kinds))
+        gap = self.settings.fault_gap_s / 2
+        while not stop.wait(gap):
+            gap = self.settings.fault_gap_s
+            kind = next(order, None)
+            if kind is None:
+                return
             try:
                 fault = self.run(kind)
                 say(f"  fault {kind} {fault.detail} ({fault.ended - fault.started:.1f}s)")
@@ -373,10 +394,12 @@ def setup(cluster: Cluster, settings: Settings, say: Callable[[str], None]) -> N
                     "--timeout=180s")
     cluster.kubectl("delete", "deployment", llm_pod.NAME, "-n", NAMESPACE, "--ignore-not-found", "--wait=true")
     llm_env = llm_pod.deploy(cluster, NAMESPACE, node.images().gateway)
-    cluster.apply(json.dumps(manifest(settings, llm_env)))
-    wait_ready_pods(cluster, NAMESPACE, NAME, settings.replicas, timeout=300)
+    body = manifest(settings, llm_env)
+    cluster.apply(json.dumps(body))
+    replicas = body["spec"]["replicas"]
+    wait_ready_pods(cluster, NAMESPACE, NAME, replicas, timeout=300)
     wait_condition(cluster, NAMESPACE, NAME, "ExactlyOnceAdmission", "True", timeout=120)
-    say(f"  {NAME}: {settings.replicas} replicas Ready, ExactlyOnceAdmission=True")
+    say(f"  {NAME}: {replicas} replica(s) Ready ({'SQLite' if replicas == 1 else 'Redis'}), ExactlyOnceAdmission=True")
 
 
 def turns(cluster: Cluster) -> list[Turn]:
