@@ -804,10 +804,14 @@ def answer_inflight_duplicates(gateway: Any) -> bool:
         _say("warning: no /hooks/ route found; in-flight duplicates keep 0.1.16's 200 deduplicated")
         return False
     in_flight: "contextvars.ContextVar[bool]" = contextvars.ContextVar("gwop_in_flight", default=False)
+    claimed: "contextvars.ContextVar[List[str]]" = contextvars.ContextVar("gwop_claimed")
     reserve, endpoint = gateway._hook_reserve, route.endpoint
 
     def reserve_or_note(key: str) -> bool:
         if reserve(key):
+            held = claimed.get(None)
+            if held is not None:
+                held.append(key)
             return True
         store = getattr(gateway, "_hook_idem", None)
         client, prefix = getattr(store, "_client", None), getattr(store, "_prefix", None)
@@ -821,7 +825,7 @@ def answer_inflight_duplicates(gateway: Any) -> bool:
         return False
 
     async def hook_endpoint(request: Any) -> Any:
-        marker = in_flight.set(False)
+        marker, held = in_flight.set(False), claimed.set([])
         try:
             response = await endpoint(request)
             if in_flight.get():
@@ -829,8 +833,21 @@ def answer_inflight_duplicates(gateway: Any) -> bool:
                                      "error": "this delivery is being processed; retry later"},
                                     status_code=503, headers={"Retry-After": "10"})
             return response
+        except asyncio.CancelledError:
+            # the drain ended with this turn still running (uvicorn cancels it): release its claim
+            # (owner-checked) before anything answers the provider, so that a retry sent the moment
+            # it sees the answer already finds the key free, then say so; 0.1.16 releases nothing
+            for key in claimed.get():
+                gateway._hook_release(key)
+            if claimed.get():
+                _say(f"released {len(claimed.get())} unfinished webhook claim(s) as the drain ended: the provider "
+                     "is answered 503 and its retry runs the turn on another replica")
+            return JSONResponse({"ok": False, "retry": True, "error": "this replica stopped before the turn "
+                                 "finished; retry (another replica runs it)"}, status_code=503,
+                                headers={"Retry-After": "1"})
         finally:
             in_flight.reset(marker)
+            claimed.reset(held)
 
     gateway._hook_reserve = reserve_or_note
     route.endpoint, route.app = hook_endpoint, request_response(hook_endpoint)
