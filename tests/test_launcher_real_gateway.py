@@ -386,6 +386,36 @@ def test_a_hung_redis_fails_open_within_a_second(launch, real_redis: RedisServer
         real_redis.resume()
 
 
+def test_what_a_replica_admitted_while_redis_was_paused_is_recorded_once_it_answers(
+        launch, real_redis: RedisServer, llm: StandInLLM) -> None:
+    """0.1.16 fails open while Redis hangs and records nothing, so a redelivery after Redis is
+    back ran the agent again while every condition said exactly-once held (the checker's silent
+    duplicates after a Redis pause). The launcher journals what it admitted meanwhile and writes
+    it to Redis once Redis answers: the redelivery, to another replica, is deduplicated."""
+    from gateway_operator.render import REDIS_CLIENT_OPTIONS
+    documented = documented_config(real_redis)
+    documented["push"]["redis"]["url"] += f"?{REDIS_CLIENT_OPTIONS}"
+    a, b = launch("paused-a", documented), launch("paused-b", documented)
+    for name, gw in (("a", a), ("b", b)):
+        assert gw.webhook({"id": f"warm-{name}", "text": "hello"})[0] == 200  # the stores are built
+    real_redis.pause()
+    try:
+        status, body = a.webhook({"id": "during-the-pause", "text": "msg=during-the-pause"})
+        assert status == 200 and body.get("action") == "agent", body  # admitted (fail-open) and run
+        again = a.webhook({"id": "during-the-pause", "text": "msg=during-the-pause"})
+        assert again[0] == 503 or again[1].get("deduplicated"), again  # this replica knows it ran
+    finally:
+        real_redis.resume()
+    def recorded() -> int:
+        client = real_redis.client()
+        return sum(client.get(k) == "recorded" for k in client.keys(f"{PREFIX}hookidem:*"))
+    _wait_until(lambda: recorded() == 3, 10, "the journalled record in Redis (two warm-ups and it)")
+    assert b.webhook({"id": "during-the-pause", "text": "msg=during-the-pause"}) == \
+        (200, {"ok": True, "deduplicated": True})
+    assert sum(t["msg"] == "during-the-pause" and t["answered"] for t in llm.turns) == 1
+    assert "admitted while Redis was unusable to Redis" in a.output()
+
+
 @pytest.mark.parametrize(
     "name, documented, expected",
     [

@@ -43,6 +43,7 @@ import os
 import re
 import signal
 import sys
+import time
 from pathlib import Path
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Tuple
 from urllib.parse import quote, urlsplit, urlunsplit
@@ -854,16 +855,132 @@ def answer_inflight_duplicates(gateway: Any) -> bool:
     return True
 
 
+class OutageJournal:
+    """What this replica admitted while Redis could not be used, written to Redis once it answers.
+
+    0.1.16's Redis store fails open: while Redis is down every delivery is admitted and nothing is
+    recorded, so a redelivery after Redis is back runs the agent again while every condition says
+    exactly-once holds (found by the checker after a Redis pause). The journal wraps the gateway's
+    ``_hook_reserve``/``_hook_record``/``_hook_release``: a key admitted or finished while the
+    store is degraded is kept here (bounded: ``MAX_KEYS``, and no longer than the record TTL), a
+    redelivery of it to this replica meanwhile is not run again, and as soon as Redis answers (an
+    attempt every second, and before the next reservation) each key is written as the store
+    writes it: ``recorded`` with the TTL left (the store's own owner-checked record: over nothing,
+    this replica's claim or a record; a paused Redis runs the commands it had queued when it
+    resumes, so a claim that timed out can appear then), or this replica's in-flight claim
+    (``SET NX``), so what another replica wrote is kept. A redelivery to *another* replica during the outage
+    still runs (announced: RedisReachable=False)."""
+
+    MAX_KEYS = 100_000
+
+    def __init__(self, gateway: Any) -> None:
+        import threading
+        self.gateway = gateway
+        self.admitted: "collections.OrderedDict[str, float]" = collections.OrderedDict()  # in flight
+        self.done: "collections.OrderedDict[str, float]" = collections.OrderedDict()      # ran, not recorded
+        self.dropped = 0
+        self._lock = threading.Lock()
+
+    def _store(self) -> Any:
+        store = getattr(self.gateway, "_hook_idem", None)
+        return store if getattr(store, "_client", None) is not None and hasattr(store, "_redis_key") else None
+
+    @staticmethod
+    def _degraded(store: Any) -> bool:
+        return bool(getattr(store, "_runtime_degraded", False))
+
+    def _keep(self, table: "collections.OrderedDict[str, float]", key: str) -> None:
+        with self._lock:
+            table[key] = time.time()
+            table.move_to_end(key)
+            while len(self.admitted) + len(self.done) > self.MAX_KEYS:
+                (self.done if self.done else self.admitted).popitem(last=False)
+                self.dropped += 1
+
+    def wrap(self) -> None:
+        reserve, record, release = self.gateway._hook_reserve, self.gateway._hook_record, self.gateway._hook_release
+
+        def reserve_journalled(key: str) -> bool:
+            store = self._store()
+            if store is None:
+                return reserve(key)
+            if (self.admitted or self.done) and not self._degraded(store):
+                self.flush(limit=200)
+            if key in self.admitted or key in self.done:
+                return False  # this replica admitted it during the outage: not again
+            admitted = reserve(key)
+            if admitted and self._degraded(store):
+                self._keep(self.admitted, key)
+            return admitted
+
+        def record_journalled(key: str) -> None:
+            record(key)
+            store = self._store()
+            with self._lock:
+                self.admitted.pop(key, None)
+            if store is not None and self._degraded(store):
+                self._keep(self.done, key)
+
+        def release_journalled(key: str) -> None:
+            release(key)
+            with self._lock:
+                self.admitted.pop(key, None)
+
+        self.gateway._hook_reserve, self.gateway._hook_record = reserve_journalled, record_journalled
+        self.gateway._hook_release = release_journalled
+
+    def flush(self, limit: Optional[int] = None) -> int:
+        """Write what is journalled to Redis (SET NX); stop at the first failure. Returns the
+        keys written or found there."""
+        store = self._store()
+        if store is None:
+            return 0
+        with self._lock:
+            pending = [(k, at, True) for k, at in self.done.items()] + [(k, at, False) for k, at in self.admitted.items()]
+        written, now = 0, time.time()
+        ttl_ms, inflight_ms = int(getattr(store, "_ttl_ms", 86_400_000)), int(getattr(store, "_inflight_ms", 900_000))
+        for key, at, ran in pending[:limit]:
+            left = (ttl_ms if ran else inflight_ms) - int((now - at) * 1000)
+            try:
+                if left > 0 and ran:  # the store's own owner-checked record: absent, our claim or recorded
+                    store._client.eval(store._RECORD_LUA, 1, store._redis_key(key), store._token, store._RECORDED, left)
+                elif left > 0:
+                    store._client.set(store._redis_key(key), store._token, nx=True, px=left)
+            except Exception:  # noqa: BLE001 - still down: the next attempt
+                break
+            with self._lock:
+                (self.done if ran else self.admitted).pop(key, None)
+            written += 1
+        return written
+
+    async def run(self) -> None:
+        """Every second while something is journalled: try to write it."""
+        told = 0
+        while True:
+            await asyncio.sleep(1.0)
+            if self.admitted or self.done:
+                written = await asyncio.to_thread(self.flush)
+                if written and not (self.admitted or self.done):
+                    _say(f"wrote {written} webhook record(s) admitted while Redis was unusable to Redis")
+            if self.dropped > told:
+                _say(f"the outage journal is full: {self.dropped - told} admitted webhook(s) dropped from it "
+                     "(a redelivery of them may run again)")
+                told = self.dropped
+
+
 async def register_owner(gateway: Any, start: "asyncio.Future[Any]", pod: str) -> None:
     """Once the gateway runs, answer in-flight duplicates 503, and once its idempotency store is
     built (0.1.16 builds it on the first webhook: building it earlier, before a new Redis answers,
     would fall back to SQLite), record the store's owner token under this pod's name."""
     while not (gateway.is_running or start.done()):
         await asyncio.sleep(0.05)
+    journal = OutageJournal(gateway)
     try:
+        journal.wrap()
         answer_inflight_duplicates(gateway)
     except Exception as exc:  # noqa: BLE001 - 0.1.16's own answer stays
-        _say(f"answering in-flight duplicates 503 failed: {type(exc).__name__}")
+        _say(f"wrapping the webhook path failed: {type(exc).__name__}")
+    flusher = asyncio.ensure_future(journal.run())
     while getattr(gateway, "_hook_idem", None) is None and not start.done():
         await asyncio.sleep(0.2)
     try:
@@ -873,6 +990,10 @@ async def register_owner(gateway: Any, start: "asyncio.Future[Any]", pod: str) -
             client.set(f"{str(prefix)[:-len('hookidem:')]}{OWNER_KEY}{pod}", token)
     except Exception as exc:  # noqa: BLE001 - the lease still ends a dead process's claims
         _say(f"recording the store's owner failed: {type(exc).__name__}")
+    try:
+        await flusher
+    finally:
+        flusher.cancel()
 
 
 def exit_code_for(exc: BaseException) -> int:
