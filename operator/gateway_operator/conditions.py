@@ -205,7 +205,7 @@ def _sessions(f: Facts) -> Condition:
     if f.desired_replicas > 1:
         return c("False", R.PER_REPLICA_HISTORY, f"each of {f.desired_replicas} replicas keeps its own session "
                  "history: a conversation whose turns reach two replicas splits (spec.sessions.store: redis shares it)")
-    return c("True", R.SINGLE_REPLICA_HISTORY, "one replica keeps every session's history")
+    return c("True", R.SINGLE_REPLICA_HISTORY, "one replica keeps each session's history")
 
 
 def _durable(f: Facts) -> Condition:

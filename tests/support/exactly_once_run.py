@@ -79,7 +79,9 @@ def manifest(settings: Settings, llm_env: dict[str, str]) -> dict[str, Any]:
     spec: dict[str, Any] = {
         "replicas": 1 if solo else settings.replicas,
         "image": node.images().gateway, "imagePullPolicy": "Never",
-        **({} if solo else {"redis": {"managed": {"enabled": True}}}),
+        # one SQLite replica keeps its records on a PVC (else ExactlyOnceAdmission is False,
+        # StoreNotPersistent), which the switch's migration reads; it stays on through the switch
+        **({"persistence": {"enabled": True, "size": "1Gi"}} if solo else {"redis": {"managed": {"enabled": True}}}),
         "health": {"intervalSeconds": 2, "timeoutSeconds": 1},
         "env": [{"name": k, "value": v} for k, v in llm_env.items()],
         "config": {
