@@ -409,6 +409,17 @@ def test_a_split_across_the_switch_to_redis_is_counted_apart() -> None:
     assert targets_met(across) is True
 
 
+def test_a_split_across_a_flush_stays_apart_when_a_missing_turn_ran_again_later() -> None:
+    # A ran before the flush and (an announced duplicate) again after B: B's split is the flush's
+    flush = Fault("redis_flush", T0 + 5.0, T0 + 5.5, expect=Expectation("IdempotencyDegraded", "True",
+                                                                         "DedupHistoryLost", clears=False))
+    turns = [turn("A", T0, session="s"), turn("B", T0 + 10.0, session="s", history=()),
+             turn("A", T0 + 30.0, session="s", history=("B",))]
+    deliveries = [delivery("A", T0), delivery("B", T0 + 10.0), delivery("A", T0 + 30.0, attempt=1)]
+    report = classify(deliveries, turns, [held(T0 - 1), degraded(T0 + 6.0)], [flush], LAG)
+    assert (report["splits"], report["splits_across_faults"]) == (0, 1)
+
+
 def test_a_split_whose_turns_ran_while_redis_was_paused_is_counted_apart() -> None:
     pause = Fault("redis_pause", T0 + 20.0, T0 + 28.0, expect=Expectation("RedisReachable", "False"))
     turns = [turn("A", T0 + 22.0, session="s"), turn("B", T0 + 60.0, session="s", history=())]

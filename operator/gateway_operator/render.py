@@ -98,12 +98,13 @@ def gateway_config(owner: Owner, spec: GatewaySpec, redis: RedisTarget | None) -
                                            f"http://{owner.name}.{owner.namespace}.svc.cluster.local",
                                            *expose.origins(spec.expose)])
     config["gateway"] = gateway
+    # the launcher's own section (launcher.SESSION_HISTORY_KEY): webhook session history, in Redis
+    # or (replica) one per session in the replica's memory, never 0.1.16's one history per hook
+    config["session_history"] = {"store": spec.sessions_store, "max_messages": spec.sessions.max_messages,
+                                 "ttl_seconds": spec.sessions.ttl_seconds}
     if redis is not None:
         push = dict(config.get("push") or {})
         push["redis"] = {"url": f"{redis.url}?{REDIS_CLIENT_OPTIONS}", "prefix": redis.prefix}
-        # the launcher's own section (launcher.SESSION_HISTORY_KEY): webhook session history
-        config["session_history"] = {"store": spec.sessions_store, "max_messages": spec.sessions.max_messages,
-                                     "ttl_seconds": spec.sessions.ttl_seconds}
         if redis.password_ref is not None:
             push["redis"]["password"] = "${%s}" % api.REDIS_PASSWORD_ENV
         config["push"] = push

@@ -237,8 +237,10 @@ def _splits(answered: list[Turn], slack: float, window: int | None) -> list[dict
                 earlier = earlier[-window:]
             missing = [m for m in earlier if m not in t.history]
             if missing:
-                ended = max(u.ended or 0.0 for u in ts if u.msg in missing)
-                times = [t.started] + [u.started for u in ts if u.msg in missing]
+                # the missing turns as they had ended by then (a duplicate of one may run later)
+                before = [u for u in ts if u.msg in missing and u.ended is not None and u.ended < t.started - slack]
+                ended = max(u.ended or 0.0 for u in before)
+                times = [t.started] + [u.started for u in before]
                 found.append({"session": session, "msg": t.msg, "missing": missing[:5], "at": t.started,
                               "missing_ended": ended, "times": times})
     return found
