@@ -227,13 +227,12 @@ class Nemesis:
             self._patch({"podAnnotations": {"exactly-once.test/rollout": uuid.uuid4().hex[:8]}})
             self._settle()
         elif kind in ("scale_up", "scale_down"):
-            self.replicas = 5 if kind == "scale_up" else 2
-            self._patch({"replicas": self.replicas})
-            self._settle()
-            self.replicas = self.settings.replicas
-            self._patch({"replicas": self.replicas})
-            self._settle()
-            detail = f"{self.settings.replicas} -> {5 if kind == 'scale_up' else 2} -> {self.settings.replicas}"
+            # 3 -> 5 -> 2 (three pods stop at once, each draining) -> 3, or 3 -> 2 -> 3
+            steps = [5, 2, self.settings.replicas] if kind == "scale_up" else [2, self.settings.replicas]
+            for self.replicas in steps:
+                self._patch({"replicas": self.replicas})
+                self._settle()
+            detail = " -> ".join(str(n) for n in [self.settings.replicas, *steps])
         elif kind == "redis_pause":
             pod = self._pods("redis")[0]
             self._kill(pod, signal.SIGSTOP)
