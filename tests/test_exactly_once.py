@@ -402,11 +402,15 @@ def test_a_split_across_a_flush_is_counted_apart() -> None:
 
 def test_a_split_across_the_switch_to_redis_is_counted_apart() -> None:
     switch = Fault("sqlite_to_redis", T0 + 5.0, T0 + 40.0)
-    turns = [turn("A", T0, session="s"), turn("B", T0 + 50.0, session="s", history=())]
-    deliveries = [delivery("A", T0), delivery("B", T0 + 50.0)]
+    # A ran on the SQLite replica while the switch was under way (it serves until the others take over)
+    turns = [turn("A", T0 + 10.0, session="s"), turn("B", T0 + 50.0, session="s", history=())]
+    deliveries = [delivery("A", T0 + 10.0), delivery("B", T0 + 50.0)]
     across = classify(deliveries, turns, [held(T0 - 1)], [switch], LAG)
     assert (across["splits"], across["splits_across_faults"]) == (0, 1)
     assert targets_met(across) is True
+    later = [turn("A", T0 + 45.0, session="s"), turn("B", T0 + 50.0, session="s", history=())]
+    after = classify([delivery("A", T0 + 45.0), delivery("B", T0 + 50.0)], later, [held(T0 - 1)], [switch], LAG)
+    assert (after["splits"], after["splits_across_faults"]) == (1, 0)  # both after the switch: a split
 
 
 def test_a_split_across_a_flush_stays_apart_when_a_missing_turn_ran_again_later() -> None:

@@ -625,14 +625,29 @@ def test_a_bounded_history_keeps_the_last_messages_and_replica_keeps_sessions_ap
         assert bounded.webhook({"id": f"b-{i}", "session": "s", "text": f"msg=b-{i} session=s"})[0] == 200
     assert turn_of(llm, "b-3")["history"] == ["b-1", "b-2"]  # the last 4 messages: 2 turns
     local = launch("local", session_config(real_redis, store="replica"))
-    assert "webhook sessions=per replica" in local.output()
+    solo = session_config(real_redis, store="replica")  # one SQLite replica, no Redis: as the operator renders it
+    solo.pop("push"), solo.pop("turn_lock")
+    solo["hooks"]["idempotency"] = {"store_backend": "sqlite"}
+    alone = launch("solo", solo)
     before = set(real_redis.client().keys(f"{PREFIX}session:*"))
-    for i in range(2):
-        for session in ("p", "q"):
-            msg = f"{session}-{i}"
-            assert local.webhook({"id": msg, "session": session, "text": f"msg={msg} session={session}"})[0] == 200
-    assert turn_of(llm, "p-1")["history"] == ["p-0"] and turn_of(llm, "q-1")["history"] == ["q-0"]
+    for gw, name in ((local, "local"), (alone, "solo")):
+        assert "webhook sessions=per replica" in gw.output()
+        for i in range(2):
+            for session in ("p", "q"):
+                msg = f"{name}-{session}-{i}"
+                assert gw.webhook({"id": msg, "session": session, "text": f"msg={msg} session={session}"})[0] == 200
+        assert turn_of(llm, f"{name}-p-1")["history"] == [f"{name}-p-0"], turn_of(llm, f"{name}-p-1")
+        assert turn_of(llm, f"{name}-q-1")["history"] == [f"{name}-q-0"]
     assert set(real_redis.client().keys(f"{PREFIX}session:*")) == before
+    # two turns of one session at once on the replica: the second waits and sees the first
+    import threading
+    first = threading.Thread(target=alone.webhook, args=({"id": "solo-r-0", "session": "r",
+                                                          "text": "msg=solo-r-0 session=r delay=2"},))
+    first.start()
+    _wait_until(lambda: any(t["msg"] == "solo-r-0" for t in llm.turns), 20, "the first turn at the stand-in")
+    assert alone.webhook({"id": "solo-r-1", "session": "r", "text": "msg=solo-r-1 session=r"})[0] == 200
+    first.join(10)
+    assert turn_of(llm, "solo-r-1")["history"] == ["solo-r-0"]
 
 
 def test_while_redis_is_down_each_session_keeps_its_own_history_on_the_replica(

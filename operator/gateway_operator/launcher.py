@@ -481,6 +481,7 @@ class SharedSessions:
                                   "32 url-safe base64-encoded bytes (or cryptography is missing)") from None
         self.failing = False
         self.local: "collections.OrderedDict[str, List[Dict[str, Any]]]" = collections.OrderedDict()
+        self._local_locks: Dict[str, List[Any]] = {}  # session -> [asyncio.Lock, turns holding or waiting]
 
     def _remember(self, session: str, history: List[Dict[str, Any]]) -> None:
         self.local[session] = history[-self.inner.max_messages:]
@@ -489,11 +490,21 @@ class SharedSessions:
             self.local.popitem(last=False)
 
     async def _run_local(self, session: str, agent: Any, dispatch: Any, content: str, *args: Any, **kwargs: Any) -> Any:
-        history = list(self.local.get(session, ()))
-        turn_agent = _turn_copy(agent, history)
-        result = await dispatch(turn_agent, content, *args, **kwargs)
-        self._remember(session, [dict(m) for m in turn_agent.chat_history])
-        return result
+        """One turn on this replica's copy of the session's history; turns of one session run one
+        after another here too (a lock per session, dropped when no turn holds or waits for it)."""
+        entry = self._local_locks.setdefault(session, [asyncio.Lock(), 0])
+        entry[1] += 1
+        try:
+            async with entry[0]:
+                history = list(self.local.get(session, ()))
+                turn_agent = _turn_copy(agent, history)
+                result = await dispatch(turn_agent, content, *args, **kwargs)
+                self._remember(session, [dict(m) for m in turn_agent.chat_history])
+                return result
+        finally:
+            entry[1] -= 1
+            if not entry[1]:
+                self._local_locks.pop(session, None)
 
     def _keys(self, session: str) -> Tuple[str, str]:
         key = self.inner.key(session)

@@ -175,11 +175,13 @@ def classify(deliveries: Iterable[Delivery], turns: Iterable[Turn], samples: Ite
     # histories with it, and while Redis is unusable (paused, restarting) a turn runs on its
     # replica's own history, which never reaches Redis: a split across either is the fault's, and
     # announced by its condition (DedupHistoryLost, RedisReachable=False); it is counted apart
-    forgets = sorted(f.started for f in faults
+    # when the history was lost: at a flush's start, or any time during the switch (the SQLite
+    # replica serves until the Redis replicas take over)
+    forgets = sorted((f.started, f.started if f.kind not in SESSION_RESETS else f.ended) for f in faults
                      if (f.expect and f.expect.reason == "DedupHistoryLost") or f.kind in SESSION_RESETS)
     outages = [(f.started - lag, f.ended + lag) for f in faults if f.kind in OUTAGES]
     every_split = _splits([t for ts in answered.values() for t in ts], slack, window)
-    splits = [x for x in every_split if not any(x["missing_ended"] <= at <= x["at"] for at in forgets)
+    splits = [x for x in every_split if not any(x["missing_ended"] <= end and start <= x["at"] for start, end in forgets)
               and not any(a <= t <= b for a, b in outages for t in x["times"])]
     session_of = {t.msg: t.session for ts in answered.values() for t in ts if t.session}
     crossed = [{"session": t.session, "msg": t.msg, "at": t.started,

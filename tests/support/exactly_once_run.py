@@ -212,10 +212,13 @@ class Nemesis:
             # operator holds one replica while its launcher copies the SQLite records into Redis
             self._patch({"replicas": self.settings.replicas, "redis": {"managed": {"enabled": True}},
                          "config": {"hooks": {"idempotency": {"store_backend": "redis"}}}})
-            until(lambda: (self.cluster.get_json("gatewaydeployment", NAME, "-n", NAMESPACE).get("status") or {})
-                  .get("sqliteMigration", {}).get("state") == "Done", timeout=240, interval=1,
-                  what="the SQLite records migrated")
             self.replicas = self.settings.replicas
+
+            def switched() -> bool:  # migrated (an operator that migrates holds one replica until then)
+                state = ((self.cluster.get_json("gatewaydeployment", NAME, "-n", NAMESPACE).get("status") or {})
+                         .get("sqliteMigration") or {}).get("state")
+                return state == "Done" or (state is None and len(self._pods("gateway")) == self.replicas)
+            until(switched, timeout=240, interval=1, what="the switch (the SQLite records migrated)")
             self._settle()
             detail = f"1 (SQLite) -> {self.settings.replicas} (Redis)"
         elif kind == "kill_pod":
@@ -389,6 +392,12 @@ class Provider:
 
 
 def setup(cluster: Cluster, settings: Settings, say: Callable[[str], None]) -> None:
+    # the operator as installed now: a rollout still under way (`make demo` just upgraded it) leaves
+    # the old leader rendering the GatewayDeployment with its own launcher until it exits
+    cluster.kubectl("rollout", "status", "deployment", "-n", node.SYSTEM_NAMESPACE, "--timeout=300s")
+    until(lambda: not [p for p in cluster.get_json("pods", "-n", node.SYSTEM_NAMESPACE)["items"]
+                       if p["metadata"].get("deletionTimestamp")], timeout=300, interval=1,
+          what="no operator pod still stopping")
     cluster.apply(json.dumps({"apiVersion": "v1", "kind": "Namespace", "metadata": {
         "name": NAMESPACE, "labels": {"pod-security.kubernetes.io/enforce": "restricted"}}}))
     cluster.kubectl("delete", "gatewaydeployment", NAME, "-n", NAMESPACE, "--ignore-not-found", "--wait=true",
