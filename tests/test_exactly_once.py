@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from support.exactly_once import (KEYS, Delivery, Expectation, Fault, Sample, Timeline, Turn, classify,
-                                  table, targets_met)
+                                  reclassify, table, targets_met)
 
 T0 = 1000.0
 LAG = 5.0
@@ -95,7 +95,8 @@ def test_silent_duplicate_while_held() -> None:
     deliveries, turns = duplicate(T0 + 40.0)
     report = run(deliveries, turns)
     assert (report["silent_duplicates"], report["announced_duplicates"], report["lost"]) == (1, 0, 0)
-    assert report["examples"]["silent_duplicates"] == [{"msg": "m1", "turns": 2, "at": T0 + 40.0}]
+    assert report["examples"]["silent_duplicates"] == [{"msg": "m1", "turns": 2, "at": T0 + 40.0,
+                                                        "admitted_after": T0 + 40.0}]
     assert report["turns_answered"] == 3
     assert targets_met(report) is False
 
@@ -157,8 +158,29 @@ def test_three_answered_turns_are_one_duplicate_message() -> None:
     turns = [turn("m1", T0 + 10.2), turn("m1", T0 + 30.0), turn("m1", T0 + 20.0)]
     report = run(deliveries, turns)
     # the second answered turn in time (T0+20, not the second listed) is the one judged
-    assert report["examples"]["silent_duplicates"] == [{"msg": "m1", "turns": 3, "at": T0 + 20.0}]
+    assert report["examples"]["silent_duplicates"] == [{"msg": "m1", "turns": 3, "at": T0 + 20.0,
+                                                        "admitted_after": T0 + 20.0}]
     assert report["silent_duplicates"] == 1
+
+
+def queued_duplicate(arrived: float) -> tuple[list[Delivery], list[Turn]]:
+    """m1's redelivery arrives at ``arrived`` and waits (its session's lock) until T0+60 for its
+    turn: the gateway admitted it when it arrived; the delivery is answered after the turn."""
+    redelivery = Delivery("m1", 1, "service", arrived, T0 + 61.0, 200)
+    return [delivery("m1", T0 + 10.0), redelivery], [turn("m1", T0 + 10.2), turn("m1", T0 + 60.0)]
+
+
+def test_a_duplicate_admitted_while_not_held_is_announced_though_its_turn_started_later() -> None:
+    deliveries, turns = queued_duplicate(T0 + 30.0)
+    report = run(deliveries, turns, [*steady(T0 + 20.0), degraded(T0 + 29.0), held(T0 + 35.0)])
+    assert (report["silent_duplicates"], report["announced_duplicates"]) == (0, 1)
+    assert report["examples"]["announced_duplicates"][0]["admitted_after"] == T0 + 30.0
+
+
+def test_a_queued_duplicate_admitted_while_held_is_silent() -> None:
+    deliveries, turns = queued_duplicate(T0 + 45.0)  # after the window closed (35 + LAG < 45)
+    report = run(deliveries, turns, [*steady(T0 + 20.0), degraded(T0 + 29.0), held(T0 + 35.0)])
+    assert (report["silent_duplicates"], report["announced_duplicates"]) == (1, 0)
 
 
 # -- lost ---------------------------------------------------------------------------------
@@ -432,3 +454,18 @@ def test_a_split_whose_turns_ran_while_redis_was_paused_is_counted_apart() -> No
     assert (across["splits"], across["splits_across_faults"]) == (0, 1)
     later = Fault("redis_pause", T0 + 40.0, T0 + 45.0)  # no turn of the split ran in it
     assert classify(deliveries, turns, [held(T0 - 1)], [later], LAG)["splits"] == 1
+
+
+def test_a_saved_report_is_classified_again_from_its_records() -> None:
+    import json
+    from dataclasses import asdict
+    deliveries, turns, samples, faults = clean_history()
+    deliveries, turns = [*deliveries, *duplicate(T0 + 40.0)[0]], [*turns, *duplicate(T0 + 40.0)[1]]
+    report = classify(deliveries, turns, samples, faults, LAG)
+    saved = json.loads(json.dumps({**report, "settings": {"session_window": None},
+                                   "timeline": [{"at": x.at, "state": x.state, "conditions": x.conditions} for x in samples],
+                                   "records": {"deliveries": [asdict(d) for d in deliveries],
+                                               "turns": [asdict(t) for t in turns],
+                                               "faults": [asdict(f) for f in faults]}}))
+    again = reclassify(saved)
+    assert again == report and again["silent_duplicates"] >= 1

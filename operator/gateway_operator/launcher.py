@@ -465,6 +465,7 @@ class SharedSessions:
     next turn tries Redis again."""
 
     LOCAL_SESSIONS = 1000  # the sessions whose last history a replica keeps for an outage
+    SKIP_SECONDS = 2.0     # after a failed Redis call, turns use the replica's copy this long
 
     def __init__(self, client: Any, prefix: str, max_messages: int, ttl_seconds: int, key: str = "") -> None:
         """``key``: a Fernet key; the history is then stored through the package's own
@@ -482,6 +483,7 @@ class SharedSessions:
         self.failing = False
         self.local: "collections.OrderedDict[str, List[Dict[str, Any]]]" = collections.OrderedDict()
         self._local_locks: Dict[str, List[Any]] = {}  # session -> [asyncio.Lock, turns holding or waiting]
+        self._skip_until = 0.0
 
     def _remember(self, session: str, history: List[Dict[str, Any]]) -> None:
         self.local[session] = history[-self.inner.max_messages:]
@@ -522,7 +524,7 @@ class SharedSessions:
         _, lock = self._keys(session)
         deadline = asyncio.get_running_loop().time() + SESSION_LOCK_WAIT_SECONDS
         pause = 0.02
-        while not self.client.set(lock, token, nx=True, px=SESSION_LOCK_LEASE_MS):
+        while not await asyncio.to_thread(self.client.set, lock, token, nx=True, px=SESSION_LOCK_LEASE_MS):
             if asyncio.get_running_loop().time() > deadline:
                 return False
             await asyncio.sleep(pause)
@@ -530,23 +532,28 @@ class SharedSessions:
         return True
 
     async def _renew(self, session: str, token: str) -> None:
+        """Every third of the lease, while the turn runs: a failed renewal (Redis paused) is tried
+        again at the next one, so the lock outlives an outage shorter than its lease."""
         _, lock = self._keys(session)
         while True:
             await asyncio.sleep(SESSION_LOCK_LEASE_MS / 3000)
-            if self.client.get(lock) not in (token, token.encode()):
-                return
-            self.client.pexpire(lock, SESSION_LOCK_LEASE_MS)
+            try:
+                if await asyncio.to_thread(self.client.get, lock) not in (token, token.encode()):
+                    return
+                await asyncio.to_thread(self.client.pexpire, lock, SESSION_LOCK_LEASE_MS)
+            except Exception:  # noqa: BLE001 - the next renewal tries again
+                continue
 
     async def run(self, session: str, agent: Any, dispatch: Any, content: str, *args: Any, **kwargs: Any) -> Any:
         """One turn of ``session`` on a copy of ``agent`` whose history is the session's."""
         import secrets
-        if self.client is None:  # store: replica
+        if self.client is None or time.monotonic() < self._skip_until:  # store: replica, or Redis just failed
             return await self._run_local(session, agent, dispatch, content, *args, **kwargs)
         token = secrets.token_hex(16)
         _, lock = self._keys(session)
         try:
             locked = await self._lock(session, token)
-            history = self.load(session)
+            history = await asyncio.to_thread(self.load, session)
         except Exception as exc:  # noqa: BLE001 - Redis unusable: this turn runs on this replica's copy
             self._note_failure(exc)
             return await self._run_local(session, agent, dispatch, content, *args, **kwargs)
@@ -556,7 +563,7 @@ class SharedSessions:
             result = await dispatch(turn_agent, content, *args, **kwargs)
             self._remember(session, [dict(m) for m in turn_agent.chat_history])
             try:
-                self.append(session, list(turn_agent.chat_history)[len(history):])
+                await asyncio.to_thread(self.append, session, list(turn_agent.chat_history)[len(history):])
                 self._note_recovery()
             except Exception as exc:  # noqa: BLE001
                 self._note_failure(exc)
@@ -566,11 +573,12 @@ class SharedSessions:
                 renew.cancel()
             if locked:
                 try:
-                    self.client.eval(_RELEASE_LUA, 1, lock, token)
+                    await asyncio.to_thread(self.client.eval, _RELEASE_LUA, 1, lock, token)
                 except Exception:  # noqa: BLE001 - the lease ends it
                     pass
 
     def _note_failure(self, exc: BaseException) -> None:
+        self._skip_until = time.monotonic() + self.SKIP_SECONDS
         if not self.failing:
             _say(f"shared session history unavailable ({type(exc).__name__}): turns use this replica's history "
                  "until Redis answers again")
@@ -891,6 +899,10 @@ class OutageJournal:
         self.done: "collections.OrderedDict[str, float]" = collections.OrderedDict()      # ran, not recorded
         self.dropped = 0
         self._lock = threading.Lock()
+        # after a failed call the request path stops calling Redis (each call would hold the event
+        # loop for the client's socket timeout, and liveness probes then fail) until the journal's
+        # own attempt, off the loop, finds Redis answering again
+        self.broken = False
 
     def _store(self) -> Any:
         store = getattr(self.gateway, "_hook_idem", None)
@@ -915,27 +927,34 @@ class OutageJournal:
             store = self._store()
             if store is None:
                 return reserve(key)
-            if (self.admitted or self.done) and not self._degraded(store):
-                self.flush(limit=200)
             if key in self.admitted or key in self.done:
                 return False  # this replica admitted it during the outage: not again
-            admitted = reserve(key)
-            if admitted and self._degraded(store):
+            if self.broken:  # fail open at once, as 0.1.16 would after its timeout, journalled
                 self._keep(self.admitted, key)
+                return True
+            admitted = reserve(key)
+            if self._degraded(store):
+                self.broken = True
+                if admitted:
+                    self._keep(self.admitted, key)
             return admitted
 
         def record_journalled(key: str) -> None:
-            record(key)
             store = self._store()
+            if store is None or not self.broken:
+                record(key)
             with self._lock:
                 self.admitted.pop(key, None)
-            if store is not None and self._degraded(store):
+            if store is not None and (self.broken or self._degraded(store)):
+                self.broken = True
                 self._keep(self.done, key)
 
         def release_journalled(key: str) -> None:
-            release(key)
+            journalled = key in self.admitted
             with self._lock:
                 self.admitted.pop(key, None)
+            if not (self.broken and journalled):
+                release(key)
 
         self.gateway._hook_reserve, self.gateway._hook_record = reserve_journalled, record_journalled
         self.gateway._hook_release = release_journalled
@@ -964,15 +983,27 @@ class OutageJournal:
             written += 1
         return written
 
+    def _answers(self) -> bool:
+        store = self._store()
+        try:
+            return store is not None and bool(store._client.ping())
+        except Exception:  # noqa: BLE001 - still down
+            return False
+
     async def run(self) -> None:
-        """Every second while something is journalled: try to write it."""
+        """Every second while Redis is taken as down or something is journalled: see whether
+        Redis answers (off the event loop), write what is journalled, and close the breaker."""
         told = 0
         while True:
             await asyncio.sleep(1.0)
+            if self.broken and not (self.admitted or self.done):
+                self.broken = not await asyncio.to_thread(self._answers)
             if self.admitted or self.done:
                 written = await asyncio.to_thread(self.flush)
-                if written and not (self.admitted or self.done):
-                    _say(f"wrote {written} webhook record(s) admitted while Redis was unusable to Redis")
+                if not (self.admitted or self.done):
+                    self.broken = False
+                    if written:
+                        _say(f"wrote {written} webhook record(s) admitted while Redis was unusable to Redis")
             if self.dropped > told:
                 _say(f"the outage journal is full: {self.dropped - told} admitted webhook(s) dropped from it "
                      "(a redelivery of them may run again)")

@@ -13,8 +13,10 @@ plus the **faults** the nemesis caused, each with a start and an end.
 
 ``classify`` then says, per message: a **duplicate** is a message whose turn was answered more
 than once; it is **announced** when a condition said exactly-once was not held (``ExactlyOnceAdmission``
-not True, or ``IdempotencyDegraded`` True) at some moment within ``lag`` seconds of its second
-answered turn, and **silent** otherwise. A message is **lost** when no turn of it was answered
+not True, or ``IdempotencyDegraded`` True) at some moment from ``lag`` seconds before the
+delivery that ran its second answered turn arrived (the gateway admitted it then; the turn may
+start long after, queued on its session's lock) to ``lag`` seconds after that turn started, and
+**silent** otherwise. A message is **lost** when no turn of it was answered
 although a delivery got a 2xx (the provider stops retrying) or every delivery failed (its retries
 ran out). A **split** is an answered turn whose history lacks an earlier answered turn of its
 session (one that ended ``slack`` seconds before it started, within the last ``window`` turns
@@ -163,8 +165,12 @@ def classify(deliveries: Iterable[Delivery], turns: Iterable[Turn], samples: Ite
         ran = answered.get(msg, [])
         if len(ran) > 1:
             at = ran[1].started
-            (silent if timeline.held_throughout(at - lag, at + lag) else announced).append(
-                {"msg": msg, "turns": len(ran), "at": at})
+            # it was admitted when the delivery that ran it arrived: before its turn started, and
+            # a turn may wait (its session's lock) long after that; the earliest such delivery
+            carrier = [d.sent for d in sent if d.sent <= at <= d.done or (d.sent <= at and d.status is None)]
+            since = min(carrier, default=at)
+            (silent if timeline.held_throughout(since - lag, at + lag) else announced).append(
+                {"msg": msg, "turns": len(ran), "at": at, "admitted_after": round(since, 3)})
         elif not ran:
             # the run waits for every delivery and retry, so either a 2xx told the provider to
             # stop, or every delivery failed and its retries ran out: nobody will deliver it again
@@ -215,6 +221,18 @@ def classify(deliveries: Iterable[Delivery], turns: Iterable[Turn], samples: Ite
         "examples": {"silent_duplicates": silent[:10], "announced_duplicates": announced[:10],
                      "lost": lost[:10], "splits": splits[:10], "crossed": crossed[:10]},
     }
+
+
+def reclassify(report: Mapping[str, Any]) -> dict[str, Any]:
+    """Classify a saved report's records again (its ``records`` and ``timeline``), as this
+    version of the classifier judges them: runs compare across versions of the checker too."""
+    records = report["records"]
+    deliveries = [Delivery(**d) for d in records["deliveries"]]
+    turns = [Turn(**{**t, "history": tuple(t.get("history") or ())}) for t in records["turns"]]
+    faults = [Fault(**{**f, "expect": Expectation(**f["expect"]) if f.get("expect") else None}) for f in records["faults"]]
+    samples = [Sample(x["at"], {k: tuple(v) for k, v in x["conditions"].items()}) for x in report["timeline"]]
+    settings = report.get("settings") or {}
+    return classify(deliveries, turns, samples, faults, lag=report["lag_bound_s"], window=settings.get("session_window"))
 
 
 def _count(keys: Iterable[str]) -> dict[str, int]:

@@ -442,8 +442,12 @@ def run(cluster: Cluster, settings: Settings, say: Callable[[str], None] = print
     # spec.sessions.maxMessages (50 by default) keeps the last 25 turns of a session
     with provider._cv:
         judged = [d for d in provider.deliveries if d.msg not in provider.unfinished]
-    report = classify(judged, turns(cluster), watch.samples, nemesis.faults, lag=nemesis.lag,
+    recorded = turns(cluster)
+    report = classify(judged, recorded, watch.samples, nemesis.faults, lag=nemesis.lag,
                       window=settings.session_window)
+    # what was classified, so that a report can be classified again (support.exactly_once.reclassify)
+    report["records"] = {"deliveries": [asdict(d) for d in judged], "turns": [asdict(t) for t in recorded],
+                         "faults": [asdict(f) for f in nemesis.faults]}
     report["unfinished_messages"] = len(provider.unfinished)  # still queued at the deadline: not judged
     report.update(seed=settings.seed, started=t0, duration_s=round(time.time() - t0, 1),
                   settings={k: v for k, v in asdict(settings).items() if k != "spec"},
