@@ -493,20 +493,24 @@ class SharedSessions:
 
     async def _run_local(self, session: str, agent: Any, dispatch: Any, content: str, *args: Any, **kwargs: Any) -> Any:
         """One turn on this replica's copy of the session's history; turns of one session run one
-        after another here too (a lock per session, dropped when no turn holds or waits for it)."""
+        after another here too (a lock per session, dropped when no turn holds or waits for it).
+        A turn that came here because Redis failed, and waited for the lock until Redis may be used
+        again, runs on the shared history after all."""
         entry = self._local_locks.setdefault(session, [asyncio.Lock(), 0])
         entry[1] += 1
         try:
             async with entry[0]:
-                history = list(self.local.get(session, ()))
-                turn_agent = _turn_copy(agent, history)
-                result = await dispatch(turn_agent, content, *args, **kwargs)
-                self._remember(session, [dict(m) for m in turn_agent.chat_history])
-                return result
+                if self.client is None or time.monotonic() < self._skip_until:
+                    history = list(self.local.get(session, ()))
+                    turn_agent = _turn_copy(agent, history)
+                    result = await dispatch(turn_agent, content, *args, **kwargs)
+                    self._remember(session, [dict(m) for m in turn_agent.chat_history])
+                    return result
         finally:
             entry[1] -= 1
             if not entry[1]:
                 self._local_locks.pop(session, None)
+        return await self.run(session, agent, dispatch, content, *args, **kwargs)
 
     def _keys(self, session: str) -> Tuple[str, str]:
         key = self.inner.key(session)
