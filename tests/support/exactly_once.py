@@ -218,6 +218,7 @@ def classify(deliveries: Iterable[Delivery], turns: Iterable[Turn], samples: Ite
         "faults_uncleared": sum(1 for x in lags if x["expected"] and x["clears"] and x["cleared_after_s"] is None),
         "lag_bound_s": lag,
         "faults": lags,
+        "duplicates_at": {"silent": [x["at"] for x in silent], "announced": [x["at"] for x in announced]},
         "examples": {"silent_duplicates": silent[:10], "announced_duplicates": announced[:10],
                      "lost": lost[:10], "splits": splits[:10], "crossed": crossed[:10]},
     }

@@ -474,14 +474,18 @@ def picture(report: dict[str, Any], path: str) -> Path:
             states["exactly-once=True"].append((x, 1 if held else 0))
             states["exactly-once=False"].append((x, 0 if held else 1))
             x += step
-    examples = report["examples"]
-    marks = {name: [(e["at"] - t0, 1.0) for e in examples[key]] for name, key in
-             (("silent duplicate", "silent_duplicates"), ("announced duplicate", "announced_duplicates"))}
+    bucket = 10.0
+    marks = {}
+    for name, key in (("announced duplicates", "announced"), ("silent duplicates", "silent")):
+        counts = [0] * (int((end - t0) // bucket) + 1)
+        for at in report["duplicates_at"][key]:
+            counts[min(len(counts) - 1, max(0, int((at - t0) // bucket)))] += 1
+        marks[name] = [(i * bucket, float(n)) for i, n in enumerate(counts)]
     return write_figure(path, [
         Chart("exactly-once held (ExactlyOnceAdmission=True, IdempotencyDegraded not True)", states,
               xlabel="seconds", kind="states", spans=spans, step=step, xlim=(0, end - t0)),
-        Chart("duplicates (first 10 of each kind)", {k: v for k, v in marks.items()}, xlabel="seconds",
-              kind="step", spans=spans, xlim=(0, end - t0), ylim=(0, 1.2)),
+        Chart(f"duplicates per {bucket:g} s (by when the second turn started)", marks, xlabel="seconds",
+              kind="step", spans=spans, xlim=(0, end - t0)),
     ], title=f"exactly-once checker, seed {report['seed']}: {report['deliveries']} deliveries, "
              f"{report['silent_duplicates']} silent duplicates, {report['lost']} lost", columns=1,
        panel_size=(11, 2.2))
