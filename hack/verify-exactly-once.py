@@ -8,8 +8,8 @@ prints the table (support.exactly_once.table). Settings come from the environmen
     VERIFY_SEED (1)       the seed of the deliveries and of the fault schedule
     VERIFY_JSON           write the report there as JSON
     VERIFY_PNG            write the timeline picture there (faults, conditions, duplicates)
-    VERIFY_MESSAGES (1250), VERIFY_COPIES (4), VERIFY_SPREAD_S (420), VERIFY_FAULTS (all kinds,
-    comma-separated; "none" for none), VERIFY_FAULT_GAP_S (35)
+    VERIFY_MESSAGES (1250), VERIFY_COPIES (4), VERIFY_SPREAD_S (400), VERIFY_FAULTS (all kinds,
+    comma-separated; "none" for none), VERIFY_FAULT_GAP_S (25)
 
 Exit status 1 when a target is missed: a silent duplicate, a lost message, a split, or a fault
 not announced within its bound. Run with PYTHONPATH=tests (the Makefile does).
@@ -31,8 +31,8 @@ def settings() -> exactly_once_run.Settings:
     faults = env.get("VERIFY_FAULTS")
     return exactly_once_run.Settings(
         seed=int(env.get("VERIFY_SEED", "1")), messages=int(env.get("VERIFY_MESSAGES", "1250")),
-        copies=int(env.get("VERIFY_COPIES", "4")), spread_s=float(env.get("VERIFY_SPREAD_S", "420")),
-        fault_gap_s=float(env.get("VERIFY_FAULT_GAP_S", "35")),
+        copies=int(env.get("VERIFY_COPIES", "4")), spread_s=float(env.get("VERIFY_SPREAD_S", "400")),
+        fault_gap_s=float(env.get("VERIFY_FAULT_GAP_S", "25")),
         faults=exactly_once_run.FAULT_KINDS if faults is None else tuple(f for f in faults.split(",") if f and f != "none"))
 
 

@@ -58,12 +58,12 @@ class Settings:
     messages: int = 1250          # W
     copies: int = 4               # k: deliveries per message (fan-out + redeliveries)
     sessions: int = 50
-    spread_s: float = 420.0       # first deliveries spread over this long
+    spread_s: float = 400.0       # first deliveries spread over this long
     redeliver_max_s: float = 90.0
     long_share: float = 0.03      # messages whose model turn is long
     long_s: tuple[float, float] = (15.0, 45.0)
     retries: int = 8              # a provider retries for minutes (backoff 1, 2, 4 ... 30 s)
-    fault_gap_s: float = 35.0
+    fault_gap_s: float = 25.0
     faults: tuple[str, ...] = FAULT_KINDS
     replicas: int = 3
     workers: int = 96
