@@ -46,8 +46,9 @@ fuzz: system-deps venv binaries
 
 # The exactly-once checker (issue 18) on the `make demo` sandbox (started when it is not up):
 # deliveries fanned out to pod IPs, the Service and the edge with redeliveries, a seeded nemesis
-# (pod SIGKILL, rolling update, scaling, Redis paused / flushed / restarted, the operator's leader
-# killed), the LLM stand-in's turn records and a condition watch, classified by
+# (1 SQLite replica -> 3 on Redis, pod SIGKILL, rolling update, scaling, Redis paused / flushed /
+# restarted / its persistence flipped, the operator's leader killed), the LLM stand-in's turn
+# records and a condition watch, classified by
 # tests/support/exactly_once.py. VERIFY_SEED, VERIFY_JSON=<file>, VERIFY_PNG=<file>,
 # VERIFY_MESSAGES, VERIFY_COPIES, VERIFY_FAULTS; exit 1 when a target is missed.
 verify-exactly-once: system-deps venv binaries node-binaries images

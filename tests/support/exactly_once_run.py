@@ -10,9 +10,10 @@ model provider exists here), then at once:
   is retried with backoff, up to ``retries`` times. A seeded share of the messages asks the stand-in for a long model turn.
   Every message belongs to one of ``sessions`` conversations (the hook's ``session_key``).
 * **the nemesis**: a seeded schedule of faults (support.exactly_once.Fault), one every
-  ``fault_gap_s``: a gateway pod SIGKILLed (every process of its container, from the node's
-  host), a rolling update, scaling, Redis paused (SIGSTOP), restarted, flushed, the operator's
-  leader SIGKILLed;
+  ``fault_gap_s``: first (when scheduled) the switch from one SQLite replica to ``replicas`` on
+  a managed Redis, then a gateway pod SIGKILLed (every process of its container, from the node's
+  host), a rolling update, scaling (3 -> 5 -> 2 -> 3, 3 -> 2 -> 3), Redis paused (SIGSTOP),
+  restarted, flushed, its persistence flipped, the operator's leader SIGKILLed;
 * **records**: every answer, the stand-in's turns (GET /turns), and the GatewayDeployment's
   conditions from a watch.
 
