@@ -1000,6 +1000,7 @@ class OutageJournal:
         told = 0
         while True:
             await asyncio.sleep(1.0)
+            was = self.broken
             if self.broken and not (self.admitted or self.done):
                 self.broken = not await asyncio.to_thread(self._answers)
             if self.admitted or self.done:
@@ -1008,6 +1009,15 @@ class OutageJournal:
                     self.broken = False
                     if written:
                         _say(f"wrote {written} webhook record(s) admitted while Redis was unusable to Redis")
+            if was and not self.broken:
+                # Redis answers again: what 0.1.16's next successful call would do (it clears the
+                # store's degraded fact, so /health and the conditions recover without a webhook)
+                recovered = getattr(self._store(), "_mark_runtime_recovered", None)
+                try:
+                    if callable(recovered):
+                        recovered()
+                except Exception:  # noqa: BLE001 - the next successful call clears it anyway
+                    pass
             if self.dropped > told:
                 _say(f"the outage journal is full: {self.dropped - told} admitted webhook(s) dropped from it "
                      "(a redelivery of them may run again)")
