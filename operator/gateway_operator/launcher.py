@@ -555,11 +555,17 @@ class SharedSessions:
             return await self._run_local(session, agent, dispatch, content, *args, **kwargs)
         token = secrets.token_hex(16)
         _, lock = self._keys(session)
+        locked = False
         try:
             locked = await self._lock(session, token)
             history = await asyncio.to_thread(self.load, session)
         except Exception as exc:  # noqa: BLE001 - Redis unusable: this turn runs on this replica's copy
             self._note_failure(exc)
+            if locked:  # taken, then the history could not be read: let the next turn have it
+                try:
+                    await asyncio.to_thread(self.client.eval, _RELEASE_LUA, 1, lock, token)
+                except Exception:  # noqa: BLE001 - the lease ends it
+                    pass
             return await self._run_local(session, agent, dispatch, content, *args, **kwargs)
         renew = asyncio.ensure_future(self._renew(session, token)) if locked else None
         try:
