@@ -562,10 +562,7 @@ class SharedSessions:
         except Exception as exc:  # noqa: BLE001 - Redis unusable: this turn runs on this replica's copy
             self._note_failure(exc)
             if locked:  # taken, then the history could not be read: let the next turn have it
-                try:
-                    await asyncio.to_thread(self.client.eval, _RELEASE_LUA, 1, lock, token)
-                except Exception:  # noqa: BLE001 - the lease ends it
-                    pass
+                await self._unlock(lock, token)
             return await self._run_local(session, agent, dispatch, content, *args, **kwargs)
         renew = asyncio.ensure_future(self._renew(session, token)) if locked else None
         try:
@@ -582,10 +579,14 @@ class SharedSessions:
             if renew is not None:
                 renew.cancel()
             if locked:
-                try:
-                    await asyncio.to_thread(self.client.eval, _RELEASE_LUA, 1, lock, token)
-                except Exception:  # noqa: BLE001 - the lease ends it
-                    pass
+                await self._unlock(lock, token)
+
+    async def _unlock(self, lock: str, token: str) -> None:
+        """Release the session's lock if it is still ours (compare-and-delete)."""
+        try:
+            await asyncio.to_thread(self.client.eval, _RELEASE_LUA, 1, lock, token)
+        except Exception:  # noqa: BLE001 - the lease ends it
+            pass
 
     def _note_failure(self, exc: BaseException) -> None:
         self._skip_until = time.monotonic() + self.SKIP_SECONDS
