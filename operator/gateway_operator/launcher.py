@@ -382,7 +382,6 @@ def migrate_before_start(redis: Optional[Mapping[str, Any]], backend: Optional[s
     switch (a managed Redis enabled in the same change), so it is tried for ``wait`` seconds."""
     if backend != "redis" or not redis or not token:
         return
-    import time
     path = os.path.join(home, *SQLITE_STORE)
     deadline = time.monotonic() + wait
     while True:
@@ -768,7 +767,6 @@ def release_unfinished_claims(store: Any, budget: float = RELEASE_BUDGET_SECONDS
 def release_claims_of(client: Any, prefix: str, token: str, budget: float = RELEASE_BUDGET_SECONDS) -> int:
     """Delete every key under ``prefix`` whose value is ``token`` (compare-and-delete, one Lua call
     each), within ``budget`` seconds; a failure is logged, never raised."""
-    import time
     deadline, released = time.monotonic() + budget, 0
     try:
         for key in client.scan_iter(match=f"{prefix}*", count=1000):
