@@ -90,6 +90,37 @@ CASES = {
                         validation.MSG_REDIS_URL_SCHEME),
     "host with port": (gateway_deployment("a", config=redis_store(), redis={"host": "r:6380"}),
                        validation.MSG_REDIS_HOST),
+    # your own Redis (issue 20): an ACL user, a private CA, a server name, no silent skip of checks
+    "tls with a CA, a server name and a user": (gateway_deployment("a", config=redis_store(), redis={
+        "host": "10.0.0.5", "port": 6380, "passwordSecretRef": {"name": "r"}, "usernameSecretRef": {"name": "r"},
+        "tls": {"enabled": True, "caSecretRef": {"name": "redis-ca"}, "serverName": "redis.prod.internal"}}), None),
+    "rediss url with a CA": (gateway_deployment("a", config=redis_store(), redis={
+        "url": "rediss://redis.prod:6380/0", "tls": {"caSecretRef": {"name": "redis-ca", "key": "bundle.pem"}}}),
+        None),
+    "skip verify alone": (gateway_deployment("a", config=redis_store(), redis={
+        "url": "rediss://redis.prod:6380/0", "tls": {"insecureSkipVerify": True}}), None),
+    "a CA without tls": (gateway_deployment("a", config=redis_store(), redis={
+        **REDIS, "tls": {"caSecretRef": {"name": "redis-ca"}}}), validation.MSG_TLS_OPTIONS_NEED_TLS),
+    "skip verify without tls": (gateway_deployment("a", config=redis_store(), redis={
+        "host": "r", "tls": {"insecureSkipVerify": True}}), validation.MSG_TLS_OPTIONS_NEED_TLS),
+    "skip verify with a CA": (gateway_deployment("a", config=redis_store(), redis={
+        "url": "rediss://r:6380/0", "tls": {"insecureSkipVerify": True, "caSecretRef": {"name": "ca"}}}),
+        validation.MSG_TLS_SKIP_VERIFY_ALONE),
+    "skip verify with a server name": (gateway_deployment("a", config=redis_store(), redis={
+        "url": "rediss://r:6380/0", "tls": {"insecureSkipVerify": True, "serverName": "r.example"}}),
+        validation.MSG_TLS_SKIP_VERIFY_ALONE),
+    **{f"server name {name!r}": (gateway_deployment("a", config=redis_store(), redis={
+        "url": "rediss://10.0.0.5:6380/0", "tls": {"serverName": name}}), validation.MSG_TLS_SERVER_NAME)
+       for name in ("redis.prod:6380", "10.0.0.5/32", "-bad.example", "a b")},
+    "user without password": (gateway_deployment("a", config=redis_store(), redis={
+        "url": "redis://redis.example:6379/0", "usernameSecretRef": {"name": "r"}}),
+        validation.MSG_USERNAME_NEEDS_PASSWORD),
+    "managed with a user": (gateway_deployment("a", config=redis_store(), redis={
+        "managed": {"enabled": True}, "passwordSecretRef": {"name": "r"}, "usernameSecretRef": {"name": "r"}}),
+        validation.MSG_MANAGED_OWN_CREDENTIALS),
+    "managed with a CA": (gateway_deployment("a", config=redis_store(), redis={
+        "managed": {"enabled": True}, "tls": {"enabled": True, "caSecretRef": {"name": "ca"}}}),
+        validation.MSG_MANAGED_OWN_CREDENTIALS),
     "name too long": ({**gateway_deployment("a"), "metadata": {"name": "a" * 58}}, validation.MSG_NAME),
     "name with dots": ({**gateway_deployment("a"), "metadata": {"name": "a.b"}}, validation.MSG_NAME),
     **{f"env {name}": (gateway_deployment("a", env=[{"name": name, "value": "x"}]), validation.MSG_RESERVED_ENV)

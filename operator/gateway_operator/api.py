@@ -32,6 +32,10 @@ GATEWAY_PORT = 8765
 # a managed Redis's image when neither its spec nor the operator's --managed-redis-image names one
 DEFAULT_MANAGED_REDIS_IMAGE = "redis:7.2-alpine"
 REDIS_PASSWORD_ENV = "GATEWAY_REDIS_PASSWORD"
+REDIS_USERNAME_ENV = "GATEWAY_REDIS_USERNAME"  # spec.redis.usernameSecretRef: an ACL user
+# where a gateway pod finds spec.redis.tls.caSecretRef's PEM bundle (a read-only Secret volume)
+REDIS_CA_DIR = "/etc/gateway-operator/redis-ca"
+REDIS_CA_FILE = "ca.crt"
 # spec.expose: how long the edge lets a request or a WebSocket run, and its affinity cookie
 DEFAULT_EDGE_TIMEOUT_SECONDS = 3600
 DEFAULT_AFFINITY_COOKIE = "gateway-replica"
@@ -63,14 +67,34 @@ class SecretKeyRef:
 
 
 @dataclass(frozen=True)
+class TLSOptions:
+    """How a TLS connection to Redis checks the server (spec.redis.tls): against the CA bundle
+    of ``ca_ref`` (else the system CAs), for the name ``server_name`` (else the host);
+    ``insecure_skip_verify`` checks nothing and is reported (RedisTLSVerified=False)."""
+
+    ca_ref: SecretKeyRef | None = None
+    server_name: str | None = None
+    insecure_skip_verify: bool = False
+
+    @classmethod
+    def parse(cls, raw: Mapping[str, Any] | None) -> "TLSOptions":
+        raw = raw or {}
+        return cls(ca_ref=SecretKeyRef.parse(raw.get("caSecretRef"), REDIS_CA_FILE),
+                   server_name=str(raw["serverName"]) if raw.get("serverName") else None,
+                   insecure_skip_verify=bool(raw.get("insecureSkipVerify", False)))
+
+
+@dataclass(frozen=True)
 class RedisSpec:
     url: str | None = None
     host: str | None = None
     port: int = 6379
     db: int = 0
     password_ref: SecretKeyRef | None = None
+    username_ref: SecretKeyRef | None = None   # an ACL user (with password_ref)
     prefix: str | None = None
     tls: bool = False
+    tls_options: "TLSOptions" = field(default_factory=lambda: TLSOptions())
     managed: bool = False
     managed_image: str | None = None   # None: the operator's default (OperatorIdentity)
     managed_resources: Mapping[str, Any] = field(default_factory=dict)
@@ -94,8 +118,10 @@ class RedisSpec:
             port=int(raw.get("port", 6379)),
             db=int(raw.get("db", 0)),
             password_ref=SecretKeyRef.parse(raw.get("passwordSecretRef"), "password"),
+            username_ref=SecretKeyRef.parse(raw.get("usernameSecretRef"), "username"),
             prefix=raw.get("prefix") or None,
             tls=bool((raw.get("tls") or {}).get("enabled", False)),
+            tls_options=TLSOptions.parse(raw.get("tls")),
             managed=bool(managed.get("enabled", False)),
             managed_image=str(managed["image"]) if managed.get("image") else None,
             managed_resources=dict(managed.get("resources") or {}),

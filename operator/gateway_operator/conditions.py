@@ -1,7 +1,7 @@
 """Status conditions: computed from observed facts by pure functions.
 
 Types: Ready, Reconciling, Stalled (kstatus reads these three), RedisReachable,
-IdempotencyDegraded, ExactlyOnceAdmission, RedisDurable, SessionsShared. ``merge`` keeps ``lastTransitionTime`` unless the
+IdempotencyDegraded, ExactlyOnceAdmission, RedisDurable, SessionsShared, RedisTLSVerified. ``merge`` keeps ``lastTransitionTime`` unless the
 status flips, so an unchanged world yields an identical status and no write.
 """
 from __future__ import annotations
@@ -15,13 +15,14 @@ from .api import IDEMPOTENCY_OWNER
 from .dedup_history import History, durability, lost_message
 from .health import DESCRIPTIONS, Idempotency, ReplicaHealth
 from .redis_probe import ProbeResult
+from .redis_target import RedisTarget
 from .replicas import gate_holds
 
 READY, RECONCILING, STALLED = "Ready", "Reconciling", "Stalled"
 REDIS_REACHABLE, IDEMPOTENCY_DEGRADED, EXACTLY_ONCE = "RedisReachable", "IdempotencyDegraded", "ExactlyOnceAdmission"
-REDIS_DURABLE, SESSIONS_SHARED = "RedisDurable", "SessionsShared"
+REDIS_DURABLE, SESSIONS_SHARED, REDIS_TLS_VERIFIED = "RedisDurable", "SessionsShared", "RedisTLSVerified"
 ORDER = (READY, RECONCILING, STALLED, REDIS_REACHABLE, IDEMPOTENCY_DEGRADED, EXACTLY_ONCE, REDIS_DURABLE,
-         SESSIONS_SHARED)
+         SESSIONS_SHARED, REDIS_TLS_VERIFIED)
 
 # a replica state worse than another decides the IdempotencyDegraded reason
 _SEVERITY = (Idempotency.BUILD_TIME_FALLBACK, Idempotency.RUNTIME_OUTAGE, Idempotency.OTHER)
@@ -54,6 +55,7 @@ class Facts:
     now: float = 0.0             # unix seconds, for the lost window
     migrating: bool = False      # one replica copies the single SQLite replica's records to Redis
     sessions_store: str = "replica"  # where webhook session history lives (spec.sessions)
+    target: RedisTarget | None = None  # the Redis spec.redis resolves to (its TLS settings)
 
     @property
     def dedup_lost(self) -> bool:
@@ -80,7 +82,7 @@ class Condition:
 
 def compute(f: Facts) -> list[Condition]:
     return [_ready(f), _reconciling(f), _stalled(f), _redis(f), _degraded(f), _exactly_once(f), _durable(f),
-            _sessions(f)]
+            _sessions(f), _tls_verified(f)]
 
 
 def _stalled(f: Facts) -> Condition:
@@ -231,6 +233,26 @@ def _durable(f: Facts) -> Condition:
     return c("Unknown", R.REDIS_CONFIG_NOT_READABLE,
              f"the server refused {detail} (as managed services often do): persistence and maxmemory-policy are "
              "not checked; the operator's canary key still catches a store that forgot its records")
+
+
+def _tls_verified(f: Facts) -> Condition:
+    def c(status: str, reason: str, message: str) -> Condition:
+        return Condition(REDIS_TLS_VERIFIED, status, reason, message)
+
+    t = f.target
+    if not f.redis_configured or t is None:
+        return c("Unknown", R.REDIS_NOT_CONFIGURED, "spec.redis names no Redis")
+    if not t.tls:
+        return c("Unknown", R.TLS_NOT_USED, "the connection to Redis does not use TLS" +
+                 (" (the managed Redis is reached inside the namespace)" if t.managed else ""))
+    if t.tls_options.insecure_skip_verify:
+        return c("False", R.TLS_VERIFICATION_DISABLED, "spec.redis.tls.insecureSkipVerify: the gateway and the "
+                 "operator accept any certificate from Redis, so whoever can intercept the connection can read "
+                 "and change the dedup records; set tls.caSecretRef instead")
+    ca = (f"the CA bundle of Secret {t.tls_options.ca_ref.name!r}" if t.tls_options.ca_ref
+          else "the system's CAs")
+    return c("True", R.SERVER_CERTIFICATE_VERIFIED,
+             f"the Redis server's certificate is checked against {ca} for the name {t.server_name}")
 
 
 def merge(previous: Iterable[Mapping[str, Any]], computed: Iterable[Condition], generation: int,

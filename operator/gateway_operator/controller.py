@@ -145,7 +145,7 @@ class GatewayController:
             rollout_observed=observed.rollout_observed, problem=outcome.problem, probe=outcome.probe,
             health=tuple(replicas), dedup=_dedup_history(body, outcome, now), now=now,
             migrating=bool(outcome.migration and not outcome.migration.done),
-            sessions_store=spec.sessions_store if spec else "replica")
+            sessions_store=spec.sessions_store if spec else "replica", target=outcome.target)
         policy = render.gateway_network_policy_name(self.name) if spec and spec.network_policy.enabled else ""
         await self._publish(body, facts, outcome, policy)
         if spec is not None:
@@ -301,6 +301,8 @@ def _event_for(t: conditions.Transition) -> tuple[str, str, str] | None:
             return "Warning", "RedisUnreachable", c["message"]
         if c["status"] == "True" and t.old == "False":
             return "Normal", "RedisReachable", c["message"]
+    if t.type == conditions.REDIS_TLS_VERIFIED and c["status"] == "False":
+        return "Warning", c["reason"], c["message"]
     if t.type == conditions.STALLED and c["status"] == "True":
         return "Warning", c["reason"], c["message"]
     if t.type == conditions.EXACTLY_ONCE:

@@ -290,8 +290,20 @@ def spec_schema() -> Schema:
                     "prefix": _s("string", "Key prefix: letters, digits and . _ : -, 1-100 characters. Default "
                                  "gwop:<namespace>:<name>: so environments sharing one Redis never collide.",
                                  maxLength=100),
-                    "tls": {"type": "object", "description": "TLS to Redis. Default: off.", "properties": {
-                        "enabled": _s("boolean", "Connect with TLS (rediss://). Default false.", default=False)}},
+                    "usernameSecretRef": _secret_ref("the Redis ACL user name (with passwordSecretRef; "
+                                                     "url or host only)", "username"),
+                    "tls": {"type": "object", "description": "TLS to Redis (url or host). Default: off.",
+                            "properties": {
+                        "enabled": _s("boolean", "Connect with TLS (rediss://). Default false.", default=False),
+                        "caSecretRef": _secret_ref("the PEM bundle of the CA that signed the Redis server's "
+                                                   "certificate, mounted read-only into the gateway pods",
+                                                   api.REDIS_CA_FILE, "the system's CAs"),
+                        "serverName": _s("string", "The DNS name the server's certificate must carry, and the "
+                                         "SNI sent, when it differs from the host (e.g. a Redis reached by IP "
+                                         "address). Default: the host.", maxLength=253),
+                        "insecureSkipVerify": _s("boolean", "Accept any server certificate (no CA, no name "
+                                                 "checked). Reported as RedisTLSVerified=False and a Warning "
+                                                 "Event. Default false.", default=False)}},
                     "managed": {"type": "object", "description": "An operator-managed Redis for this gateway. "
                                 "Default: off.",
                                 "properties": {
@@ -533,7 +545,7 @@ def status_schema() -> Schema:
                                      }},
             }},
             "conditions": {"type": "array", "description": "Ready, Reconciling, Stalled, RedisReachable, "
-                           "IdempotencyDegraded, ExactlyOnceAdmission, RedisDurable, SessionsShared.", "items": condition,
+                           "IdempotencyDegraded, ExactlyOnceAdmission, RedisDurable, SessionsShared, RedisTLSVerified.", "items": condition,
                            "x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]},
         },
     }

@@ -25,7 +25,8 @@ gateway's own loader, and builds the gateway in Python with
 
 Documented keys the launcher itself interprets (everything else is passed to
 the gateway unchanged): ``hooks.idempotency``, ``hooks.hooks``,
-``push.redis.{url|host,port,db, password, prefix, max_connections}``,
+``push.redis.{url|host,port,db, username, password, prefix, max_connections,
+tls_server_name}``,
 ``turn_lock`` (or ``gateway.turn_lock``), ``gateway.{host, port,
 allowed_origins, auth_token, drain_timeout}``.
 
@@ -46,7 +47,7 @@ import sys
 import time
 from pathlib import Path
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Tuple
-from urllib.parse import quote, urlsplit, urlunsplit
+from urllib.parse import quote, unquote, urlsplit, urlunsplit
 
 import yaml
 
@@ -61,8 +62,11 @@ DEFAULT_DRAIN_TIMEOUT = 10.0
 WEBSOCKET_DRAIN_MAX = 10.0
 RELEASE_BUDGET_SECONDS = 5.0   # scanning for and releasing this replica's unfinished claims
 
-# Keys of ``push.redis`` that map onto praisonaiagents' RedisConfig.
-_REDIS_KEYS = frozenset({"url", "host", "port", "db", "password", "prefix", "max_connections"})
+# Keys of ``push.redis`` that map onto praisonaiagents' RedisConfig, and the launcher's own: an ACL
+# user name (0.1.16's RedisConfig has none: it goes into the URL beside the password) and the name a
+# TLS server's certificate must carry when it is not the URL's host (see name_tls_server)
+_LAUNCHER_REDIS_KEYS = frozenset({"username", "tls_server_name"})
+_REDIS_KEYS = frozenset({"url", "host", "port", "db", "password", "prefix", "max_connections"}) | _LAUNCHER_REDIS_KEYS
 _REDIS_INT_KEYS = ("port", "db", "max_connections")
 _REDIS_URL_SCHEMES = ("redis", "rediss")
 # Keys the documented nested ``hooks:`` mapping may carry.
@@ -185,8 +189,9 @@ def redis_settings(documented: Mapping[str, Any], env: Mapping[str, str]) -> Opt
 
     Returns ``None`` when no Redis is configured. ``${VAR}`` is expanded from
     ``env``; an empty password means "no password". With the ``url`` form the
-    password is embedded into the URL, because 0.1.16 builds its Redis clients
-    with ``from_url(url)`` and then ignores ``RedisConfig.password``.
+    user name and password are embedded into the URL, because 0.1.16 builds its
+    Redis clients with ``from_url(url)`` and then ignores ``RedisConfig.password``
+    (and has no user name at all).
     """
     push = documented.get("push")
     if push is None:
@@ -207,10 +212,44 @@ def redis_settings(documented: Mapping[str, Any], env: Mapping[str, str]) -> Opt
         if key in settings:
             settings[key] = _as_int(settings[key], f"push.redis.{key}")
     if "url" in settings:
-        settings["url"] = _url_with_password(str(settings["url"]), settings.get("password"))
+        settings["url"] = _url_with_credentials(str(settings["url"]), settings.pop("username", None),
+                                                settings.get("password"))
     elif "host" not in settings:
         raise ConfigError("push.redis needs either url or host")
+    elif "username" in settings or "tls_server_name" in settings:
+        raise ConfigError("push.redis.username and tls_server_name need the url form")
     return settings
+
+
+def redis_config_kwargs(redis: Mapping[str, Any]) -> Dict[str, Any]:
+    """``RedisConfig``'s keyword arguments: the settings without the launcher's own keys."""
+    return {k: v for k, v in redis.items() if k not in _LAUNCHER_REDIS_KEYS}
+
+
+def name_tls_server(server_name: Optional[str]) -> None:
+    """Make every TLS connection to Redis in this process (the gateway's store, lock and push
+    clients, which 0.1.16 builds with ``from_url``, and the launcher's own) verify ``server_name``
+    and send it as SNI, instead of the host connected to: redis-py has no URL option for it, but
+    its URL parser picks ``SSLConnection`` by name at each call, so a subclass in its place is used."""
+    if not server_name:
+        return
+    import redis.asyncio.connection as async_connection
+    import redis.connection as sync_connection
+
+    class NamedSSLConnection(sync_connection.SSLConnection):  # type: ignore[misc, valid-type]
+        def _wrap_socket_with_ssl(self, sock: Any) -> Any:
+            host, self.host = self.host, server_name  # the one name it is read by
+            try:
+                return super()._wrap_socket_with_ssl(sock)
+            finally:
+                self.host = host
+
+    class NamedAsyncSSLConnection(async_connection.SSLConnection):  # type: ignore[misc, valid-type]
+        def _connection_arguments(self) -> Any:
+            return {**super()._connection_arguments(), "server_hostname": server_name}
+
+    sync_connection.SSLConnection = NamedSSLConnection  # type: ignore[misc]
+    async_connection.SSLConnection = NamedAsyncSSLConnection  # type: ignore[misc]
 
 
 def turn_lock_settings(documented: Mapping[str, Any], env: Mapping[str, str]) -> Optional[Dict[str, Any]]:
@@ -271,14 +310,14 @@ def _as_int(value: Any, field: str) -> int:
         raise ConfigError(f"{field} must be an integer") from None
 
 
-def _url_with_password(url: str, password: Optional[str]) -> str:
+def _url_with_credentials(url: str, username: Optional[str], password: Optional[str]) -> str:
     parts = urlsplit(url)
     if parts.scheme not in _REDIS_URL_SCHEMES or not parts.hostname:
         raise ConfigError("push.redis.url must look like redis://host:port/db or rediss://...")
     if not password or parts.password is not None:
         return url  # nothing to add, or the URL's own credentials win
-    user = quote(parts.username, safe="") if parts.username else ""
-    netloc = f"{user}:{quote(str(password), safe='')}@{parts.netloc.rsplit('@', 1)[-1]}"
+    user = username if username else unquote(parts.username) if parts.username else ""
+    netloc = f"{quote(str(user), safe='')}:{quote(str(password), safe='')}@{parts.netloc.rsplit('@', 1)[-1]}"
     return urlunsplit(parts._replace(netloc=netloc))
 
 
@@ -687,7 +726,7 @@ def build_gateway(
             # start_with_config never applies these two from YAML.
             allowed_origins=list(gw.get("allowed_origins") or []),
             auth_token=str(gw["auth_token"]) if gw.get("auth_token") else None,
-            push=PushConfig(redis=RedisConfig(**redis) if redis else None),
+            push=PushConfig(redis=RedisConfig(**redis_config_kwargs(redis)) if redis else None),
             turn_lock=TurnLockConfig.from_dict(dict(turn_lock) if turn_lock else None),
         )
     except (TypeError, ValueError) as exc:
@@ -1086,7 +1125,8 @@ def _say(message: str) -> None:
 
 def _secrets(documented: Mapping[str, Any], redis: Optional[Mapping[str, Any]]) -> List[Optional[str]]:
     """Values that must never reach a log line (env behind ``${VAR}`` + token)."""
-    names = set(env_refs(documented)) | {"GATEWAY_AUTH_TOKEN", "GATEWAY_REDIS_PASSWORD", SESSION_KEY_ENV}
+    names = set(env_refs(documented)) | {"GATEWAY_AUTH_TOKEN", "GATEWAY_REDIS_USERNAME", "GATEWAY_REDIS_PASSWORD",
+                                         SESSION_KEY_ENV}
     values = [os.environ.get(name) for name in names]
     if redis:
         values.append(str(redis.get("password") or ""))
@@ -1104,6 +1144,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         turn_lock = turn_lock_settings(documented, os.environ)
         path = write_working_copy(working, args.workdir)
         loaded = load_checked(path)
+        name_tls_server((redis or {}).get("tls_server_name"))
         migrate_before_start(redis, idempotency_backend(working), os.environ.get("HOME") or str(Path.home()),
                              os.environ.get(SQLITE_MIGRATION_ENV, ""))
         release_predecessor_claims(redis, idempotency_backend(working), os.environ.get("HOSTNAME", ""))

@@ -52,6 +52,16 @@ TARGET_NOT_ALLOWED = "TargetNotAllowed"    #: the probe did not connect: outside
 REDIS_NOT_CONFIGURED = "RedisNotConfigured"  #: spec.redis names no Redis
 PROBE_NOT_RUN = "ProbeNotRun"              #: the probe could not run (see Stalled)
 MANAGED_REDIS_STARTING = "ManagedRedisStarting"  #: the managed Redis pod is not ready yet (no probe sent)
+TLS_CERTIFICATE_UNTRUSTED = "TLSCertificateUntrusted"  #: the server's certificate is not signed by a trusted CA
+TLS_NAME_MISMATCH = "TLSNameMismatch"      #: the server's certificate does not carry the host (or tls.serverName)
+TLS_CERTIFICATE_EXPIRED = "TLSCertificateExpired"  #: the server's certificate is expired (or not yet valid)
+TLS_HANDSHAKE_FAILED = "TLSHandshakeFailed"  #: no TLS session (e.g. the server speaks plain TCP)
+COMMAND_NOT_PERMITTED = "CommandNotPermitted"  #: the ACL user may not run a command the gateway needs (NOPERM)
+
+# -- RedisTLSVerified: is the Redis server's identity checked? -----------------------------------
+SERVER_CERTIFICATE_VERIFIED = "ServerCertificateVerified"  #: TLS, the certificate checked (CA and name)
+TLS_VERIFICATION_DISABLED = "TLSVerificationDisabled"  #: spec.redis.tls.insecureSkipVerify: nothing checked
+TLS_NOT_USED = "TLSNotUsed"                #: plain TCP to Redis (e.g. the managed Redis inside the namespace)
 
 # -- IdempotencyDegraded (True reasons are health.Idempotency values) ------------------------
 NO_DEGRADED_REPLICAS = "NoDegradedReplicas"  #: no polled replica reports durability:idempotency

@@ -24,11 +24,11 @@ from typing import Any, Mapping, NamedTuple, Sequence
 from kubernetes.client.rest import ApiException
 
 from . import api, expose, reasons, render
-from .api import GatewaySpec, Policy
+from .api import GatewaySpec, Policy, SecretKeyRef
 from .conditions import Problem
 from .expose import Exposure
 from .kube import Kube, NotOwned, NotServed, SecretUndecodable, controlled_by
-from .redis_probe import ProbeResult, Prober
+from .redis_probe import Credentials, ProbeResult, Prober, ca_bundle_loads
 from .redis_target import InvalidRedisURL, RedisTarget, managed_redis_name, resolve
 from .replicas import Migration, migration_state, replicas_to_run
 from .tenancy import MSG_HOST_CLAIMED, Claim, TenancyPolicy, claim_of, claimed_elsewhere
@@ -109,6 +109,12 @@ class SecretInputs(NamedTuple):
     password: str | None = None   # the Redis password, for the operator's own probe
     revision: str = ""            # changes when a Secret the pods read changes
     problem: Problem | None = None
+    username: str | None = None   # the Redis ACL user (spec.redis.usernameSecretRef)
+    ca: str | None = None         # the PEM bundle of spec.redis.tls.caSecretRef
+
+    @property
+    def credentials(self) -> Credentials:
+        return Credentials(self.password, self.username, self.ca)
 
 
 class Outcome(NamedTuple):
@@ -153,8 +159,8 @@ class Prepared(NamedTuple):
     writes: int = 0
 
     @property
-    def password(self) -> str | None:
-        return self.inputs.password if self.inputs else None
+    def credentials(self) -> Credentials:
+        return self.inputs.credentials if self.inputs else Credentials()
 
     @property
     def revision(self) -> str:
@@ -208,7 +214,7 @@ async def _reconcile(kube: Kube, prober: Prober, settings: ReconcileSettings, ow
     spec, target = prepared.spec, prepared.target
     probe = None
     if target is not None:
-        probe = await prober.probe(owner.namespace, target, prepared.password, spec.health.timeout_seconds,
+        probe = await prober.probe(owner.namespace, target, prepared.credentials, spec.health.timeout_seconds,
                                    prepared.managed_ip, owner.name)
     claimed = claimed_elsewhere(mine, spec.expose.hosts, seen.host_claims)
     claim = _claim_problem(claimed)
@@ -391,10 +397,16 @@ def _secret_inputs(kube: Kube, owner: render.Owner, spec: GatewaySpec, target: R
     refs = [("spec.authTokenSecretRef", render.auth_token_ref(owner.name, spec))]
     if target is not None and target.password_ref is not None:
         refs.append(("spec.redis.passwordSecretRef", target.password_ref))
+    if target is not None and target.username_ref is not None:
+        refs.append(("spec.redis.usernameSecretRef", target.username_ref))
+    ca_ref = target.tls_options.ca_ref if target is not None and target.tls else None
+    if ca_ref is not None:
+        refs.append(("spec.redis.tls.caSecretRef", ca_ref))
     session_key = render.session_key_ref(owner.name, spec) if target is not None else None
     if session_key is not None:
         refs.append(("spec.sessions.encryptionKeySecretRef", session_key))
-    password, versions = None, []
+    found: dict[SecretKeyRef, str] = {}
+    versions = []
     for field_name, ref in refs:
         try:
             value, version = kube.secret_value(owner.namespace, ref.name, ref.key)
@@ -407,10 +419,16 @@ def _secret_inputs(kube: Kube, owner: render.Owner, spec: GatewaySpec, target: R
         if value is None:
             return SecretInputs(problem=Problem(reasons.SECRET_KEY_MISSING, f"Secret {ref.name!r} named by "
                                                 f"{field_name} has no key {ref.key!r}"))
+        if ref == ca_ref and not ca_bundle_loads(value):
+            return SecretInputs(problem=Problem(reasons.SECRET_VALUE_INVALID, f"key {ref.key!r} of Secret "
+                                                f"{ref.name!r} named by {field_name} holds no PEM certificate "
+                                                "(-----BEGIN CERTIFICATE----- ...) that TLS can load"))
         versions.append(f"{ref.name}@{version}")
-        if target is not None and ref == target.password_ref:
-            password = value
-    return SecretInputs(password, render.digest(sorted(versions)))
+        found[ref] = value
+    target_refs = (target.password_ref, target.username_ref) if target is not None else (None, None)
+    return SecretInputs(found.get(target_refs[0]) if target_refs[0] else None, render.digest(sorted(versions)),
+                        username=found.get(target_refs[1]) if target_refs[1] else None,
+                        ca=found.get(ca_ref) if ca_ref else None)
 
 
 def _managed_redis_ip(kube: Kube, owner: render.Owner, target: RedisTarget) -> str | None:

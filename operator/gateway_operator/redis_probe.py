@@ -22,12 +22,14 @@ from __future__ import annotations
 
 import asyncio
 import ipaddress
+import re
 import secrets
 import socket
+import ssl
 from collections import defaultdict
 from dataclasses import dataclass
 import time
-from typing import Callable, Iterable, Sequence
+from typing import Callable, Iterable, NamedTuple, Sequence
 
 import redis
 import redis.asyncio as aioredis
@@ -48,6 +50,37 @@ BACKOFF_CEILING = 300.0
 # is (namespace, name)'s target, by name or by one of its addresses, another GatewayDeployment's
 # managed Redis? (handlers.py answers from its index of managed Redis Services and pods)
 ForeignCheck = Callable[[str, str, str, Sequence[str]], bool]
+
+
+class Credentials(NamedTuple):
+    """What the probe signs in and checks TLS with, read from the spec's Secrets (never logged)."""
+
+    password: str | None = None
+    username: str | None = None   # an ACL user (spec.redis.usernameSecretRef)
+    ca: str | None = None         # PEM bundle (spec.redis.tls.caSecretRef); None: the system's CAs
+
+
+def ca_bundle_loads(pem: str) -> bool:
+    """Does ``pem`` hold at least one certificate TLS can trust?"""
+    if "-----BEGIN CERTIFICATE-----" not in pem:
+        return False
+    try:
+        ssl.create_default_context().load_verify_locations(cadata=pem)
+    except (ssl.SSLError, ValueError):
+        return False
+    return True
+
+
+class _NamedSSLConnection(aioredis.SSLConnection):
+    """TLS to the checked address, verifying (and sending as SNI) the name the spec expects:
+    redis-py would use the host it connects to."""
+
+    def __init__(self, *, server_name: str, **kwargs: object) -> None:
+        self.server_name = server_name
+        super().__init__(**kwargs)
+
+    def _connection_arguments(self):  # type: ignore[no-untyped-def]
+        return {**super()._connection_arguments(), "server_hostname": self.server_name}
 
 
 @dataclass(frozen=True)
@@ -128,11 +161,13 @@ class Prober:
             lambda: asyncio.Semaphore(per_namespace))
         self._backoff: defaultdict[str, _Backoff] = defaultdict(_Backoff)
 
-    async def probe(self, namespace: str, target: RedisTarget, password: str | None, timeout: float,
-                    managed_ip: str | None = None, owner: str = "") -> ProbeResult:
-        """``managed_ip``: the ready pod of the GatewayDeployment's own managed Redis (its Service
-        name resolves only inside the cluster network); "" when none is ready yet. ``owner``: the
-        GatewayDeployment's name (a target must not be another one's managed Redis)."""
+    async def probe(self, namespace: str, target: RedisTarget, credentials: Credentials | str | None,
+                    timeout: float, managed_ip: str | None = None, owner: str = "") -> ProbeResult:
+        """``credentials``: a password alone may be given as a string. ``managed_ip``: the ready
+        pod of the GatewayDeployment's own managed Redis (its Service name resolves only inside the
+        cluster network); "" when none is ready yet. ``owner``: the GatewayDeployment's name (a
+        target must not be another one's managed Redis)."""
+        password = credentials if isinstance(credentials, Credentials) else Credentials(credentials)
         timeout = max(0.1, min(timeout, self.timeout_ceiling))
         if managed_ip == "":  # an ordinary start, not a failure: no Warning for it
             return ProbeResult(False, reasons.MANAGED_REDIS_STARTING,
@@ -162,7 +197,7 @@ class Prober:
             backoff.last, backoff.last_endpoint = result, target.endpoint
         return result
 
-    async def _probe(self, namespace: str, owner: str, target: RedisTarget, password: str | None, timeout: float,
+    async def _probe(self, namespace: str, owner: str, target: RedisTarget, password: Credentials, timeout: float,
                      managed_ip: str | None, privileged: bool) -> ProbeResult:
         if managed_ip:
             return await _round_trip(target, managed_ip, password, timeout, privileged)
@@ -180,9 +215,8 @@ class Prober:
             return ProbeResult(False, reasons.TARGET_NOT_ALLOWED,
                                f"{target.host} is outside the operator's Redis allowlist; the probe did not connect")
         # the checked address is the one connected to (no second lookup to race with); TLS
-        # verifies the name
-        host = target.host if target.tls else addresses[0]
-        return await _round_trip(target, host, password, timeout, privileged)
+        # verifies the name the spec expects there
+        return await _round_trip(target, addresses[0], password, timeout, privileged)
 
 
 async def _addresses(target: RedisTarget, timeout: float) -> list[str] | None:
@@ -195,7 +229,7 @@ async def _addresses(target: RedisTarget, timeout: float) -> list[str] | None:
     return list(dict.fromkeys(str(info[4][0]) for info in infos)) or None
 
 
-async def _round_trip(target: RedisTarget, host: str, password: str | None, timeout: float,
+async def _round_trip(target: RedisTarget, host: str, password: Credentials, timeout: float,
                       privileged: bool = True) -> ProbeResult:
     """``privileged``: the GatewayDeployment's own managed Redis, or a target the allowlist names:
     its failures keep their detail. Otherwise a failure is one of three outcomes with fixed words:
@@ -212,12 +246,23 @@ async def _round_trip(target: RedisTarget, host: str, password: str | None, time
     return unusable(target.endpoint)
 
 
-async def _exchange(target: RedisTarget, host: str, password: str | None, timeout: float) -> ProbeResult:
-    where = target.endpoint  # as status names it, whatever address was connected to
+def _client(target: RedisTarget, host: str, credentials: Credentials, timeout: float) -> aioredis.Redis:
     # no retries: one probe is one attempt, bounded by the timeout (redis-py retries by default)
-    client = aioredis.Redis(host=host, port=target.port, db=target.db, password=password or None,
-                            ssl=target.tls, socket_timeout=timeout, socket_connect_timeout=timeout,
-                            retry=Retry(NoBackoff(), 0))
+    kwargs: dict[str, object] = dict(host=host, port=target.port, db=target.db,
+                                     username=credentials.username or None, password=credentials.password or None,
+                                     socket_timeout=timeout, socket_connect_timeout=timeout,
+                                     retry=Retry(NoBackoff(), 0))
+    if target.tls:
+        skip = target.tls_options.insecure_skip_verify
+        kwargs.update(connection_class=_NamedSSLConnection, server_name=target.server_name,
+                      ssl_cert_reqs="none" if skip else "required", ssl_check_hostname=not skip,
+                      ssl_ca_data=credentials.ca or None)
+    return aioredis.Redis.from_pool(aioredis.ConnectionPool(**kwargs))
+
+
+async def _exchange(target: RedisTarget, host: str, credentials: Credentials, timeout: float) -> ProbeResult:
+    where = target.endpoint  # as status names it, whatever address was connected to
+    client = _client(target, host, credentials, timeout)
     key = f"{target.prefix}operator-probe:{secrets.token_hex(8)}"
     try:
         token = secrets.token_hex(8)
@@ -229,13 +274,21 @@ async def _exchange(target: RedisTarget, host: str, password: str | None, timeou
         return ProbeResult(True, reasons.PROBE_SUCCEEDED, f"Redis at {where} answered a SET NX PX round trip",
                            await _store_facts(client, target.prefix))
     except redis.AuthenticationError:
-        return _refused_password(where)
+        return _refused_password(where, credentials)
+    except redis.exceptions.NoPermissionError as e:
+        return _not_permitted(where, target.prefix, e)
     except redis.ResponseError as e:
         if "NOAUTH" in str(e) or "WRONGPASS" in str(e):
-            return _refused_password(where)
+            return _refused_password(where, credentials)
+        if "NOPERM" in str(e) or "no permissions" in str(e):
+            return _not_permitted(where, target.prefix, e)
         return ProbeResult(False, reasons.PROBE_FAILED, f"Redis at {where} refused the probe: {type(e).__name__}")
     except (redis.ConnectionError, redis.TimeoutError, OSError, asyncio.TimeoutError) as e:
-        return ProbeResult(False, reasons.CONNECTION_FAILED, f"cannot connect to Redis at {where}: {_short(e)}")
+        if target.tls and isinstance(e, (redis.TimeoutError, asyncio.TimeoutError)):
+            return ProbeResult(False, reasons.CONNECTION_FAILED, f"cannot connect to Redis at {where}: no TLS "
+                               f"handshake within {timeout:g}s (is it reachable, and does it serve TLS there?)")
+        return _tls_failure(target, credentials, e) or ProbeResult(
+            False, reasons.CONNECTION_FAILED, f"cannot connect to Redis at {where}: {_short(e)}")
     except redis.RedisError as e:  # e.g. something that is not Redis answers on that port
         return ProbeResult(False, reasons.PROBE_FAILED, f"Redis at {where} answered unexpectedly: {type(e).__name__}")
     except (UnicodeError, ValueError) as e:  # e.g. a host name the resolver refuses
@@ -276,9 +329,58 @@ async def _store_facts(client: aioredis.Redis, prefix: str) -> StoreFacts:
                       migrated.decode(errors="replace") if migrated is not None else None)
 
 
-def _refused_password(where: str) -> ProbeResult:
+def _refused_password(where: str, credentials: Credentials = Credentials()) -> ProbeResult:
+    if credentials.username:
+        return ProbeResult(False, reasons.AUTHENTICATION_FAILED,
+                           f"Redis at {where} did not accept the user of spec.redis.usernameSecretRef with the "
+                           "password of spec.redis.passwordSecretRef (a wrong user or password, or a disabled user)")
     return ProbeResult(False, reasons.AUTHENTICATION_FAILED,
                        f"Redis at {where} did not accept the password of spec.redis.passwordSecretRef (or needs one)")
+
+
+_NOPERM_COMMAND = re.compile(r"run the '([A-Za-z|_ -]{1,40})' command")
+
+
+def _not_permitted(where: str, prefix: str, error: Exception) -> ProbeResult:
+    """NOPERM: the ACL user lacks a command or a key pattern (the server's text names the user,
+    which is not repeated: only the command)."""
+    command = _NOPERM_COMMAND.search(str(error))
+    what = (f"the command {command.group(1).upper()}" if command else
+            f"the keys under the prefix {prefix}" if "key" in str(error).lower() else "a command the gateway needs")
+    return ProbeResult(False, reasons.COMMAND_NOT_PERMITTED,
+                       f"Redis at {where} refused {what} to the user of spec.redis.usernameSecretRef (NOPERM): "
+                       "grant the user the least-privilege ACL of docs/redis.md")
+
+
+def _tls_failure(target: RedisTarget, credentials: Credentials, error: BaseException) -> ProbeResult | None:
+    """The specific reason of a failed TLS handshake, found in the exception's chain (redis-py
+    re-raises the ssl error as a ConnectionError)."""
+    if not target.tls:
+        return None
+    cause: BaseException | None = error
+    while cause is not None and not isinstance(cause, ssl.SSLError):
+        cause = cause.__cause__ or cause.__context__
+    if cause is None:
+        return None
+    where = target.endpoint
+    if isinstance(cause, ssl.SSLCertVerificationError):
+        detail = str(cause.verify_message or cause.reason or "certificate verify failed")
+        if "expired" in detail or "not yet valid" in detail:
+            return ProbeResult(False, reasons.TLS_CERTIFICATE_EXPIRED,
+                               f"the TLS certificate of Redis at {where} is not valid now ({detail}): the server "
+                               "needs a renewed certificate")
+        if "mismatch" in detail:
+            return ProbeResult(False, reasons.TLS_NAME_MISMATCH,
+                               f"the TLS certificate of Redis at {where} does not carry the name "
+                               f"{target.server_name} ({detail}): set spec.redis.tls.serverName to a name it "
+                               "carries")
+        source = "the CA bundle of spec.redis.tls.caSecretRef" if credentials.ca else "the system's CAs"
+        return ProbeResult(False, reasons.TLS_CERTIFICATE_UNTRUSTED,
+                           f"the TLS certificate of Redis at {where} is not signed by {source} ({detail}): set "
+                           "spec.redis.tls.caSecretRef to the CA that signed it")
+    return ProbeResult(False, reasons.TLS_HANDSHAKE_FAILED,
+                       f"no TLS session with Redis at {where} ({cause.reason or type(cause).__name__}): does it "
+                       "serve TLS on that port?")
 
 
 def _short(error: Exception) -> str:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from .api import RedisSpec, SecretKeyRef, default_prefix
+from .api import RedisSpec, SecretKeyRef, TLSOptions, default_prefix
 
 _LABEL = r"[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
 DNS_NAME = rf"{_LABEL}(\.{_LABEL})*\.?"
@@ -43,6 +43,13 @@ class RedisTarget:
     prefix: str
     password_ref: SecretKeyRef | None
     managed: bool = False
+    username_ref: SecretKeyRef | None = None
+    tls_options: TLSOptions = TLSOptions()
+
+    @property
+    def server_name(self) -> str:
+        """The name a TLS server's certificate must carry (and the SNI sent)."""
+        return self.tls_options.server_name or self.host
 
     @property
     def url(self) -> str:
@@ -93,10 +100,12 @@ def resolve(redis: RedisSpec, namespace: str, name: str) -> RedisTarget | None:
     if redis.url:
         tls, host, port, db = parse_url(redis.url)
         return RedisTarget(host=host, port=port, db=db, tls=tls or redis.tls, prefix=prefix,
-                           password_ref=redis.password_ref)
+                           password_ref=redis.password_ref, username_ref=redis.username_ref,
+                           tls_options=redis.tls_options)
     if redis.host:
         if not valid_host(redis.host):
             raise InvalidRedisURL("spec.redis.host must be a DNS name or an IP address (no port, no credentials)")
         return RedisTarget(host=redis.host, port=redis.port, db=redis.db, tls=redis.tls,
-                           prefix=prefix, password_ref=redis.password_ref)
+                           prefix=prefix, password_ref=redis.password_ref, username_ref=redis.username_ref,
+                           tls_options=redis.tls_options)
     return None

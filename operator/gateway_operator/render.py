@@ -104,15 +104,30 @@ def gateway_config(owner: Owner, spec: GatewaySpec, redis: RedisTarget | None) -
                                  "ttl_seconds": spec.sessions.ttl_seconds}
     if redis is not None:
         push = dict(config.get("push") or {})
-        push["redis"] = {"url": f"{redis.url}?{REDIS_CLIENT_OPTIONS}", "prefix": redis.prefix}
+        push["redis"] = {"url": f"{redis.url}?{redis_url_options(redis)}", "prefix": redis.prefix}
         if redis.password_ref is not None:
             push["redis"]["password"] = "${%s}" % api.REDIS_PASSWORD_ENV
+        if redis.username_ref is not None:  # the launcher puts it into the URL beside the password
+            push["redis"]["username"] = "${%s}" % api.REDIS_USERNAME_ENV
+        if redis.tls and redis.tls_options.server_name:  # the launcher's: redis-py has no such URL option
+            push["redis"]["tls_server_name"] = redis.tls_options.server_name
         config["push"] = push
         if spec.store_backend == "redis":
             turn_lock = dict(config.get("turn_lock") or {})
             turn_lock.setdefault("backend", "redis")  # documented best practice, unless the user chose
             config["turn_lock"] = turn_lock
     return config
+
+
+def redis_url_options(redis: RedisTarget) -> str:
+    """The query of the gateway's Redis URL: the timeouts, and for TLS how redis-py checks the
+    server (the CA bundle mounted from spec.redis.tls.caSecretRef; nothing with insecureSkipVerify)."""
+    options = REDIS_CLIENT_OPTIONS
+    if redis.tls:
+        options += "&ssl_cert_reqs=" + ("none" if redis.tls_options.insecure_skip_verify else "required")
+        if redis.tls_options.ca_ref is not None:
+            options += f"&ssl_ca_certs={api.REDIS_CA_DIR}/{api.REDIS_CA_FILE}"
+    return options
 
 
 def config_map(owner: Owner, spec: GatewaySpec, redis: RedisTarget | None) -> Manifest:
@@ -148,7 +163,7 @@ def deployment(owner: Owner, spec: GatewaySpec, redis: RedisTarget | None, repli
         "terminationGracePeriodSeconds": spec.drain_seconds + api.PRESTOP_SECONDS + api.EXIT_MARGIN_SECONDS,
         "containers": [_gateway_container(spec, redis, auth_token_ref(owner.name, spec), migration,
                                           session_key_ref(owner.name, spec) if redis is not None else None)],
-        "volumes": _volumes(owner, spec, bool(migration)),
+        "volumes": _volumes(owner, spec, redis, bool(migration)),
     }
     if spec.image_pull_secrets:
         pod_spec["imagePullSecrets"] = [{"name": n} for n in spec.image_pull_secrets]
@@ -184,6 +199,9 @@ def _gateway_container(spec: GatewaySpec, redis: RedisTarget | None, auth: Secre
     if redis is not None and redis.password_ref is not None:
         env.append({"name": api.REDIS_PASSWORD_ENV, "valueFrom": {"secretKeyRef": {
             "name": redis.password_ref.name, "key": redis.password_ref.key}}})
+    if redis is not None and redis.username_ref is not None:
+        env.append({"name": api.REDIS_USERNAME_ENV, "valueFrom": {"secretKeyRef": {
+            "name": redis.username_ref.name, "key": redis.username_ref.key}}})
     if session_key is not None:  # the shared session history is encrypted with it (launcher.SharedSessions)
         env.append({"name": api.SESSION_KEY_ENV, "valueFrom": {"secretKeyRef": {
             "name": session_key.name, "key": session_key.key}}})
@@ -215,6 +233,8 @@ def _gateway_container(spec: GatewaySpec, redis: RedisTarget | None, auth: Secre
             {"name": "tmp", "mountPath": "/tmp"},
         ],
     }
+    if _redis_ca(redis) is not None:
+        container["volumeMounts"].append({"name": "redis-ca", "mountPath": api.REDIS_CA_DIR, "readOnly": True})
     if spec.image_pull_policy:
         container["imagePullPolicy"] = spec.image_pull_policy
     if spec.pod.get("resources"):
@@ -222,16 +242,26 @@ def _gateway_container(spec: GatewaySpec, redis: RedisTarget | None, auth: Secre
     return container
 
 
-def _volumes(owner: Owner, spec: GatewaySpec, migrating: bool = False) -> list[dict[str, Any]]:
+def _redis_ca(redis: RedisTarget | None) -> SecretKeyRef | None:
+    return redis.tls_options.ca_ref if redis is not None and redis.tls else None
+
+
+def _volumes(owner: Owner, spec: GatewaySpec, redis: RedisTarget | None,
+             migrating: bool = False) -> list[dict[str, Any]]:
     state: dict[str, Any] = (
         {"persistentVolumeClaim": {"claimName": state_claim_name(owner.name)}}
         if spec.persistence.enabled and (spec.replicas <= 1 or migrating) else {"emptyDir": {}})
-    return [
+    volumes = [
         {"name": "config", "configMap": {"name": config_map_name(owner.name)}},
         {"name": "work", "emptyDir": {}},
         {"name": "state", **state},
         {"name": "tmp", "emptyDir": {}},
     ]
+    ca = _redis_ca(redis)
+    if ca is not None:  # the PEM bundle alone, read-only
+        volumes.append({"name": "redis-ca", "secret": {"secretName": ca.name, "defaultMode": 0o444,
+                                                       "items": [{"key": ca.key, "path": api.REDIS_CA_FILE}]}})
+    return volumes
 
 
 def state_claim(owner: Owner, spec: GatewaySpec) -> Manifest | None:

@@ -18,7 +18,7 @@ from typing import Any, Callable, Mapping, NamedTuple
 
 from . import api
 from .api import Policy, store_backend_of
-from .redis_target import HOST_PATTERN, MAX_HOST_LENGTH, URL_PATTERN, valid_host
+from .redis_target import DNS_NAME, HOST_PATTERN, MAX_HOST_LENGTH, URL_PATTERN, valid_host
 
 Spec = Mapping[str, Any]
 
@@ -33,7 +33,7 @@ class Subject(NamedTuple):
 MAX_NAME_LENGTH = 57  # "<name>-redis" must still be a 63-character Service name
 MAX_CONFIG_DEPTH = 32
 MAX_CONFIG_BYTES = 256 * 1024  # the rendered ConfigMap (gateway.yaml + launcher) must stay under 1 MiB
-RESERVED_ENV = (api.AUTH_TOKEN_ENV, api.REDIS_PASSWORD_ENV, api.SESSION_KEY_ENV, "HOME", "PYTHONUNBUFFERED", "PYTHONDONTWRITEBYTECODE")
+RESERVED_ENV = (api.AUTH_TOKEN_ENV, api.REDIS_PASSWORD_ENV, api.REDIS_USERNAME_ENV, api.SESSION_KEY_ENV, "HOME", "PYTHONUNBUFFERED", "PYTHONDONTWRITEBYTECODE")
 # Every other place 0.1.16 reads the idempotency backend from (praisonai_bot.gateway.server
 # _apply_hooks_from_config). Only config.hooks.idempotency is allowed, so admission, the
 # operator and the launcher all read the one the user wrote.
@@ -92,6 +92,26 @@ MSG_RESERVED_ENV = (
     f"spec.env must not set {', '.join(RESERVED_ENV)}: the operator sets them (the auth token and Redis "
     "password come from the Secrets named in spec)."
 )
+MSG_TLS_OPTIONS_NEED_TLS = (
+    "spec.redis.tls.caSecretRef, serverName and insecureSkipVerify configure a TLS connection: set "
+    "spec.redis.tls.enabled: true or use a rediss:// url."
+)
+MSG_TLS_SKIP_VERIFY_ALONE = (
+    "spec.redis.tls.insecureSkipVerify turns off the checks that caSecretRef and serverName configure: "
+    "set those, or insecureSkipVerify, not both."
+)
+MSG_TLS_SERVER_NAME = (
+    "spec.redis.tls.serverName must be a DNS name (at most 253 characters), the name the Redis server's "
+    "certificate carries."
+)
+MSG_USERNAME_NEEDS_PASSWORD = (
+    "spec.redis.usernameSecretRef names an ACL user, which signs in with a password: set "
+    "spec.redis.passwordSecretRef too."
+)
+MSG_MANAGED_OWN_CREDENTIALS = (
+    "spec.redis.managed runs the operator's own Redis (plain TCP inside the namespace, its own password): "
+    "usernameSecretRef and tls.caSecretRef, serverName and insecureSkipVerify apply to url or host only."
+)
 MSG_PREFIX_FORMAT = "spec.redis.prefix may hold only letters, digits and . _ : - (at most 100)."
 MSG_IMAGE_BLANK = "spec.image must name an image: it is empty or only white space."
 
@@ -128,9 +148,7 @@ def _config(spec: Spec) -> Mapping[str, Any]:
 
 def _redis_sources(spec: Spec) -> int:
     r = _redis(spec)
-    managed = r.get("managed")
-    return sum([bool(r.get("url")), bool(r.get("host")),
-                bool(isinstance(managed, Mapping) and managed.get("enabled"))])
+    return sum([bool(r.get("url")), bool(r.get("host")), _managed(spec)])
 
 
 def _replicas(spec: Spec) -> int:
@@ -164,6 +182,32 @@ _REDIS_SOURCES = (
     "(has(self.redis) ? ((has(self.redis.url) ? 1 : 0) + (has(self.redis.host) ? 1 : 0) + "
     "(has(self.redis.managed) && self.redis.managed.enabled ? 1 : 0)) : 0)"
 )
+
+# inside spec.redis: does the connection use TLS, and are any of the TLS checks' options set?
+_TLS_ON = ("((has(self.tls) && has(self.tls.enabled) && self.tls.enabled) || "
+           "(has(self.url) && self.url.startsWith('rediss://')))")
+_SKIP_VERIFY = "(has(self.tls) && has(self.tls.insecureSkipVerify) && self.tls.insecureSkipVerify)"
+_TLS_CHECKS = "(has(self.tls) && (has(self.tls.caSecretRef) || has(self.tls.serverName)))"
+_SERVER_NAME_RE = re.compile(rf"^{DNS_NAME}$")
+
+
+def _tls(spec: Spec) -> Mapping[str, Any]:
+    tls = _redis(spec).get("tls")
+    return tls if isinstance(tls, Mapping) else {}
+
+
+def _tls_on(spec: Spec) -> bool:
+    return bool(_tls(spec).get("enabled")) or str(_redis(spec).get("url") or "").startswith("rediss://")
+
+
+def _tls_checks(spec: Spec) -> bool:
+    return "caSecretRef" in _tls(spec) or "serverName" in _tls(spec)
+
+
+def _managed(spec: Spec) -> bool:
+    managed = _redis(spec).get("managed")
+    return bool(isinstance(managed, Mapping) and managed.get("enabled"))
+
 
 RULES: tuple[Rule, ...] = (
     Rule("root",
@@ -216,6 +260,30 @@ RULES: tuple[Rule, ...] = (
          f"self.host.matches({cel_string(HOST_PATTERN)}))",
          MSG_REDIS_HOST,
          lambda s: not _redis(s.spec).get("host") or valid_host(str(_redis(s.spec)["host"]))),
+    Rule("spec.redis",
+         f"!({_TLS_CHECKS} || {_SKIP_VERIFY}) || {_TLS_ON}",
+         MSG_TLS_OPTIONS_NEED_TLS,
+         lambda s: not (_tls_checks(s.spec) or _tls(s.spec).get("insecureSkipVerify")) or _tls_on(s.spec)),
+    Rule("spec.redis",
+         f"!({_SKIP_VERIFY} && {_TLS_CHECKS})",
+         MSG_TLS_SKIP_VERIFY_ALONE,
+         lambda s: not (_tls(s.spec).get("insecureSkipVerify") and _tls_checks(s.spec))),
+    Rule("spec.redis",
+         "!has(self.tls) || !has(self.tls.serverName) || (self.tls.serverName.size() <= "
+         f"{MAX_HOST_LENGTH} && self.tls.serverName.matches({cel_string(_SERVER_NAME_RE.pattern)}))",
+         MSG_TLS_SERVER_NAME,
+         lambda s: "serverName" not in _tls(s.spec) or (len(str(_tls(s.spec)["serverName"])) <= MAX_HOST_LENGTH
+                                                        and bool(_SERVER_NAME_RE.match(str(_tls(s.spec)["serverName"]))))),
+    Rule("spec.redis",
+         "!has(self.usernameSecretRef) || has(self.passwordSecretRef)",
+         MSG_USERNAME_NEEDS_PASSWORD,
+         lambda s: "usernameSecretRef" not in _redis(s.spec) or "passwordSecretRef" in _redis(s.spec)),
+    Rule("spec.redis",
+         "!(has(self.managed) && has(self.managed.enabled) && self.managed.enabled) || "
+         f"!(has(self.usernameSecretRef) || {_TLS_CHECKS} || {_SKIP_VERIFY})",
+         MSG_MANAGED_OWN_CREDENTIALS,
+         lambda s: not _managed(s.spec) or not ("usernameSecretRef" in _redis(s.spec) or _tls_checks(s.spec)
+                                                 or _tls(s.spec).get("insecureSkipVerify"))),
     Rule("spec.redis",
          "!has(self.prefix) || self.prefix.matches('^[A-Za-z0-9._:-]{1,100}$')",
          MSG_PREFIX_FORMAT,
