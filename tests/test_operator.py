@@ -30,7 +30,7 @@ from support.wait import until
 pytestmark = [pytest.mark.cluster, pytest.mark.real_pods]
 
 CONDITION_TYPES = {"Ready", "Reconciling", "Stalled", "RedisReachable", "IdempotencyDegraded",
-                   "ExactlyOnceAdmission", "RedisDurable", "SessionsShared"}
+                   "ExactlyOnceAdmission", "RedisDurable", "SessionsShared", "RedisTLSVerified"}
 
 
 # -- one replica on SQLite ---------------------------------------------------------------

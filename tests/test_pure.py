@@ -591,3 +591,47 @@ def test_the_session_history_key_reaches_the_pods_only_from_a_secret() -> None:
     local = spec(replicas=3, config=redis_store(), redis={"managed": {"enabled": True}}, sessions={"store": "replica"})
     assert "GATEWAY_SESSION_KEY" not in {e["name"] for e in render.deployment(OWNER, local, target, 3, "h")[
         "spec"]["template"]["spec"]["containers"][0]["env"]}
+
+
+def test_your_own_redis_reaches_the_pods_as_a_mounted_ca_and_secret_backed_user() -> None:
+    """spec.redis with an ACL user, a private CA and a server name: the ConfigMap names only the
+    CA's path and the env vars; the pod mounts the CA bundle alone, read-only."""
+    own = spec(replicas=3, config=redis_store(), redis={
+        "host": "10.0.0.5", "port": 6380, "passwordSecretRef": {"name": "redis-login"},
+        "usernameSecretRef": {"name": "redis-login"},
+        "tls": {"enabled": True, "caSecretRef": {"name": "redis-ca", "key": "bundle.pem"},
+                "serverName": "redis.prod.internal"}})
+    target = resolve(own.redis, OWNER.namespace, OWNER.name)
+    assert target is not None and target.server_name == "redis.prod.internal"
+    assert render.gateway_config(OWNER, own, target)["push"]["redis"] == {
+        "url": f"rediss://10.0.0.5:6380/0?socket_timeout=0.3&socket_connect_timeout=1&ssl_ca_certs={api.REDIS_CA_DIR}"
+               "/ca.crt",
+        "prefix": "gwop:prod:gw:", "password": "${GATEWAY_REDIS_PASSWORD}", "username": "${GATEWAY_REDIS_USERNAME}",
+        "tls_server_name": "redis.prod.internal"}
+    pod = render.deployment(OWNER, own, target, 3, "h")["spec"]["template"]["spec"]
+    container = pod["containers"][0]
+    env = {e["name"]: e for e in container["env"]}
+    assert env["GATEWAY_REDIS_USERNAME"]["valueFrom"]["secretKeyRef"] == {"name": "redis-login", "key": "username"}
+    assert {"name": "redis-ca", "mountPath": api.REDIS_CA_DIR, "readOnly": True} in container["volumeMounts"]
+    assert {"name": "redis-ca", "secret": {"secretName": "redis-ca", "defaultMode": 0o444, "items": [
+        {"key": "bundle.pem", "path": "ca.crt"}]}} in pod["volumes"]
+    # insecureSkipVerify: nothing checked, and no CA mounted
+    skip = spec(replicas=3, config=redis_store(), redis={"url": "rediss://r:6380/0",
+                                                         "tls": {"insecureSkipVerify": True}})
+    skip_target = resolve(skip.redis, OWNER.namespace, OWNER.name)
+    assert render.gateway_config(OWNER, skip, skip_target)["push"]["redis"]["url"].endswith("&ssl_cert_reqs=none")
+    assert "redis-ca" not in {v["name"] for v in render.deployment(OWNER, skip, skip_target, 3, "h")["spec"][
+        "template"]["spec"]["volumes"]}
+
+
+def test_a_spec_without_the_new_fields_renders_the_pod_template_it_did_before() -> None:
+    """An operator upgrade must not roll a gateway whose spec names none of the TLS options."""
+    for url in ("redis://r:6379/0", "rediss://r:6380/0"):
+        plain = spec(replicas=3, config=redis_store(), redis={"url": url, "passwordSecretRef": {"name": "p"}})
+        target = resolve(plain.redis, OWNER.namespace, OWNER.name)
+        pod = render.deployment(OWNER, plain, target, 3, "h")["spec"]["template"]["spec"]
+        assert [v["name"] for v in pod["volumes"]] == ["config", "work", "state", "tmp"]
+        assert "GATEWAY_REDIS_USERNAME" not in {e["name"] for e in pod["containers"][0]["env"]}
+        assert render.gateway_config(OWNER, plain, target)["push"]["redis"] == {
+            "url": f"{url}?socket_timeout=0.3&socket_connect_timeout=1", "prefix": "gwop:prod:gw:",
+            "password": "${GATEWAY_REDIS_PASSWORD}"}

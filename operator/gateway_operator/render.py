@@ -122,11 +122,11 @@ def gateway_config(owner: Owner, spec: GatewaySpec, redis: RedisTarget | None) -
 def redis_url_options(redis: RedisTarget) -> str:
     """The query of the gateway's Redis URL: the timeouts, and for TLS how redis-py checks the
     server (the CA bundle mounted from spec.redis.tls.caSecretRef; nothing with insecureSkipVerify)."""
-    options = REDIS_CLIENT_OPTIONS
-    if redis.tls:
-        options += "&ssl_cert_reqs=" + ("none" if redis.tls_options.insecure_skip_verify else "required")
-        if redis.tls_options.ca_ref is not None:
-            options += f"&ssl_ca_certs={api.REDIS_CA_DIR}/{api.REDIS_CA_FILE}"
+    options = REDIS_CLIENT_OPTIONS  # rediss:// verifies the certificate and its name by default
+    if redis.tls and redis.tls_options.insecure_skip_verify:
+        options += "&ssl_cert_reqs=none"
+    elif redis.tls and redis.tls_options.ca_ref is not None:
+        options += f"&ssl_ca_certs={api.REDIS_CA_DIR}/{api.REDIS_CA_FILE}"
     return options
 
 
