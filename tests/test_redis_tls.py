@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from gateway_operator import conditions, reasons
+from gateway_operator import conditions, reasons, redis_acl
 from gateway_operator.api import SecretKeyRef, TLSOptions
 from gateway_operator.redis_probe import Allowlist, Credentials, ProbeResult, Prober
 from gateway_operator.redis_target import RedisTarget
@@ -22,8 +22,9 @@ from support.tls import make_ca, server_cert
 PASSWORD = "s3cret-pass-word"
 USER = "gwop-tenant"
 PREFIX = "gwop:t:g:"
-# what the probe itself runs (docs/redis.md's least-privilege line has the gateway's commands too)
-PROBE_ACL = f"on >{PASSWORD} resetkeys ~{PREFIX}* resetchannels -@all +set +get +del +info +config|get"
+# the least-privilege ACL (what the gateway and the probe run), plus what lets the probe read persistence
+LEAST = redis_acl.rules(PREFIX, password=PASSWORD)
+PROBE_ACL = f"{LEAST} +info +config|get"
 NAME = "redis.test.internal"   # the certificate's only name: reached as 127.0.0.1, checked as this
 
 
@@ -70,7 +71,7 @@ def test_a_private_ca_and_a_server_name_reached_by_ip_address_pass(tls_redis: Re
 
 
 @pytest.mark.parametrize("case", ["wrong CA", "no CA (system CAs)", "wrong server name", "wrong password",
-                                  "wrong user", "user lacks SET", "plain TCP client"])
+                                  "wrong user", "user lacks SET", "user outside the prefix", "plain TCP client"])
 def test_each_misconfiguration_gets_its_own_reason(tls_redis: RedisServer, pki: dict, case: str) -> None:
     good = Credentials(PASSWORD, USER, pki["ca"].pem)
     t = target(tls_redis.port)
@@ -95,12 +96,50 @@ def test_each_misconfiguration_gets_its_own_reason(tls_redis: RedisServer, pki: 
             result = probe(t, good)
         finally:
             tls_redis.set_user(USER, PROBE_ACL)
-        reason, words = reasons.COMMAND_NOT_PERMITTED, "refused the command SET"
+        reason, words = reasons.COMMAND_NOT_PERMITTED, "refused SET to the user"
+    elif case == "user outside the prefix":
+        tls_redis.set_user(USER, PROBE_ACL.replace(f"~{PREFIX}*", "~someone-else:*"))
+        try:
+            result = probe(t, good)
+        finally:
+            tls_redis.set_user(USER, PROBE_ACL)
+        reason, words = reasons.COMMAND_NOT_PERMITTED, f"refused keys under {PREFIX} to the user"
     else:  # spec.redis without tls against a TLS-only port
         plain = RedisTarget("127.0.0.1", tls_redis.port, 0, False, PREFIX, None)
         result, reason, words = probe(plain, good), reasons.CONNECTION_FAILED, "cannot connect to Redis"
     assert (result.ok, result.reason) == (False, reason), result.message
     assert words in no_secret(result).message
+
+
+@pytest.mark.parametrize("command", [c for c in redis_acl.COMMANDS if c not in ("set", "get")])
+def test_a_user_lacking_any_one_command_of_the_least_privilege_acl_is_told_which(tls_redis: RedisServer, pki: dict,
+                                                                                 command: str) -> None:
+    """The probe tries every command the gateway needs: without one, the gateway would fail open
+    (or lose its shared history, or its claims' release), so scale-out must not go ahead."""
+    tls_redis.set_user(USER, LEAST.replace(f" +{command}", ""))
+    try:
+        result = no_secret(probe(target(tls_redis.port), Credentials(PASSWORD, USER, pki["ca"].pem)))
+    finally:
+        tls_redis.set_user(USER, PROBE_ACL)
+    assert (result.ok, result.reason) == (False, reasons.COMMAND_NOT_PERMITTED), result.message
+    assert f"refused {command.upper()} to the user" in result.message
+    assert "gateway-operator redis-acl" in result.message
+
+
+def test_the_least_privilege_acl_alone_passes_and_leaves_the_probe_keys_behind_it_none(
+        tls_redis: RedisServer, pki: dict) -> None:
+    left = tls_redis.client().keys(f"{PREFIX}operator-probe:*")  # by the cases that refused DEL (10 s TTL)
+    if left:
+        tls_redis.client().delete(*left)
+    tls_redis.set_user(USER, LEAST)
+    try:
+        result = probe(target(tls_redis.port), Credentials(PASSWORD, USER, pki["ca"].pem))
+    finally:
+        tls_redis.set_user(USER, PROBE_ACL)
+    assert result.ok, result.message
+    # INFO and CONFIG GET are not in it: refused, noted, never a failure
+    assert result.store is not None and set(result.store.refused) == {"INFO", "CONFIG GET"}
+    assert tls_redis.client().keys(f"{PREFIX}operator-probe:*") == []
 
 
 def test_an_expired_certificate_and_a_server_without_tls(pki: dict) -> None:

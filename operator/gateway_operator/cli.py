@@ -63,6 +63,14 @@ def cmd_crd(_: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_redis_acl(args: argparse.Namespace) -> int:
+    """The least-privilege ACL user for one GatewayDeployment on a Redis of your own."""
+    from .redis_acl import rules
+    prefix = args.prefix or api.default_prefix(args.namespace, args.name)
+    print(f"ACL SETUSER {args.user} {rules(prefix, args.db, args.password)}")
+    return 0
+
+
 def cmd_tenancy_policy(_: argparse.Namespace) -> int:
     from .crd import tenancy_policy_template
     sys.stdout.write(tenancy_policy_template())
@@ -223,6 +231,15 @@ def parser() -> argparse.ArgumentParser:
 
     crd = sub.add_parser("crd", help="print the CustomResourceDefinition")
     crd.set_defaults(func=cmd_crd)
+
+    acl = sub.add_parser("redis-acl", help="print the least-privilege Redis ACL user of a GatewayDeployment")
+    acl.add_argument("--namespace", "-n", required=True, help="the GatewayDeployment's namespace")
+    acl.add_argument("--name", required=True, help="the GatewayDeployment's name")
+    acl.add_argument("--prefix", help="its spec.redis.prefix, when set (default gwop:<namespace>:<name>:)")
+    acl.add_argument("--db", type=int, default=0, help="its Redis db (not 0: SELECT is needed too)")
+    acl.add_argument("--user", default="gateway", help="the ACL user's name")
+    acl.add_argument("--password", default="<password>", help="written after '>' (default: a placeholder)")
+    acl.set_defaults(func=cmd_redis_acl)
 
     tenancy = sub.add_parser("tenancy-policy", help="print the chart's tenancy admission policy template")
     tenancy.set_defaults(func=cmd_tenancy_policy)

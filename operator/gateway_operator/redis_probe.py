@@ -270,18 +270,21 @@ async def _exchange(target: RedisTarget, host: str, credentials: Credentials, ti
             return ProbeResult(False, reasons.PROBE_FAILED, f"SET NX PX under the prefix was refused at {where}")
         if await client.get(key) != token.encode():
             return ProbeResult(False, reasons.PROBE_FAILED, f"Redis at {where} did not return the probe value")
-        await client.delete(key)
+        refused = await _refused_commands(client, key, target.prefix)
+        await client.delete(key, f"{key}:list", f"{key}:n")
+        if refused:
+            return _not_permitted(where, refused)
         return ProbeResult(True, reasons.PROBE_SUCCEEDED, f"Redis at {where} answered a SET NX PX round trip",
                            await _store_facts(client, target.prefix))
     except redis.AuthenticationError:
         return _refused_password(where, credentials)
     except redis.exceptions.NoPermissionError as e:
-        return _not_permitted(where, target.prefix, e)
+        return _not_permitted(where, [_noperm(e, target.prefix) or "a command"])
     except redis.ResponseError as e:
         if "NOAUTH" in str(e) or "WRONGPASS" in str(e):
             return _refused_password(where, credentials)
-        if "NOPERM" in str(e) or "no permissions" in str(e):
-            return _not_permitted(where, target.prefix, e)
+        if _noperm(e, target.prefix):
+            return _not_permitted(where, [_noperm(e, target.prefix) or ""])
         return ProbeResult(False, reasons.PROBE_FAILED, f"Redis at {where} refused the probe: {type(e).__name__}")
     except (redis.ConnectionError, redis.TimeoutError, OSError, asyncio.TimeoutError) as e:
         if target.tls and isinstance(e, (redis.TimeoutError, asyncio.TimeoutError)):
@@ -298,6 +301,37 @@ async def _exchange(target: RedisTarget, host: str, credentials: Credentials, ti
             await client.aclose()
         except Exception:  # noqa: BLE001 - closing a broken connection must not mask the result
             pass
+
+
+def _noperm(error: BaseException, prefix: str) -> str | None:
+    """The command a NOPERM refusal names (or the prefix's keys), None when ``error`` is no NOPERM."""
+    text = str(error)
+    if not isinstance(error, redis.ResponseError) or not ("NOPERM" in text or "no permissions" in text):
+        return None
+    named = _NOPERM_COMMAND.search(text)
+    return named.group(1).upper() if named else f"keys under {prefix}"
+
+
+async def _refused_commands(client: aioredis.Redis, key: str, prefix: str) -> list[str]:
+    """The commands of redis_acl.COMMANDS beyond SET and GET that the server refuses to this
+    user, each tried once on the probe's own keys (they expire in 10 s): two round trips."""
+    refused: list[str] = []
+    listing, counter = f"{key}:list", f"{key}:n"
+    history = client.pipeline(transaction=True)  # as the shared session history appends
+    history.rpush(listing, "p").ltrim(listing, -1, -1).expire(listing, 10)
+    try:
+        await history.execute()
+    except redis.ResponseError as e:  # a refused MULTI leaves the rest to run alone, then EXEC fails
+        refused.append("MULTI" if "EXEC without MULTI" in str(e) else _noperm(e, prefix) or "")
+    others = client.pipeline(transaction=False)
+    # INCR as the rate limiter's script sends it (redis-py's incr() is INCRBY)
+    others.ping().exists(key).execute_command("INCR", counter).pexpire(counter, 10_000).pttl(counter)
+    others.lrange(listing, 0, -1)
+    others.eval("return redis.call('get', KEYS[1])", 1, key).scan(0, match=f"{prefix}operator-probe:*", count=1)
+    for answer in await others.execute(raise_on_error=False):
+        if isinstance(answer, BaseException):
+            refused.append(_noperm(answer, prefix) or "")
+    return [c for c in dict.fromkeys(refused) if c]
 
 
 async def _store_facts(client: aioredis.Redis, prefix: str) -> StoreFacts:
@@ -341,15 +375,13 @@ def _refused_password(where: str, credentials: Credentials = Credentials()) -> P
 _NOPERM_COMMAND = re.compile(r"run the '([A-Za-z|_ -]{1,40})' command")
 
 
-def _not_permitted(where: str, prefix: str, error: Exception) -> ProbeResult:
-    """NOPERM: the ACL user lacks a command or a key pattern (the server's text names the user,
-    which is not repeated: only the command)."""
-    command = _NOPERM_COMMAND.search(str(error))
-    what = (f"the command {command.group(1).upper()}" if command else
-            f"the keys under the prefix {prefix}" if "key" in str(error).lower() else "a command the gateway needs")
+def _not_permitted(where: str, refused: Sequence[str]) -> ProbeResult:
+    """NOPERM: the ACL user lacks commands or the key pattern (the server's text names the user,
+    which is not repeated: only what was refused)."""
     return ProbeResult(False, reasons.COMMAND_NOT_PERMITTED,
-                       f"Redis at {where} refused {what} to the user of spec.redis.usernameSecretRef (NOPERM): "
-                       "grant the user the least-privilege ACL of docs/redis.md")
+                       f"Redis at {where} refused {', '.join(refused)} to the user of spec.redis.usernameSecretRef "
+                       "(NOPERM), which the gateway needs: grant it the least-privilege ACL of docs/redis.md "
+                       "(gateway-operator redis-acl prints it)")
 
 
 def _tls_failure(target: RedisTarget, credentials: Credentials, error: BaseException) -> ProbeResult | None:

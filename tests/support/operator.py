@@ -75,10 +75,12 @@ class OperatorProcess:
     chart's Roles for them and a ServiceAccount of its own (NAMESPACED_RELEASE)."""
 
     def __init__(self, cluster: Cluster, resync_seconds: float = 5.0, namespaces: Sequence[str] = (),
-                 lease: tuple[int, int, int] = (4, 3, 1)) -> None:
+                 lease: tuple[int, int, int] = (4, 3, 1), extra_args: Sequence[str] = ()) -> None:
         """``lease``: duration, renew deadline and retry period of its leader election (short,
-        so that a restarted operator leads again within seconds)."""
+        so that a restarted operator leads again within seconds). ``extra_args``: more of the
+        CLI's flags, as chart values add them (e.g. ``--redis-allow``)."""
         self.cluster = cluster
+        self.extra_args = list(extra_args)
         self.namespaces = list(namespaces)
         self.release = NAMESPACED_RELEASE if namespaces else RELEASE
         self.identity = identity(self.release)
@@ -104,7 +106,7 @@ class OperatorProcess:
                # as the chart runs it: leader election on the Lease <release>-leader
                "--leader-election", "--leader-identity", self.leader_identity,
                "--lease-duration", str(self.lease[0]), "--renew-deadline", str(self.lease[1]),
-               "--retry-period", str(self.lease[2])]
+               "--retry-period", str(self.lease[2]), *self.extra_args]
         self.started_at = now()
         env = {k: v for k, v in os.environ.items() if k != "KUBECONFIG"}
         self.log = open(self.log_path, "wb")
