@@ -197,9 +197,9 @@ def real_redis() -> Iterator[RedisServer]:
 def launch(tmp_path: Path, llm: StandInLLM) -> Iterator[Callable[[str, Dict[str, Any]], LaunchedGateway]]:
     started: List[LaunchedGateway] = []
 
-    def _launch(name: str, documented: Dict[str, Any]) -> LaunchedGateway:
+    def _launch(name: str, documented: Dict[str, Any], env: Optional[Dict[str, str]] = None) -> LaunchedGateway:
         port = free_port()
-        proc = run_launcher(tmp_path, name, documented, llm, port)
+        proc = run_launcher(tmp_path, name, documented, llm, port, env)
         gateway = LaunchedGateway(proc, port, tmp_path / name / "launcher.log")
         started.append(gateway)
         gateway.wait_ready()
@@ -841,3 +841,100 @@ def test_the_stand_ins_record_says_unanswered_when_the_caller_hung_up_during_a_s
     # the stand-in records a turn's end after its last write, which the caller may see first
     _wait_until(lambda: all(turn_of(llm, m)["ended"] is not None for m in ("hung-up", "waited")), 10, "both turns' ends")
     assert (turn_of(llm, "hung-up")["answered"], turn_of(llm, "waited")["answered"]) == (False, True)
+
+
+# --------------------------------------------------------------------------
+# Your own Redis (issue 20): TLS with a private CA and a server name, an ACL user
+# --------------------------------------------------------------------------
+
+TLS_NAME = "redis.test.internal"  # the certificate's only name; the gateway reaches it as 127.0.0.1
+ACL_USER = "gw-tenant"
+
+
+@pytest.fixture
+def acl_redis(tmp_path: Path) -> Iterator[RedisServer]:
+    """TLS-only, the ACL user with exactly the least-privilege rules (redis_acl.rules)."""
+    from gateway_operator import redis_acl
+    from support.tls import make_ca, server_cert
+    ca = make_ca(tmp_path / "ca")
+    server = RedisServer(password="admin-only", tls=server_cert(ca, tmp_path / "cert", dns=(TLS_NAME,), ips=()),
+                         users={ACL_USER: redis_acl.rules(PREFIX, password=REDIS_PASSWORD)}).start()
+    yield server
+    server.close()
+
+
+def own_redis_config(redis: RedisServer) -> Dict[str, Any]:
+    """push.redis exactly as the operator renders it for spec.redis with host, tls (caSecretRef,
+    serverName) and usernameSecretRef; only the CA's path differs (the pod's is a Secret volume)."""
+    from gateway_operator import api, render
+    from gateway_operator.api import GatewaySpec
+    from gateway_operator.redis_target import resolve
+    spec = GatewaySpec.parse({"image": "x", "replicas": 2, "config": {"hooks": {"idempotency": {
+        "store_backend": "redis"}}}, "redis": {
+        "host": "127.0.0.1", "port": redis.port, "prefix": PREFIX, "passwordSecretRef": {"name": "login"},
+        "usernameSecretRef": {"name": "login"},
+        "tls": {"enabled": True, "caSecretRef": {"name": "ca"}, "serverName": TLS_NAME}}})
+    rendered = render.gateway_config(render.Owner("gw", "testns", "uid"), spec, resolve(spec.redis, "testns", "gw"))
+    push = rendered["push"]["redis"]
+    assert redis.tls is not None
+    push["url"] = push["url"].replace(f"{api.REDIS_CA_DIR}/{api.REDIS_CA_FILE}", str(redis.tls.ca_path))
+    documented = session_config(redis)
+    documented["push"] = {"redis": push}
+    return documented
+
+
+def test_two_replicas_dedup_and_share_sessions_over_tls_as_the_least_privilege_acl_user(
+        launch, acl_redis: RedisServer, llm: StandInLLM) -> None:
+    env = {"GATEWAY_REDIS_USERNAME": ACL_USER}
+    a = launch("tls-a", own_redis_config(acl_redis), env)
+    b = launch("tls-b", own_redis_config(acl_redis), env)
+    before = llm.completions
+    for name, gw in (("a", a), ("b", b)):  # each replica builds its store on its first webhook
+        status, body = gw.webhook({"id": f"warm-{name}", "session": f"w-{name}", "text": "hello"})
+        assert (status, body.get("action")) == (200, "agent"), body
+        assert gw.idempotency_owners() == [], gw.health().get("degraded_owners")
+    assert a.webhook({"id": "tls-1", "session": "s", "text": "msg=tls-1 session=s"})[1].get("action") == "agent"
+    assert b.webhook({"id": "tls-1", "session": "s", "text": "msg=tls-1 session=s"}) == \
+        (200, {"ok": True, "deduplicated": True})
+    status, body = b.webhook({"id": "tls-2", "session": "s", "text": "msg=tls-2 session=s"})
+    assert (status, body.get("action")) == (200, "agent"), body
+    assert turn_of(llm, "tls-2")["history"] == ["tls-1"]  # the session's history, shared over TLS
+    assert llm.completions - before == 4
+    # nothing the gateway, its launcher or redis-py ran was refused to the user
+    assert acl_redis.acl_log() == [], acl_redis.acl_log()
+    for gw in (a, b):
+        assert gw.stop() == 0, gw.output()
+        assert REDIS_PASSWORD not in gw.output() and ACL_USER not in gw.output()
+        assert "redis=rediss://127.0.0.1" in gw.output() and "webhook sessions=shared in Redis" in gw.output()
+    assert acl_redis.acl_log() == []  # the stop's release of unfinished claims too (SCAN, EVAL)
+
+
+def test_without_one_command_the_gateway_fails_open_and_the_probe_names_it(
+        launch, acl_redis: RedisServer, llm: StandInLLM) -> None:
+    """The ACL minus EVAL (the record and release scripts): webhooks are still answered (the
+    gateway fails open, as documented), /health says the store is degraded, and the operator's
+    probe, signing in as the same user, refuses to let a second replica scale out."""
+    import asyncio
+
+    from gateway_operator import reasons, redis_acl
+    from gateway_operator.api import SecretKeyRef, TLSOptions
+    from gateway_operator.redis_probe import Allowlist, Credentials, Prober
+    from gateway_operator.redis_target import RedisTarget
+
+    acl_redis.set_user(ACL_USER, redis_acl.rules(PREFIX, password=REDIS_PASSWORD).replace(" +eval", ""))
+    gw = launch("no-eval", own_redis_config(acl_redis), {"GATEWAY_REDIS_USERNAME": ACL_USER})
+    status, body = gw.webhook({"id": "no-eval-1", "session": "s", "text": "msg=no-eval-1 session=s"})
+    assert (status, body.get("action")) == (200, "agent"), body  # fail open: the turn ran
+    owners = gw.idempotency_owners()
+    assert owners and owners[0]["state"] != "healthy", gw.health()
+    assert "eval" in {entry["object"] for entry in acl_redis.acl_log()}
+    assert REDIS_PASSWORD not in gw.output()
+
+    assert acl_redis.tls is not None
+    target = RedisTarget("127.0.0.1", acl_redis.port, 0, True, PREFIX, SecretKeyRef("login", "password"),
+                         username_ref=SecretKeyRef("login", "username"),
+                         tls_options=TLSOptions(SecretKeyRef("ca", "ca.crt"), TLS_NAME))
+    result = asyncio.run(Prober(allowlist=Allowlist.parse(["127.0.0.1/32"])).probe(
+        "testns", target, Credentials(REDIS_PASSWORD, ACL_USER, acl_redis.tls.ca_pem), 2.0))
+    assert (result.ok, result.reason) == (False, reasons.COMMAND_NOT_PERMITTED), result.message
+    assert "refused EVAL to the user" in result.message and ACL_USER not in result.message
