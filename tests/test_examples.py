@@ -17,6 +17,8 @@ EXPECTED = {  # file -> what `kubectl apply` does with it
     "gateway-refused.yaml": "refused",
     "gateway-hpa.yaml": "accepted",
     "bot-tokens.yaml": "accepted",
+    "gateway-own-redis.yaml": "accepted",
+    "own-redis-secrets.yaml": "accepted",
 }
 
 

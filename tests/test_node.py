@@ -577,6 +577,128 @@ def test_the_switch_from_one_sqlite_replica_to_three_on_redis_carries_its_record
     cluster.kubectl("delete", "gatewaydeployment", "switch-bot", "-n", NS, "--wait=true", "--timeout=180s")
 
 
+# -- your own Redis (issue 20): TLS-only with a private CA, an ACL user -----------------------
+
+OWN_REDIS, OWN_NAME, OWN_USER = "own-redis", "redis.own.internal", "tls-bot"
+
+
+def own_redis_manifests(image: str) -> list[dict]:
+    """A TLS-only Redis from our Redis image: the server's certificate in Secret own-redis-tls,
+    the default user's password and the gateway's ACL user (its rules, password included) in
+    Secret own-redis-users, as a Redis of your own would be run by someone else."""
+    labels = {"app.kubernetes.io/name": OWN_REDIS}
+    command = ('set -f; exec redis-server --port 0 --tls-port 6380 --tls-cert-file /tls/tls.crt '
+               '--tls-key-file /tls/tls.key --tls-ca-cert-file /tls/ca.crt --tls-auth-clients no '
+               '--requirepass "$ADMIN_PASSWORD" --save "" --appendonly no --maxmemory-policy noeviction '
+               f'--user {OWN_USER} $ACL_RULES')
+    users = {"secretKeyRef": {"name": "own-redis-users"}}
+    return [
+        {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": OWN_REDIS, "labels": labels},
+         "spec": {"replicas": 1, "selector": {"matchLabels": labels}, "template": {
+             "metadata": {"labels": labels}, "spec": {
+                 "securityContext": {"runAsNonRoot": True, "runAsUser": 999, "runAsGroup": 999,
+                                     "seccompProfile": {"type": "RuntimeDefault"}},
+                 "automountServiceAccountToken": False,
+                 "containers": [{
+                     "name": "redis", "image": image, "command": ["sh", "-c", command],
+                     "env": [{"name": "ADMIN_PASSWORD", "valueFrom": {"secretKeyRef": {**users["secretKeyRef"],
+                                                                                      "key": "admin"}}},
+                             {"name": "ACL_RULES", "valueFrom": {"secretKeyRef": {**users["secretKeyRef"],
+                                                                                 "key": "rules"}}}],
+                     "ports": [{"name": "redis", "containerPort": 6380}],
+                     "readinessProbe": {"tcpSocket": {"port": "redis"}, "periodSeconds": 2},
+                     "securityContext": {"allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True,
+                                         "capabilities": {"drop": ["ALL"]}},
+                     "volumeMounts": [{"name": "tls", "mountPath": "/tls", "readOnly": True},
+                                      {"name": "data", "mountPath": "/data"}]}],
+                 "volumes": [{"name": "tls", "secret": {"secretName": "own-redis-tls"}},
+                             {"name": "data", "emptyDir": {}}]}}}},
+        {"apiVersion": "v1", "kind": "Service", "metadata": {"name": OWN_REDIS, "labels": labels},
+         "spec": {"selector": labels, "ports": [{"name": "redis", "port": 6380, "targetPort": "redis"}]}},
+    ]
+
+
+def own_redis_cli(cluster: Cluster, *args: str) -> str:
+    """redis-cli in the own Redis's pod, as its administrator (the default user)."""
+    command = 'REDISCLI_AUTH="$ADMIN_PASSWORD" exec redis-cli --tls --insecure -p 6380 "$@"'
+    return cluster.kubectl("exec", "-n", NS, f"deploy/{OWN_REDIS}", "--", "sh", "-c", command, "redis-cli",
+                           *args).stdout
+
+
+def test_a_webhook_to_every_replica_runs_once_over_tls_as_the_least_privilege_acl_user(
+        sandbox: Sandbox, tmp_path: Path) -> None:
+    """Three replicas of the real gateway on a TLS-only Redis pod with a private CA, reached by its
+    Service's ClusterIP (which its certificate does not carry: tls.serverName does), signed in as
+    the ACL user with exactly `gateway-operator redis-acl`'s rules. One webhook sent to every
+    replica runs the agent once (counted at the LLM stand-in); nothing is refused to the user."""
+    import base64
+    import secrets as token_source
+
+    from gateway_operator import redis_acl
+    from support.tls import make_ca, server_cert
+    cluster = sandbox.cluster
+    ca = make_ca(tmp_path / "ca")
+    cert = server_cert(ca, tmp_path / "cert", dns=(OWN_NAME,), ips=())
+    password, admin = token_source.token_urlsafe(24), token_source.token_urlsafe(24)
+    prefix = api.default_prefix(NS, OWN_USER)
+
+    def secret(name: str, **data: str) -> dict:
+        return {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": name}, "data": {
+            k: base64.b64encode(v.encode()).decode() for k, v in data.items()}}
+
+    objects = [secret("own-redis-tls", **{"tls.crt": cert.cert_path.read_text(), "tls.key": cert.key_path.read_text(),
+                                          "ca.crt": ca.pem}),
+               secret("own-redis-users", admin=admin, rules=redis_acl.rules(prefix, password=password)),
+               secret("tls-bot-redis-login", username=OWN_USER, password=password),
+               secret("tls-bot-redis-ca", **{"ca.crt": ca.pem}),
+               *own_redis_manifests(node.images().redis)]
+    try:
+        cluster.apply(json.dumps({"apiVersion": "v1", "kind": "List", "items": objects}), "-n", NS)
+        cluster.kubectl("-n", NS, "rollout", "status", f"deploy/{OWN_REDIS}", "--timeout=120s")
+        address = cluster.get_json("-n", NS, f"service/{OWN_REDIS}")["spec"]["clusterIP"]
+        bot = yaml.safe_load((REPO / "examples/gateway-redis.yaml").read_text())
+        bot["metadata"]["name"] = OWN_USER
+        bot["spec"]["image"] = node.images().gateway
+        bot["spec"]["imagePullPolicy"] = "Never"
+        bot["spec"]["env"] = [{"name": k, "value": v} for k, v in llm_pod.deploy(cluster, NS, node.images().gateway).items()]
+        bot["spec"]["redis"] = {"host": address, "port": 6380,
+                                "usernameSecretRef": {"name": "tls-bot-redis-login"},
+                                "passwordSecretRef": {"name": "tls-bot-redis-login"},
+                                "tls": {"enabled": True, "caSecretRef": {"name": "tls-bot-redis-ca"},
+                                        "serverName": OWN_NAME}}
+        cluster.apply(json.dumps(bot), "-n", NS)
+        cluster.kubectl("-n", NS, "wait", "--for=condition=Ready", f"gatewaydeployment/{OWN_USER}", "--timeout=240s")
+        found = conditions(cluster, NS, OWN_USER)
+        assert found["RedisReachable"]["reason"] == "ProbeSucceeded", found
+        assert found["RedisTLSVerified"]["reason"] == "ServerCertificateVerified", found
+        ips, token = pod_ips(cluster, OWN_USER), node.gateway_token(cluster, NS, OWN_USER)
+        assert len(ips) == 3
+        for ip in ips:  # 0.1.16 builds a replica's store on its first webhook
+            assert node.webhook(ip, token, f"warm-up-{uuid.uuid4().hex[:8]}", "warm-up").status == 200
+        until(lambda: "every polled replica (3)" in conditions(cluster, NS, OWN_USER)["ExactlyOnceAdmission"][
+            "message"], timeout=60, what="ExactlyOnceAdmission over 3 polled replicas, over TLS")
+        turns, answers = deliver(cluster, OWN_USER, ips, f"tls-{uuid.uuid4().hex[:8]}")
+        assert turns == 1, answers
+        assert [a.body for a in answers[1:]] == [{"ok": True, "deduplicated": True}] * 2, answers
+        for ip in ips:
+            assert not [o for o in node.health(ip).body.get("degraded_owners") or []
+                        if o["owner_id"] == "durability:idempotency"]
+        # the records are under the prefix, and nothing the gateways ran was refused to the user
+        # (the operator's probe may log its refused INFO and CONFIG GET: not in the least-privilege ACL)
+        assert own_redis_cli(cluster, "--scan", "--pattern", f"{prefix}hookidem:*").split()
+        refused = {line for line in own_redis_cli(cluster, "ACL", "LOG").splitlines()}
+        assert not refused & {c for c in redis_acl.COMMANDS}, refused
+        for pod in ready_pods(cluster, NS, OWN_USER):
+            logs = cluster.kubectl("logs", "-n", NS, pod["metadata"]["name"]).stdout
+            assert password not in logs and token not in logs and "rediss://" in logs
+    finally:
+        cluster.kubectl("-n", NS, "delete", "gatewaydeployment", OWN_USER, "--wait=true", "--timeout=180s",
+                        "--ignore-not-found")
+        cluster.kubectl("-n", NS, "delete", "deploy,service", OWN_REDIS, "--ignore-not-found")
+        cluster.kubectl("-n", NS, "delete", "secret", "own-redis-tls", "own-redis-users", "tls-bot-redis-login",
+                        "tls-bot-redis-ca", "--ignore-not-found")
+
+
 # -- again, then down ----------------------------------------------------------------------
 
 KUBE_ROUTER_CHAINS = ("KUBE-ROUTER-", "KUBE-NWPLCY-", "KUBE-POD-FW-")
