@@ -215,3 +215,14 @@ def test_a_ca_secret_that_holds_no_certificate_is_named(tmp_path: Path, pki: dic
     assert ca_bundle_loads(pki["ca"].pem)
     assert not ca_bundle_loads("not a certificate")
     assert not ca_bundle_loads("-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n")
+
+
+def test_under_the_open_allowlist_the_same_failures_say_nothing_of_what_answered(tls_redis: RedisServer,
+                                                                                 pki: dict) -> None:
+    """The chart's default (redisProbe.allow: []): a target the operator may not privilege is told
+    in fixed words (tests/test_tenancy.py), pointing at the allowlist that would explain it."""
+    from gateway_operator import redis_probe
+    wrong_ca = asyncio.run(Prober().probe("t", target(tls_redis.port), Credentials(PASSWORD, USER, pki["other"].pem),
+                                          2.0))
+    assert wrong_ca == redis_probe.unusable(f"127.0.0.1:{tls_redis.port}/0")
+    assert "redisProbe.allow" in wrong_ca.message

@@ -145,7 +145,8 @@ def unreachable(where: str, timeout: float, why: str = "") -> ProbeResult:
 def unusable(where: str) -> ProbeResult:
     return ProbeResult(False, reasons.PROBE_FAILED,
                        f"{where} did not complete a SET NX PX round trip as a Redis this gateway can use (with the "
-                       "configured password, if any)")
+                       "configured credentials and TLS settings, if any); the operator explains the failures of a "
+                       "Redis its redisProbe.allow names")
 
 
 class Prober:
