@@ -143,6 +143,7 @@ def test_a_tls_redis_with_a_private_ca_and_an_acl_user_is_verified_and_every_fai
     wait_event(c, ns, GATEWAY, "RedisUnreachable", "Warning")
     seen = seen_by_anyone(w)
     assert PASSWORD not in seen and "not-the-password" not in seen and w["ca"].pem.splitlines()[1] not in seen
+    assert USER not in seen and "nobody" not in seen  # the user name's Secret is a Secret too
 
 
 def test_insecure_skip_verify_is_a_warning_condition_and_event_never_silent(world: dict) -> None:
