@@ -534,6 +534,37 @@ def test_the_launcher_and_the_operator_agree_on_the_migration_names() -> None:
     assert Path(render.STATE_DIR, *launcher.SQLITE_STORE[1:]) == Path(render.HOME_DIR, *launcher.SQLITE_STORE)
 
 
+def test_the_launcher_and_the_operator_agree_on_every_name_they_share() -> None:
+    """The launcher runs in the pods and imports nothing of the operator: the names it shares with
+    it are written twice, and this test keeps the two copies equal."""
+    from gateway_operator import api, render, validation
+    assert launcher._OTHER_IDEMPOTENCY_FORMS == validation.OTHER_IDEMPOTENCY_FORMS
+    assert launcher.SESSION_KEY_ENV == api.SESSION_KEY_ENV
+    assert launcher.SESSION_HISTORY_KEY in render.gateway_config(render.Owner("g", "n", "u"), spec_of({}), None)
+    # whatever the operator writes into push.redis, the launcher takes (the fullest spec.redis there is)
+    spec = spec_of({"redis": {"host": "10.0.0.5", "passwordSecretRef": {"name": "l"},
+                                    "usernameSecretRef": {"name": "l"},
+                                    "tls": {"enabled": True, "caSecretRef": {"name": "c"}, "serverName": "r.x"}}})
+    from gateway_operator.redis_target import resolve
+    pushed = render.gateway_config(render.Owner("g", "n", "u"), spec, resolve(spec.redis, "n", "g"))["push"]["redis"]
+    assert set(pushed) <= launcher._REDIS_KEYS and {"username", "tls_server_name"} <= set(pushed)
+    # the env vars it renders as ${VAR} are the ones the launcher keeps out of its log lines
+    names = {api.AUTH_TOKEN_ENV, api.REDIS_PASSWORD_ENV, api.REDIS_USERNAME_ENV}
+    assert names <= set(launcher.env_refs({"push": {"redis": pushed}})) | {api.AUTH_TOKEN_ENV}
+    os.environ.update({name: f"value-of-{name}" for name in names})
+    try:
+        assert all(f"value-of-{name}" in launcher._secrets({}, None) for name in names)
+    finally:
+        for name in names:
+            os.environ.pop(name)
+
+
+def spec_of(extra: Dict[str, Any]) -> Any:
+    """A GatewaySpec from a partial spec."""
+    from gateway_operator.api import GatewaySpec
+    return GatewaySpec.parse({"image": "x", "config": {}, **extra})
+
+
 def test_migration_copies_recorded_rows_with_their_ttl_left_and_skips_the_rest(tmp_path: Path,
                                                                              real_redis: RedisServer) -> None:
     import sqlite3

@@ -44,7 +44,7 @@ from support.monitoring import (Prometheus, alert_names, dashboard, panel_target
 from support.operator import RELEASE, SYSTEM_NAMESPACE, OperatorProcess
 from support.plots import Chart, write_figure
 from support.redis_server import RedisServer, free_port
-from support.standins import BUILD_TIME, RUNTIME, HealthStandIns, idempotency_owner
+from support.standins import BUILD_TIME, RUNTIME, HealthStandIn, HealthStandIns, idempotency_owner
 from support.wait import WaitTimeout, until
 
 RULE_TESTS = REPO / "tests/promtool/gateway-operator.rules.test.yaml"
@@ -301,10 +301,18 @@ def release_pod_ip(cluster: Cluster, ns: str, pod: str) -> None:
           what=f"pod {pod} gone")
 
 
-def wait_polled(cluster: Cluster, ns: str, count: int) -> None:
+def wait_polled(cluster: Cluster, ns: str, count: int, replicas: dict[str, HealthStandIn] | None = None) -> None:
     """The operator has polled the stand-in of each of ``count`` ready replicas, and every one
     answered and dedups through Redis (IdempotencyDegraded False is also what a replica that
-    does not answer yet gives)."""
+    does not answer yet gives). With ``replicas``: the stand-ins the next phase steers are the
+    ones it polls (each answered a poll from now on), not only some ``count`` replicas: right after
+    a replacement the operator may still poll the pods it knew before."""
+    if replicas is not None:
+        before = {name: s.requests for name, s in replicas.items()}
+        until(lambda: all(s.requests > before[name] for name, s in replicas.items()), timeout=30,
+              what=f"a poll of each of {sorted(replicas)} (polls so far: "
+                   f"{ {name: s.requests for name, s in replicas.items()} })")
+
     def held() -> dict[str, Any] | None:
         c = conditions(cluster, ns, GATEWAY).get("ExactlyOnceAdmission")
         ok = c and (c["status"], c["reason"]) == ("True", "SharedRedisStore") \
@@ -342,7 +350,7 @@ def run_scenario(cluster: Cluster, live: Live, redis: RedisServer, standins: Hea
     replicas = serve_health(cluster, standins, ns, GATEWAY, 2)
     assert stale not in replicas and set(replicas) == {p["metadata"]["name"] for p in pods}, sorted(replicas)
     wait_condition(cluster, ns, GATEWAY, "IdempotencyDegraded", "False", timeout=30)
-    wait_polled(cluster, ns, 2)
+    wait_polled(cluster, ns, 2, replicas)  # the phases below steer these two stand-ins
     live.phases.append((started, time.time(), "stale replica restarted"))
     live.quiet()
 
