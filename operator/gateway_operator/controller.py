@@ -19,17 +19,17 @@ from typing import Any, Callable, Mapping, MutableMapping, Sequence
 import kopf
 from kubernetes.client.rest import ApiException
 
-from . import api, conditions, dedup_history, health, metrics, reasons, render, status
+from . import api, conditions, dedup_history, health, metrics, render, status
 from .api import GatewaySpec, HealthSpec
 from .conditions import Facts, Problem
 from .expose import Exposure
 from .kube import Kube
 from .reconcile import LiveDeployment, Observation, Outcome, PodView, ReconcileSettings, Result, SecretInputs, reconcile
 from .redis_probe import Prober
+from .schedule import Schedule
 from .tenancy import Claim
 
 log = logging.getLogger(__name__)
-_STICKY = (reasons.APPLY_FAILED, reasons.OBJECT_NOT_OWNED, reasons.RECONCILE_ERROR, reasons.EXPOSE_NOT_SERVED)
 
 
 @dataclass(frozen=True)
@@ -62,16 +62,10 @@ class GatewayController:
     poller: health.Poller = field(default_factory=health.Poller)
     body: Mapping[str, Any] = field(default_factory=dict)
     wake: asyncio.Event = field(default_factory=asyncio.Event)
-    _dirty: bool = True
-    _reconciled_generation: int | None = None
-    _next_full: float = 0.0
-    _failures: int = 0                  # consecutive passes that ended with a Problem or an error
+    schedule: Schedule = field(default_factory=Schedule)  # when the next pass, poll and restart are due
     _last_problem: Problem | None = None  # the last one logged
-    _sticky: Problem | None = None        # a problem of the last full pass that observation cannot see
-    _last_restart: float = 0.0
     _rv_floor: int = 0
     _inputs: SecretInputs | None = None  # the last full pass's Secret inputs, reused until the next
-    _next_poll: float = 0.0               # polls keep a fixed cadence: one interval after the last began
     _exposure: Exposure | None = None     # status.expose as last read (spec.expose)
 
     def __post_init__(self) -> None:
@@ -82,14 +76,12 @@ class GatewayController:
         if _resource_version(body) < self._rv_floor:
             return  # older than our own last status write; a newer event follows
         self.body = _kept(body)
-        if body.get("metadata", {}).get("generation") != self._reconciled_generation:
-            self._dirty = True
-            self._failures = 0  # a new spec deserves a prompt first try
-            self.wake.set()
+        if self.schedule.spec_changed(body.get("metadata", {}).get("generation")):
+            self.wake.set()  # a new spec deserves a prompt first try
 
     def nudge(self) -> None:
         """An owned object changed (drift, rollout progress): reconcile soon."""
-        self._dirty = True
+        self.schedule.nudge()
         self.wake.set()
 
     async def run(self) -> None:
@@ -115,19 +107,13 @@ class GatewayController:
         if problem != self._last_problem:
             self.log.warning(message, exc_info=exc_info)
             self._last_problem = problem
-        self._next_full = time.monotonic() + self.settings.reconcile.backoff(self._failures)
-        self._failures += 1
+        self.schedule.errored(time.monotonic(), self.settings.reconcile.problem_backoff)
 
     async def step(self) -> None:
         body = self.body
         spec = _spec_or_none(body)
         health_spec = spec.health if spec else HealthSpec()
-        started = time.monotonic()
-        # the second poll comes a random part of an interval after the first, so that
-        # gateways found together (an operator start) do not poll in one burst for ever
-        self._next_poll = started + health_spec.interval_seconds * (random.uniform(0.5, 1.0) if not self._next_poll
-                                                                    else 1.0)
-        full = self._dirty or time.monotonic() >= self._next_full
+        full = self.schedule.begin(time.monotonic(), health_spec.interval_seconds, random.uniform(0.5, 1.0))
         # polling runs beside the reconcile, so a slow Redis probe never delays what the
         # replicas report: a fact shows within one interval plus the poll timeout
         hosts = spec.expose.hosts if spec else ()
@@ -155,7 +141,7 @@ class GatewayController:
         started = time.monotonic()
         seen = Observation(self.deployment(), self._inputs, self._exposure, self.claims(hosts))
         result = await reconcile(self.kube, self.prober, self.settings.reconcile, body, list(self.pods()),
-                                 full, self._failures, seen)
+                                 full, self.schedule.failures, seen)
         if result.outcome.exposure is not None or (result.outcome.applied and result.outcome.problem is None):
             self._exposure = result.outcome.exposure
         if result.outcome.applied:
@@ -164,21 +150,12 @@ class GatewayController:
         return result
 
     def _settle(self, body: Mapping[str, Any], outcome: Outcome, requeue_after: float) -> Outcome:
-        """Metrics, the next full pass, and one log line per change of problem. A problem
-        only a full pass can see (the API server refused a write, a foreign object) stays
-        until the next full pass, so status does not flap between passes."""
-        now = time.monotonic()
+        """Metrics, the next full pass (the schedule: a sticky problem survives observation
+        passes), and one log line per change of problem."""
         if outcome.applied:
             metrics.reconciled(self.namespace, self.name, outcome.writes)
-            self._dirty = False
-            self._reconciled_generation = body["metadata"].get("generation")
-            self._next_full = now + requeue_after
-            self._failures = self._failures + 1 if outcome.problem else 0
-            self._sticky = outcome.problem if outcome.problem and outcome.problem.reason in _STICKY else None
-        elif outcome.problem is None and self._sticky is not None:
-            outcome = outcome._replace(problem=self._sticky)
-        elif outcome.problem is not None:
-            self._next_full = min(self._next_full, now + requeue_after)
+        outcome = outcome._replace(problem=self.schedule.settled(
+            time.monotonic(), outcome.applied, body["metadata"].get("generation"), outcome.problem, requeue_after))
         if outcome.error is not None:
             metrics.reconcile_failed(self.namespace, self.name)
         if outcome.problem != self._last_problem:
@@ -231,12 +208,12 @@ class GatewayController:
         stale = sorted(h.pod for h in facts.health if h.state is health.Idempotency.BUILD_TIME_FALLBACK)
         if not stale or facts.ready_replicas < facts.running_replicas:
             return  # wait until the previous restart has come back ready
-        if time.monotonic() - self._last_restart < spec.health.restart_cooldown_seconds:
+        if not self.schedule.restart_allowed(time.monotonic(), spec.health.restart_cooldown_seconds):
             return
         pod = next((p for p in self.pods() if p.name == stale[0]), None)
         if pod is None:
             return
-        self._last_restart = time.monotonic()
+        self.schedule.restarted(time.monotonic())
         await asyncio.to_thread(self.kube.delete_pod, self.namespace, pod.name, pod.uid)
         metrics.restarted_stale_replica(self.namespace, self.name)
         self.log.info("restarted pod %s: it kept the build-time SQLite fallback", pod.name)
@@ -245,10 +222,8 @@ class GatewayController:
                            "came back (the gateway rebuilds its store only on restart)")
 
     async def _sleep(self) -> None:
-        now = time.monotonic()
-        timeout = max(0.1, min(self._next_poll, self._next_full) - now)
         try:
-            await asyncio.wait_for(self.wake.wait(), timeout=timeout)
+            await asyncio.wait_for(self.wake.wait(), timeout=self.schedule.sleep_for(time.monotonic()))
         except asyncio.TimeoutError:
             pass
         self.wake.clear()

@@ -23,7 +23,7 @@ from typing import Any, Mapping, NamedTuple, Sequence
 
 from kubernetes.client.rest import ApiException
 
-from . import api, expose, reasons, render
+from . import api, expose, reasons, render, schedule
 from .api import GatewaySpec, Policy, SecretKeyRef
 from .conditions import Problem
 from .expose import Exposure
@@ -55,17 +55,15 @@ class PodView:
 @dataclass(frozen=True)
 class ReconcileSettings:
     resync_seconds: float = 60.0                            # full reconcile (drift check) at least this often
-    problem_backoff: tuple[float, ...] = (2, 4, 8, 16, 30, 60)  # retries while a Problem persists
+    problem_backoff: tuple[float, ...] = schedule.PROBLEM_BACKOFF  # retries while a Problem persists
     operator: render.OperatorIdentity = field(default_factory=render.OperatorIdentity)
     tenancy: TenancyPolicy = field(default_factory=TenancyPolicy)  # the administrator's (chart values tenancy)
 
     def backoff(self, failures: int) -> float:
-        return self.problem_backoff[min(failures, len(self.problem_backoff) - 1)]
+        return schedule.backoff(failures, self.problem_backoff)
 
     def resync_after(self) -> float:
-        """The resync period less up to 10%: objects created together (an operator start
-        finds them all) drift apart instead of resyncing in one burst each period."""
-        return self.resync_seconds * random.uniform(0.9, 1.0)
+        return schedule.resync_after(self.resync_seconds, random.random())
 
 
 class Observed(NamedTuple):

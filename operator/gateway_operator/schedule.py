@@ -1,0 +1,87 @@
+"""When one GatewayDeployment's loop runs next, and which problem it keeps showing: pure, with
+the clock (monotonic seconds) and the jitter as inputs, so tests drive it without sleeping.
+
+The loop (controller.py) asks ``begin`` at each step whether this pass is a full one (apply)
+or an observation pass, tells ``settled`` (or ``errored``) how it ended, and sleeps ``sleep_for``
+unless woken. Like controller-runtime's ``Result{RequeueAfter}``: the pass says when it wants to
+run again (``requeue_after``), the schedule keeps the earliest due time.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from . import reasons
+from .conditions import Problem
+
+#: problems only a full pass can see (a write the API server refused, a foreign object): shown
+#: until the next full pass, so status does not flap between it and the observation passes
+STICKY = (reasons.APPLY_FAILED, reasons.OBJECT_NOT_OWNED, reasons.RECONCILE_ERROR, reasons.EXPOSE_NOT_SERVED)
+PROBLEM_BACKOFF = (2.0, 4.0, 8.0, 16.0, 30.0, 60.0)  # retries while a problem persists
+MIN_SLEEP = 0.1
+
+
+def backoff(failures: int, steps: tuple[float, ...] = PROBLEM_BACKOFF) -> float:
+    """Seconds before the next full pass after ``failures`` failed ones in a row (the one backoff)."""
+    return steps[min(failures, len(steps) - 1)]
+
+
+def resync_after(resync_seconds: float, jitter: float) -> float:
+    """The resync period less up to 10% (``jitter`` in [0, 1)): objects created together (an
+    operator start finds them all) drift apart instead of resyncing in one burst each period."""
+    return resync_seconds * (1.0 - 0.1 * jitter)
+
+
+@dataclass
+class Schedule:
+    dirty: bool = True                   # the spec changed, or an owned object did: a full pass is due
+    reconciled_generation: int | None = None
+    next_full: float = 0.0
+    failures: int = 0                    # consecutive passes that ended with a problem or an error
+    sticky: Problem | None = None        # a problem of the last full pass that observation cannot see
+    next_poll: float = 0.0               # polls keep a fixed cadence: one interval after the last began
+    last_restart: float = 0.0
+
+    def spec_changed(self, generation: object) -> bool:
+        """A watch event's generation: True (and a prompt first try) when it is not the reconciled one."""
+        if generation == self.reconciled_generation:
+            return False
+        self.dirty, self.failures = True, 0
+        return True
+
+    def nudge(self) -> None:
+        self.dirty = True
+
+    def begin(self, now: float, poll_interval: float, first_poll_jitter: float) -> bool:
+        """A step starts: schedules the next poll and says whether this pass is a full one. The
+        second poll comes ``first_poll_jitter`` (0.5-1.0) of an interval after the first, so that
+        gateways found together (an operator start) do not poll in one burst for ever."""
+        self.next_poll = now + poll_interval * (first_poll_jitter if not self.next_poll else 1.0)
+        return self.dirty or now >= self.next_full
+
+    def settled(self, now: float, applied: bool, generation: object, problem: Problem | None,
+                requeue_after: float) -> Problem | None:
+        """A pass ended; returns the problem status shows (a sticky one survives observation passes)."""
+        if applied:
+            self.dirty, self.reconciled_generation = False, generation
+            self.next_full = now + requeue_after
+            self.failures = self.failures + 1 if problem else 0
+            self.sticky = problem if problem and problem.reason in STICKY else None
+            return problem
+        if problem is None:
+            return self.sticky
+        self.next_full = min(self.next_full, now + requeue_after)
+        return problem
+
+    def errored(self, now: float, steps: tuple[float, ...] = PROBLEM_BACKOFF) -> None:
+        """The step itself failed (not the pass): the next full pass backs off."""
+        self.next_full = now + backoff(self.failures, steps)
+        self.failures += 1
+
+    def restart_allowed(self, now: float, cooldown: float) -> bool:
+        return now - self.last_restart >= cooldown
+
+    def restarted(self, now: float) -> None:
+        self.last_restart = now
+
+    def sleep_for(self, now: float) -> float:
+        return max(MIN_SLEEP, min(self.next_poll, self.next_full) - now)

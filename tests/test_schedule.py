@@ -1,0 +1,87 @@
+"""The loop's timing (schedule.py), driven by a fake clock: when a pass is a full one, how a
+problem backs off, which problem stays shown between full passes, the poll cadence, the restart
+cooldown. No test here sleeps."""
+from __future__ import annotations
+
+from gateway_operator import reasons, schedule
+from gateway_operator.conditions import Problem
+from gateway_operator.schedule import Schedule
+
+INTERVAL = 10.0
+APPLY = Problem(reasons.APPLY_FAILED, "the API server refused a change")
+REDIS = Problem(reasons.REDIS_TARGET_NOT_ALLOWED, "outside the allowlist")
+
+
+def test_the_first_pass_is_full_and_the_next_full_one_comes_when_the_pass_asked() -> None:
+    s, now = Schedule(), 1000.0
+    assert s.begin(now, INTERVAL, 0.5)
+    assert s.settled(now, True, 1, None, 60.0) is None
+    assert not s.dirty and s.failures == 0 and s.next_full == now + 60
+    assert not s.begin(now + 30, INTERVAL, 0.5)   # an observation pass
+    assert s.begin(now + 60, INTERVAL, 0.5)       # the resync is due
+    s.settled(now + 60, True, 1, None, 60.0)
+    assert not s.begin(now + 61, INTERVAL, 0.5)
+    s.nudge()                                     # an owned object changed
+    assert s.begin(now + 61, INTERVAL, 0.5)
+
+
+def test_polls_keep_a_fixed_cadence_after_a_jittered_second_one() -> None:
+    s = Schedule()
+    s.begin(100.0, INTERVAL, 0.7)
+    assert s.next_poll == 107.0                   # 0.7 of an interval after the first
+    s.begin(107.0, INTERVAL, 0.7)
+    assert s.next_poll == 117.0                   # then one interval after each began
+    s.next_full = 500.0
+    assert s.sleep_for(107.0) == 10.0
+    assert s.sleep_for(116.99) == schedule.MIN_SLEEP  # never a busy loop
+
+
+def test_a_persisting_problem_backs_off_and_a_spec_change_retries_at_once() -> None:
+    s, now, waits = Schedule(), 0.0, []
+    for _ in range(8):
+        assert s.begin(now, INTERVAL, 1.0)
+        requeue = schedule.backoff(s.failures)    # what reconcile asks for with the failures so far
+        assert s.settled(now, True, 1, REDIS, requeue) == REDIS
+        waits.append(s.next_full - now)
+        now = s.next_full
+    assert waits == [2, 4, 8, 16, 30, 60, 60, 60]
+    assert not s.spec_changed(1)                  # the same generation: a status write's echo
+    assert s.spec_changed(2) and s.dirty and s.failures == 0
+    assert s.begin(now - 59, INTERVAL, 1.0)       # not waiting out the backoff
+
+
+def test_an_observation_pass_sees_a_problem_only_sooner_and_keeps_a_sticky_one() -> None:
+    s = Schedule()
+    s.begin(0.0, INTERVAL, 1.0)
+    s.settled(0.0, True, 1, None, 60.0)
+    # a problem an observation pass finds (a crash loop) brings the next full pass forward
+    assert s.settled(5.0, False, 1, REDIS, 2.0) == REDIS and s.next_full == 7.0
+    # a full pass's refused write is not seen by observation passes: it stays until the next full one
+    s.settled(7.0, True, 1, APPLY, 2.0)
+    assert s.settled(8.0, False, 1, None, 60.0) == APPLY
+    s.settled(9.0, True, 1, None, 60.0)
+    assert s.settled(10.0, False, 1, None, 60.0) is None
+    # a problem that is not sticky is shown only while a pass finds it
+    s.settled(11.0, True, 1, REDIS, 2.0)
+    assert s.settled(12.0, False, 1, None, 60.0) is None
+
+
+def test_a_failed_step_backs_off_like_a_problem() -> None:
+    s = Schedule()
+    s.errored(100.0)
+    s.errored(100.0)
+    assert (s.failures, s.next_full) == (2, 104.0)
+    s.errored(100.0, (1.0, 3.0))
+    assert s.next_full == 103.0
+
+
+def test_stale_replicas_restart_once_per_cooldown() -> None:
+    s = Schedule()
+    assert s.restart_allowed(1000.0, 60.0)
+    s.restarted(1000.0)
+    assert not s.restart_allowed(1059.9, 60.0) and s.restart_allowed(1060.0, 60.0)
+
+
+def test_resyncs_spread_over_the_last_tenth_of_the_period() -> None:
+    assert schedule.resync_after(60.0, 0.0) == 60.0
+    assert 54.0 < schedule.resync_after(60.0, 0.999) < 54.1
