@@ -47,7 +47,7 @@ import kubernetes  # noqa: E402
 from kubernetes import watch  # noqa: E402
 from kubernetes.client.rest import ApiException  # noqa: E402
 
-from gateway_operator import api as gw_api, render  # noqa: E402
+from gateway_operator import api as gw_api, pods as gw_pods, render  # noqa: E402
 from gateway_operator.api import GatewaySpec  # noqa: E402
 from gateway_operator.redis_target import resolve  # noqa: E402
 from support import audit  # noqa: E402
@@ -172,9 +172,8 @@ class PodSummary:
 
 def pod_summary(pod: dict[str, Any]) -> PodSummary:
     status = pod.get("status") or {}
-    ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or [])
     return PodSummary((pod["metadata"].get("labels") or {}).get(gw_api.LABEL_INSTANCE, ""), status.get("podIP"),
-                      ready and not pod["metadata"].get("deletionTimestamp"))
+                      gw_pods.ready(status) and not pod["metadata"].get("deletionTimestamp"))
 
 
 def gateway_summary(body: dict[str, Any]) -> dict[str, str]:

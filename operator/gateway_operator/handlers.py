@@ -9,7 +9,7 @@ from typing import Any
 
 import kopf
 
-from . import api, expose, reasons
+from . import api, expose, pods, reasons
 from .controller import ControllerSettings
 from .kube import Kube, load_config
 from .reconcile import LiveDeployment, Observed, PodView, live_deployment
@@ -103,7 +103,6 @@ def gateway_deployments(namespace: str, name: str, body: kopf.Body,
 
 
 def pod_view(name: str, uid: str, meta: Any, status: Any) -> PodView:
-    conditions = status.get("conditions") or []
     containers = status.get("containerStatuses") or []
     state = next((c["state"]["waiting"] for c in containers if (c.get("state") or {}).get("waiting")), {})
     waiting = state.get("reason")
@@ -113,7 +112,7 @@ def pod_view(name: str, uid: str, meta: Any, status: Any) -> PodView:
     last_exit = next((c["lastState"]["terminated"].get("exitCode") for c in containers
                       if (c.get("lastState") or {}).get("terminated")), None)
     return PodView(name=name, uid=uid, ip=status.get("podIP"),
-                   ready=any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions),
+                   ready=pods.ready(status),
                    deleting=bool(meta.get("deletionTimestamp")), waiting_reason=waiting,
                    waiting_message=message, last_exit_code=last_exit)
 

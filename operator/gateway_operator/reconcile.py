@@ -28,6 +28,7 @@ from .api import GatewaySpec, Policy, SecretKeyRef
 from .conditions import Problem
 from .expose import Exposure
 from .kube import Kube, NotOwned, NotServed, SecretUndecodable, controlled_by
+from .pods import serving
 from .redis_probe import Credentials, ProbeResult, Prober, ca_bundle_loads
 from .redis_target import InvalidRedisURL, RedisTarget, managed_redis_name, resolve
 from .replicas import Migration, migration_state, replicas_to_run
@@ -435,10 +436,8 @@ def _managed_redis_ip(kube: Kube, owner: render.Owner, target: RedisTarget) -> s
     if not target.managed:
         return None
     for pod in kube.pods(owner.namespace, api.selector_for(owner.name, component="redis")):
-        status = pod.get("status") or {}
-        ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or [])
-        if ready and status.get("podIP") and not pod["metadata"].get("deletionTimestamp"):
-            return str(status["podIP"])
+        if serving(pod):
+            return str(pod["status"]["podIP"])
     return ""
 
 

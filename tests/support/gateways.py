@@ -6,6 +6,8 @@ import json
 import time
 from typing import Any
 
+from gateway_operator import pods
+
 from .cluster import Cluster
 from .operator import PLACEHOLDER_IMAGE, gateway_deployment, redis_store
 from .redis_server import RedisServer
@@ -53,10 +55,8 @@ def reconcile_latency(cluster: Cluster, namespace: str, name: str, annotation: s
 
 
 def is_ready(pod: dict[str, Any]) -> bool:
-    """The one pod-ready check: Ready, with an IP, not being deleted."""
-    status = pod.get("status") or {}
-    return (not pod["metadata"].get("deletionTimestamp") and bool(status.get("podIP"))
-            and any(c["type"] == "Ready" and c["status"] == "True" for c in status.get("conditions") or []))
+    """The one pod-ready check (the operator's: Ready, with an IP, not being deleted)."""
+    return pods.serving(pod)
 
 
 def ready_pods(cluster: Cluster, namespace: str, name: str) -> list[dict[str, Any]]:
