@@ -5,6 +5,7 @@ Nothing here talks to the API server; ``reconcile`` applies what these return.
 from __future__ import annotations
 
 import copy
+import functools
 import hashlib
 import json
 from dataclasses import dataclass
@@ -24,6 +25,13 @@ WORK_DIR = "/var/lib/gateway/work"
 HOME_DIR = "/var/lib/gateway/home"
 STATE_DIR = f"{HOME_DIR}/.praisonai"  # the gateway keeps its SQLite store under $HOME/.praisonai/state
 LAUNCHER_SOURCE = Path(__file__).with_name("launcher.py")
+
+
+@functools.cache
+def launcher_text() -> str:
+    """The pods' launcher, read once: it ships inside the operator's package and never changes
+    while the operator runs."""
+    return LAUNCHER_SOURCE.read_text()
 RUN_AS_USER = 10001
 SQLITE_MIGRATION_ENV = "GWOP_SQLITE_MIGRATION"  # launcher.SQLITE_MIGRATION_ENV (a test ties the two)
 OPERATOR_APP_NAME = "gateway-operator"  # app.kubernetes.io/name of the chart's operator pod
@@ -133,7 +141,7 @@ def redis_url_options(redis: RedisTarget) -> str:
 def config_map(owner: Owner, spec: GatewaySpec, redis: RedisTarget | None) -> Manifest:
     return _object("v1", "ConfigMap", config_map_name(owner.name), owner, data={
         "gateway.yaml": yaml.safe_dump(gateway_config(owner, spec, redis), sort_keys=True),
-        "launch.py": LAUNCHER_SOURCE.read_text(),
+        "launch.py": launcher_text(),
     })
 
 
