@@ -53,6 +53,7 @@ from gateway_operator.redis_target import resolve  # noqa: E402
 from support import audit  # noqa: E402
 from support.cluster import Cluster  # noqa: E402
 from support.operator import IDENTITY, OperatorProcess, gateway_deployment, redis_store  # noqa: E402
+from support.processes import rss_mib  # noqa: E402
 from support.redis_server import RedisServer  # noqa: E402
 from support.wait import until  # noqa: E402
 
@@ -63,10 +64,7 @@ WORKERS = 16  # client threads of the floor and of the bench's own creates
 
 def proc_stat(pid: int) -> tuple[float, float]:
     """(RSS MiB, CPU seconds) of a process."""
-    rss = 0.0
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            rss = int(line.split()[1]) / 1024
+    rss = rss_mib(pid) or 0.0
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     cpu = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
     return rss, cpu

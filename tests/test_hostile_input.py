@@ -12,7 +12,6 @@ import base64
 import json
 import socket
 import time
-from pathlib import Path
 from typing import Iterator
 
 import pytest
@@ -21,18 +20,18 @@ from gateway_operator import reasons
 from support.cluster import Cluster
 from support.gateways import apply_gateway, conditions, reconcile_latency, runnable, wait_condition, wait_ready_pods
 from support.operator import OperatorProcess, gateway_deployment, redis_store
+from support.processes import rss_mib
 from support.standins import HealthStandIns
 from support.wait import until
 
 pytestmark = [pytest.mark.cluster, pytest.mark.real_pods]
 
 
-def rss_mib(operator: OperatorProcess) -> float:
+def operator_rss_mib(operator: OperatorProcess) -> float:
     assert operator.proc is not None
-    for line in Path(f"/proc/{operator.proc.pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    raise AssertionError("no VmRSS")
+    rss = rss_mib(operator.proc.pid)
+    assert rss is not None, "the operator is gone"
+    return rss
 
 
 def assert_operator_healthy(operator: OperatorProcess, pid: int) -> None:
@@ -88,7 +87,7 @@ def test_hostile_health_bodies_are_capped(cluster: Cluster, operator: OperatorPr
     pid = operator.proc.pid  # type: ignore[union-attr]
     apply_gateway(cluster, namespace, gateway_deployment("loud", replicas=3, replicaPolicy="Warn"))
     pods = wait_ready_pods(cluster, namespace, "loud", 3)
-    before = rss_mib(operator)
+    before = operator_rss_mib(operator)
 
     for pod, mode in zip(pods, ("endless", "huge", "deep")):  # the stand-in server's hostile answers
         standins.at(pod["status"]["podIP"]).hostile(mode)
@@ -96,7 +95,7 @@ def test_hostile_health_bodies_are_capped(cluster: Cluster, operator: OperatorPr
           conditions(cluster, namespace, "loud")["IdempotencyDegraded"]["message"], timeout=30,
           what="three unanswered polls")
     time.sleep(10)  # several poll intervals of hostile answers
-    grown = rss_mib(operator) - before
+    grown = operator_rss_mib(operator) - before
     print(f"\noperator RSS before hostile /health bodies {before:.0f} MiB, after 10 s of them {before + grown:.0f} MiB")
     assert grown < 40, f"operator RSS grew {grown:.0f} MiB on hostile /health bodies"
     assert conditions(cluster, namespace, "loud")["Stalled"]["status"] == "False"

@@ -26,6 +26,7 @@ from typing import Callable, TypeVar
 import pytest
 
 from support.node import unavailable
+from support.processes import free_port
 
 T = TypeVar("T")
 
@@ -200,12 +201,6 @@ def test_gateway_image_runs_praisonai_as_10001_under_tini(images, rootfs, tmp_pa
     time.sleep(1)  # python started under tini
     code, took = stop_within(sleeper, "tini", 10)
     assert code == 128 + signal.SIGTERM and took < 5, (code, took, sleeper.stdout.read())
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def resp(port: int, *commands: bytes) -> bytes:

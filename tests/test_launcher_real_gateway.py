@@ -38,8 +38,8 @@ if shutil.which("redis-server") is None:
     pytest.skip("redis-server is not installed", allow_module_level=True)
 
 from support.llm_standin import API_KEY as LLM_API_KEY, StandInLLM  # noqa: E402
-from support.processes import terminate  # noqa: E402
-from support.redis_server import RedisServer, free_port  # noqa: E402
+from support.processes import free_port, terminate  # noqa: E402
+from support.redis_server import RedisServer  # noqa: E402
 
 LAUNCHER_PATH = Path(__file__).resolve().parents[1] / "operator" / "gateway_operator" / "launcher.py"
 # Strong enough for the gateway's weak-secret check; fake, test-only values.

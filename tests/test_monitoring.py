@@ -43,7 +43,8 @@ from support.monitoring import (Prometheus, alert_names, dashboard, panel_target
                                 scrape_job, substitute, variable_values, wait_for_alert, write_rules)
 from support.operator import RELEASE, SYSTEM_NAMESPACE, OperatorProcess
 from support.plots import Chart, write_figure
-from support.redis_server import RedisServer, free_port
+from support.processes import free_port
+from support.redis_server import RedisServer
 from support.standins import BUILD_TIME, RUNTIME, HealthStandIn, HealthStandIns, idempotency_owner
 from support.wait import WaitTimeout, until
 

@@ -338,7 +338,7 @@ def test_managed_redis_command_keeps_dedup_records_across_a_kill_only_with_persi
 
     import redis as redis_py
 
-    from support.redis_server import free_port
+    from support.processes import free_port
     from support.wait import until
 
     managed = {"enabled": True, **({"persistence": {"enabled": True}} if persistent else {})}

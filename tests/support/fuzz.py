@@ -47,6 +47,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, NamedTuple
 
 from .operator import gateway_deployment, redis_store
+from .processes import rss_mib
 
 DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
 SECRET_REDIS = "fuzz-redis-auth"
@@ -840,16 +841,6 @@ def percentile(values: list[float], q: float) -> float | None:
         return None
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))]
-
-
-def rss_mib(pid: int) -> float | None:
-    try:
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024
-    except OSError:
-        return None
-    return None
 
 
 STEP_FAILED_RE = re.compile(r"gateway (\S+?)/(\S+?): step failed")

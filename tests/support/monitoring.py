@@ -23,7 +23,7 @@ import yaml
 
 from .cluster import CACHE_BIN, REPO, Cluster, tool
 from .processes import terminate
-from .redis_server import free_port
+from .processes import free_port
 from .wait import until
 
 CHART = REPO / "charts/gateway-operator"

@@ -17,7 +17,7 @@ from typing import Any, Sequence
 from .audit import now
 from .cluster import REPO, Cluster, tool
 from .processes import terminate
-from .redis_server import free_port
+from .processes import free_port
 from .wait import until
 
 SYSTEM_NAMESPACE = "gwop-test-system"
