@@ -40,6 +40,7 @@ if shutil.which("redis-server") is None:
 from support.llm_standin import API_KEY as LLM_API_KEY, StandInLLM  # noqa: E402
 from support.processes import free_port, terminate  # noqa: E402
 from support.redis_server import RedisServer  # noqa: E402
+from support.wait import until  # noqa: E402
 
 LAUNCHER_PATH = Path(__file__).resolve().parents[1] / "operator" / "gateway_operator" / "launcher.py"
 # Strong enough for the gateway's weak-secret check; fake, test-only values.
@@ -173,12 +174,8 @@ def documented_config(redis: Optional[RedisServer], *, url_form: bool = True) ->
 
 
 def _wait_until(predicate: Callable[[], bool], timeout: float, message: str) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.1)
-    raise AssertionError(message)
+    """support.wait.until, polling every 0.1 s, with nothing tolerated (a launcher that exited fails at once)."""
+    until(predicate, timeout=timeout, interval=0.1, what=message, tolerate=())
 
 
 # --------------------------------------------------------------------------

@@ -8,7 +8,6 @@ import os
 import subprocess
 import sys
 import tempfile
-import time
 import urllib.request
 import uuid
 from pathlib import Path
@@ -16,9 +15,8 @@ from typing import Any, Sequence
 
 from .audit import now
 from .cluster import REPO, Cluster, tool
-from .processes import terminate
-from .processes import free_port
-from .wait import until
+from .processes import free_port, terminate
+from .wait import WaitTimeout, until
 
 SYSTEM_NAMESPACE = "gwop-test-system"
 RELEASE = "gwop-test"
@@ -111,16 +109,21 @@ class OperatorProcess:
         env = {k: v for k, v in os.environ.items() if k != "KUBECONFIG"}
         self.log = open(self.log_path, "wb")
         self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT, env=env)
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"operator exited {self.proc.returncode}:\n{self.log_tail()}")
+        proc = self.proc
+
+        def answers() -> bool:
+            if proc.poll() is not None:
+                raise RuntimeError(f"operator exited {proc.returncode}:\n{self.log_tail()}")
             try:
                 with urllib.request.urlopen(f"http://127.0.0.1:{self.liveness_port}/healthz", timeout=1):
-                    return self
+                    return True
             except OSError:
-                time.sleep(0.3)
-        raise RuntimeError(f"operator liveness never answered:\n{self.log_tail()}")
+                return False
+        try:
+            until(answers, timeout=60, interval=0.3, what="the operator's liveness endpoint", tolerate=())
+        except WaitTimeout:
+            raise RuntimeError(f"operator liveness never answered:\n{self.log_tail()}") from None
+        return self
 
     def metrics(self) -> str:
         with urllib.request.urlopen(f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=5) as r:

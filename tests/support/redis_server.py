@@ -10,7 +10,6 @@ import shutil
 import signal
 import subprocess
 import tempfile
-import time
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
@@ -19,6 +18,7 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from .processes import free_port, terminate
+from .wait import WaitTimeout, until
 from .tls import ServerCert
 
 
@@ -89,20 +89,23 @@ class RedisServer:
         for command, secret in self.renamed.items():
             args += ["--rename-command", command, secret]
         self.proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-        deadline = time.monotonic() + 10
-        while True:
+        proc = self.proc
+
+        def answers() -> bool:
+            if proc.poll() is not None:
+                raise WaitTimeout("redis-server exited")
             try:
-                if self.admin("PING"):
-                    break
+                return bool(self.admin("PING"))
             except redis.RedisError:
-                pass
-            if self.proc.poll() is not None or time.monotonic() > deadline:
-                err = self.proc.stderr.read().decode(errors="replace")[-2000:] if self.proc.poll() is not None else ""
-                if self.tls is not None and "tls" in err.lower():
-                    err += f"\n{self.binary} may be built without TLS (BUILD_TLS=yes); a TLS RedisServer needs it"
-                self.stop()
-                raise RuntimeError(f"redis-server on port {self.port} did not start: {err}".rstrip(": "))
-            time.sleep(0.05)
+                return False
+        try:
+            until(answers, timeout=10, interval=0.05, what=f"redis-server on port {self.port}", tolerate=())
+        except WaitTimeout:
+            err = proc.stderr.read().decode(errors="replace")[-2000:] if proc.poll() is not None and proc.stderr else ""
+            if self.tls is not None and "tls" in err.lower():
+                err += f"\n{self.binary} may be built without TLS (BUILD_TLS=yes); a TLS RedisServer needs it"
+            self.stop()
+            raise RuntimeError(f"redis-server on port {self.port} did not start: {err}".rstrip(": ")) from None
         for name, rules in self.users.items():
             self._setuser(name, rules)
         return self
