@@ -226,3 +226,12 @@ def test_under_the_open_allowlist_the_same_failures_say_nothing_of_what_answered
                                           2.0))
     assert wrong_ca == redis_probe.unusable(f"127.0.0.1:{tls_redis.port}/0")
     assert "redisProbe.allow" in wrong_ca.message
+
+
+def test_a_refusal_names_the_default_user_when_no_acl_user_is_configured() -> None:
+    """A Redis whose default user is restricted, signed in with a password alone."""
+    from gateway_operator import redis_probe
+    alone = redis_probe._not_permitted("r:6379/0", ["EVAL"], Credentials("pw"))
+    assert "refused EVAL to the default user" in alone.message and "usernameSecretRef" not in alone.message
+    named = redis_probe._not_permitted("r:6379/0", ["EVAL"], Credentials("pw", USER))
+    assert "to the user of spec.redis.usernameSecretRef" in named.message and USER not in named.message

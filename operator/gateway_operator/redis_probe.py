@@ -168,7 +168,7 @@ class Prober:
         pod of the GatewayDeployment's own managed Redis (its Service name resolves only inside the
         cluster network); "" when none is ready yet. ``owner``: the GatewayDeployment's name (a
         target must not be another one's managed Redis)."""
-        password = credentials if isinstance(credentials, Credentials) else Credentials(credentials)
+        signed = credentials if isinstance(credentials, Credentials) else Credentials(credentials)
         timeout = max(0.1, min(timeout, self.timeout_ceiling))
         if managed_ip == "":  # an ordinary start, not a failure: no Warning for it
             return ProbeResult(False, reasons.MANAGED_REDIS_STARTING,
@@ -183,7 +183,7 @@ class Prober:
                                "more: the namespace's last probes failed")
         async with self._per_namespace[namespace], self._total:
             try:
-                result = await asyncio.wait_for(self._probe(namespace, owner, target, password, timeout, managed_ip,
+                result = await asyncio.wait_for(self._probe(namespace, owner, target, signed, timeout, managed_ip,
                                                             privileged), 3 * timeout + 1)
             except asyncio.TimeoutError:
                 result = unreachable(target.endpoint, timeout)
@@ -198,10 +198,10 @@ class Prober:
             backoff.last, backoff.last_endpoint = result, target.endpoint
         return result
 
-    async def _probe(self, namespace: str, owner: str, target: RedisTarget, password: Credentials, timeout: float,
-                     managed_ip: str | None, privileged: bool) -> ProbeResult:
+    async def _probe(self, namespace: str, owner: str, target: RedisTarget, credentials: Credentials,
+                     timeout: float, managed_ip: str | None, privileged: bool) -> ProbeResult:
         if managed_ip:
-            return await _round_trip(target, managed_ip, password, timeout, privileged)
+            return await _round_trip(target, managed_ip, credentials, timeout, privileged)
         if self.foreign(namespace, owner, target.host, ()):  # by Service name, before any lookup
             return unreachable(target.endpoint, timeout)
         addresses = await _addresses(target, timeout)
@@ -217,7 +217,7 @@ class Prober:
                                f"{target.host} is outside the operator's Redis allowlist; the probe did not connect")
         # the checked address is the one connected to (no second lookup to race with); TLS
         # verifies the name the spec expects there
-        return await _round_trip(target, addresses[0], password, timeout, privileged)
+        return await _round_trip(target, addresses[0], credentials, timeout, privileged)
 
 
 async def _addresses(target: RedisTarget, timeout: float) -> list[str] | None:
@@ -230,13 +230,13 @@ async def _addresses(target: RedisTarget, timeout: float) -> list[str] | None:
     return list(dict.fromkeys(str(info[4][0]) for info in infos)) or None
 
 
-async def _round_trip(target: RedisTarget, host: str, password: Credentials, timeout: float,
+async def _round_trip(target: RedisTarget, host: str, credentials: Credentials, timeout: float,
                       privileged: bool = True) -> ProbeResult:
     """``privileged``: the GatewayDeployment's own managed Redis, or a target the allowlist names:
     its failures keep their detail. Otherwise a failure is one of three outcomes with fixed words:
     unreachable, not a usable Redis, or a refused password."""
     try:
-        result = await _exchange(target, host, password, timeout)
+        result = await _exchange(target, host, credentials, timeout)
     except Exception as e:  # noqa: BLE001 - e.g. redis-py's HELLO handling fails on a server that says +OK to all
         result = ProbeResult(False, reasons.PROBE_FAILED,
                              f"Redis at {target.endpoint} answered unexpectedly: {type(e).__name__}")
@@ -274,18 +274,18 @@ async def _exchange(target: RedisTarget, host: str, credentials: Credentials, ti
         refused = await _refused_commands(client, key, target.prefix)
         await client.delete(key, f"{key}:list", f"{key}:n")
         if refused:
-            return _not_permitted(where, refused)
+            return _not_permitted(where, refused, credentials)
         return ProbeResult(True, reasons.PROBE_SUCCEEDED, f"Redis at {where} answered a SET NX PX round trip",
                            await _store_facts(client, target.prefix))
     except redis.AuthenticationError:
         return _refused_password(where, credentials)
     except redis.exceptions.NoPermissionError as e:
-        return _not_permitted(where, [_noperm(e, target.prefix) or "a command"])
+        return _not_permitted(where, [_noperm(e, target.prefix) or "a command"], credentials)
     except redis.ResponseError as e:
         if "NOAUTH" in str(e) or "WRONGPASS" in str(e):
             return _refused_password(where, credentials)
         if _noperm(e, target.prefix):
-            return _not_permitted(where, [_noperm(e, target.prefix) or ""])
+            return _not_permitted(where, [_noperm(e, target.prefix) or ""], credentials)
         return ProbeResult(False, reasons.PROBE_FAILED, f"Redis at {where} refused the probe: {type(e).__name__}")
     except (redis.ConnectionError, redis.TimeoutError, OSError, asyncio.TimeoutError) as e:
         if target.tls and isinstance(e, (redis.TimeoutError, asyncio.TimeoutError)):
@@ -376,13 +376,14 @@ def _refused_password(where: str, credentials: Credentials = Credentials()) -> P
 _NOPERM_COMMAND = re.compile(r"run the '([A-Za-z|_ -]{1,40})' command")
 
 
-def _not_permitted(where: str, refused: Sequence[str]) -> ProbeResult:
+def _not_permitted(where: str, refused: Sequence[str], credentials: Credentials) -> ProbeResult:
     """NOPERM: the ACL user lacks commands or the key pattern (the server's text names the user,
     which is not repeated: only what was refused)."""
+    who = ("the user of spec.redis.usernameSecretRef" if credentials.username
+           else "the default user (signed in with spec.redis.passwordSecretRef alone)")
     return ProbeResult(False, reasons.COMMAND_NOT_PERMITTED,
-                       f"Redis at {where} refused {', '.join(refused)} to the user of spec.redis.usernameSecretRef "
-                       "(NOPERM), which the gateway needs: grant it the least-privilege ACL of docs/redis.md "
-                       "(gateway-operator redis-acl prints it)")
+                       f"Redis at {where} refused {', '.join(refused)} to {who} (NOPERM), which the gateway needs: "
+                       "grant it the least-privilege ACL of docs/redis.md (gateway-operator redis-acl prints it)")
 
 
 def _tls_failure(target: RedisTarget, credentials: Credentials, error: BaseException) -> ProbeResult | None:
