@@ -289,6 +289,28 @@ def test_fault_lag_is_measured_from_start_and_end() -> None:
     assert targets_met(report) is True
 
 
+def test_a_fault_whose_fact_exists_once_it_ended_is_measured_from_its_end() -> None:
+    """A managed Redis recreated (persistence flipped) forgets its records when the new pod answers,
+    at the fault's end: the operator cannot show it sooner. Shown before the end is no lag; shown
+    later than the bound after the end is still late."""
+    lost = ("True", "DedupHistoryLost")
+
+    def flip(shown_at: float) -> dict:
+        fault = Fault("redis_persistence_flip", T0 + 20.0, T0 + 24.6, expect=Expectation(
+            "IdempotencyDegraded", "True", "DedupHistoryLost", clears=False, since_end=True))
+        return run(samples=steady(T0 + 20.0) + [held(shown_at, IdempotencyDegraded=lost)], faults=[fault], lag=4.0)
+    in_time = flip(T0 + 24.3)   # as seed 26 saw it: 4.3 s after the patch, before the new pod was seen Ready
+    assert in_time["faults"][0]["announced_after_s"] == 0.0 and targets_met(in_time) is True
+    assert flip(T0 + 27.6)["faults"][0]["announced_after_s"] == 3.0
+    late = flip(T0 + 29.0)
+    assert late["faults"][0]["announced_after_s"] == 4.4 and targets_met(late) is False
+    # the same history for a fault whose fact exists from its start (a flush) is late
+    flush = Fault("redis_flush", T0 + 20.0, T0 + 20.1, expect=Expectation(
+        "IdempotencyDegraded", "True", "DedupHistoryLost", clears=False))
+    assert targets_met(run(samples=steady(T0 + 20.0) + [held(T0 + 24.3, IdempotencyDegraded=lost)],
+                           faults=[flush], lag=4.0)) is False
+
+
 def test_fault_lag_max_is_the_worst_fault() -> None:
     expect = Expectation("RedisReachable", "False")
     faults = [Fault("a", T0 + 10.0, T0 + 12.0, expect=expect), Fault("b", T0 + 50.0, T0 + 52.0, expect=expect)]

@@ -91,12 +91,15 @@ class Sample:
 @dataclass(frozen=True)
 class Expectation:
     """What a fault must show: condition ``type`` at ``status`` (with ``reason`` when given);
-    ``clears``: it must go back after the fault ends (a lost dedup history stays for its TTL)."""
+    ``clears``: it must go back after the fault ends (a lost dedup history stays for its TTL);
+    ``since_end``: the fact exists only once the fault is over (a Redis restarted or recreated
+    forgot its records when it answers again, not before), so its lag counts from the end."""
 
     type: str
     status: str
     reason: str | None = None
     clears: bool = True
+    since_end: bool = False
 
     def met(self, sample: Sample) -> bool:
         status, reason = sample.conditions.get(self.type, ("Unknown", ""))
@@ -277,7 +280,8 @@ def _fault_lag(fault: Fault, timeline: Timeline) -> dict[str, Any]:
     row.update(expected=f"{e.type}={e.status}" + (f" {e.reason}" if e.reason else ""), clears=e.clears)
     shown = timeline.first(fault.started, e.met)
     if shown is not None:
-        row["announced_after_s"] = round(shown - fault.started, 2)
+        origin = fault.ended if e.since_end else fault.started
+        row["announced_after_s"] = round(max(0.0, shown - origin), 2)
         if e.clears:
             gone = timeline.first(max(fault.ended, shown), lambda s: not e.met(s))
             if gone is not None:

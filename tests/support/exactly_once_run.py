@@ -254,7 +254,8 @@ class Nemesis:
             until(lambda: self._pods("redis"), timeout=120, what="the managed Redis Ready again")
             detail = "with persistence (AOF)" if persistent else "without persistence"
             # a Redis that persists keeps the records: nothing to announce (a duplicate would be silent)
-            expect = None if persistent else Expectation("IdempotencyDegraded", "True", "DedupHistoryLost", clears=False)
+            expect = None if persistent else Expectation("IdempotencyDegraded", "True", "DedupHistoryLost", clears=False,
+                                                         since_end=True)
         elif kind == "redis_persistence_flip":
             # the operator recreates its managed Redis: without its PVC (empty), or back on the old PVC
             # (what it kept from before): either way the records it answers with are not the latest
@@ -264,7 +265,7 @@ class Nemesis:
             until(lambda: [p for p in self._pods("redis") if p["metadata"]["uid"] not in before], timeout=180,
                   interval=1, what="the managed Redis recreated")
             detail = "persistence on (the old PVC)" if on else "persistence off (an emptyDir)"
-            expect = Expectation("IdempotencyDegraded", "True", "DedupHistoryLost", clears=False)
+            expect = Expectation("IdempotencyDegraded", "True", "DedupHistoryLost", clears=False, since_end=True)
         elif kind == "operator_kill":
             lease = self.cluster.get_json("lease", "-n", node.SYSTEM_NAMESPACE)["items"]
             holder = next((l["spec"].get("holderIdentity") for l in lease if l["spec"].get("holderIdentity")), "")
