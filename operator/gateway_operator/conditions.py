@@ -249,7 +249,7 @@ def _tls_verified(f: Facts) -> Condition:
         return c("False", R.TLS_VERIFICATION_DISABLED, "spec.redis.tls.insecureSkipVerify: the gateway and the "
                  "operator accept any certificate from Redis, so whoever can intercept the connection can read "
                  "and change the dedup records; set tls.caSecretRef instead")
-    ca = (f"the CA bundle of Secret {t.tls_options.ca_ref.name!r}" if t.tls_options.ca_ref
+    ca = (f"the CA bundle of Secret {t.ca_ref.name!r}" if t.ca_ref
           else "the system's CAs")
     return c("True", R.SERVER_CERTIFICATE_VERIFIED,
              f"the Redis server's certificate is checked against {ca} for the name {t.server_name}")

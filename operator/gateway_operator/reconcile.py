@@ -398,7 +398,7 @@ def _secret_inputs(kube: Kube, owner: render.Owner, spec: GatewaySpec, target: R
         refs.append(("spec.redis.passwordSecretRef", target.password_ref))
     if target is not None and target.username_ref is not None:
         refs.append(("spec.redis.usernameSecretRef", target.username_ref))
-    ca_ref = target.tls_options.ca_ref if target is not None and target.tls else None
+    ca_ref = target.ca_ref if target is not None else None
     if ca_ref is not None:
         refs.append(("spec.redis.tls.caSecretRef", ca_ref))
     session_key = render.session_key_ref(owner.name, spec) if target is not None else None

@@ -47,6 +47,11 @@ class RedisTarget:
     tls_options: TLSOptions = TLSOptions()
 
     @property
+    def ca_ref(self) -> SecretKeyRef | None:
+        """The CA bundle the connection is checked against (only a TLS connection has one)."""
+        return self.tls_options.ca_ref if self.tls else None
+
+    @property
     def server_name(self) -> str:
         """The name a TLS server's certificate must carry (and the SNI sent)."""
         return self.tls_options.server_name or self.host

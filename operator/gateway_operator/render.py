@@ -133,7 +133,7 @@ def redis_url_options(redis: RedisTarget) -> str:
     options = REDIS_CLIENT_OPTIONS  # rediss:// verifies the certificate and its name by default
     if redis.tls and redis.tls_options.insecure_skip_verify:
         options += "&ssl_cert_reqs=none"
-    elif redis.tls and redis.tls_options.ca_ref is not None:
+    elif redis.ca_ref is not None:
         options += f"&ssl_ca_certs={api.REDIS_CA_DIR}/{api.REDIS_CA_FILE}"
     return options
 
@@ -241,17 +241,13 @@ def _gateway_container(spec: GatewaySpec, redis: RedisTarget | None, auth: Secre
             {"name": "tmp", "mountPath": "/tmp"},
         ],
     }
-    if _redis_ca(redis) is not None:
+    if redis is not None and redis.ca_ref is not None:
         container["volumeMounts"].append({"name": "redis-ca", "mountPath": api.REDIS_CA_DIR, "readOnly": True})
     if spec.image_pull_policy:
         container["imagePullPolicy"] = spec.image_pull_policy
     if spec.pod.get("resources"):
         container["resources"] = spec.pod["resources"]
     return container
-
-
-def _redis_ca(redis: RedisTarget | None) -> SecretKeyRef | None:
-    return redis.tls_options.ca_ref if redis is not None and redis.tls else None
 
 
 def _volumes(owner: Owner, spec: GatewaySpec, redis: RedisTarget | None,
@@ -265,7 +261,7 @@ def _volumes(owner: Owner, spec: GatewaySpec, redis: RedisTarget | None,
         {"name": "state", **state},
         {"name": "tmp", "emptyDir": {}},
     ]
-    ca = _redis_ca(redis)
+    ca = redis.ca_ref if redis is not None else None
     if ca is not None:  # the PEM bundle alone, read-only
         volumes.append({"name": "redis-ca", "secret": {"secretName": ca.name, "defaultMode": 0o444,
                                                        "items": [{"key": ca.key, "path": api.REDIS_CA_FILE}]}})
