@@ -49,7 +49,7 @@ fuzz: system-deps venv binaries
 # (1 SQLite replica -> 3 on Redis, pod SIGKILL, rolling update, scaling, Redis paused / flushed /
 # restarted / its persistence flipped, the operator's leader killed), the LLM stand-in's turn
 # records and a condition watch, classified by
-# tests/support/exactly_once.py. VERIFY_SEED, VERIFY_JSON=<file>, VERIFY_PNG=<file>,
+# tests/harness/exactly_once.py. VERIFY_SEED, VERIFY_JSON=<file>, VERIFY_PNG=<file>,
 # VERIFY_MESSAGES, VERIFY_COPIES, VERIFY_FAULTS; exit 1 when a target is missed.
 verify-exactly-once: system-deps venv binaries node-binaries images
 	PYTHONPATH=tests $(PY) hack/verify-exactly-once.py

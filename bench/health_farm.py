@@ -24,7 +24,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO / "tests"), str(REPO / "operator")]
 
 from gateway_operator.api import GATEWAY_PORT as PORT  # noqa: E402
-from support.standins import RUNTIME, health_body, idempotency_owner  # noqa: E402  - the one /health shape
+from harness.standins import RUNTIME, health_body, idempotency_owner  # noqa: E402  - the one /health shape
 
 
 def _response(body: bytes) -> bytes:

@@ -50,12 +50,12 @@ from kubernetes.client.rest import ApiException  # noqa: E402
 from gateway_operator import api as gw_api, pods as gw_pods, render  # noqa: E402
 from gateway_operator.api import GatewaySpec  # noqa: E402
 from gateway_operator.redis_target import resolve  # noqa: E402
-from support import audit  # noqa: E402
-from support.cluster import Cluster  # noqa: E402
-from support.operator import IDENTITY, OperatorProcess, gateway_deployment, redis_store  # noqa: E402
-from support.processes import rss_mib  # noqa: E402
-from support.redis_server import RedisServer  # noqa: E402
-from support.wait import until  # noqa: E402
+from harness import audit  # noqa: E402
+from harness.cluster import Cluster  # noqa: E402
+from harness.operator import IDENTITY, OperatorProcess, gateway_deployment, redis_store  # noqa: E402
+from harness.processes import rss_mib  # noqa: E402
+from harness.redis_server import RedisServer  # noqa: E402
+from harness.wait import until  # noqa: E402
 
 WORKERS = 16  # client threads of the floor and of the bench's own creates
 

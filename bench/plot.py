@@ -14,7 +14,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
-from support.plots import Chart, write_figure  # noqa: E402
+from harness.plots import Chart, write_figure  # noqa: E402
 
 
 def main(out: Path, files: list[Path]) -> None:

@@ -146,7 +146,7 @@ up() {
   wait_for etcd 30 curl -sf "http://127.0.0.1:$etcd_port/health"
 
   # Audit log (metadata only, never bodies) of every write, and of every request - reads
-  # too - by the operator's test identities (tests/support/operator.py): tests count the
+  # too - by the operator's test identities (tests/harness/operator.py): tests count the
   # operator's writes and prove that its RBAC grants exactly what it uses.
   cat > "$dir/audit-policy.yaml" <<POLICY
 apiVersion: audit.k8s.io/v1

@@ -14,7 +14,7 @@ What runs (GWOP_CLUSTER_DIR, default <repo>/.cluster/sandbox; root, one node per
   `helm install` of charts/gateway-operator, running as a pod under the chart's ServiceAccount
   in a namespace that enforces the restricted Pod Security profile; the managed Redis and
   every gateway replica as pods.
-* STOOD IN: only the LLM (tests/support/llm_standin.py, offline, OpenAI-compatible) - itself a
+* STOOD IN: only the LLM (tests/harness/llm_standin.py, offline, OpenAI-compatible) - itself a
   pod; the examples are applied with env entries that point the gateways at it.
 """
 from __future__ import annotations
@@ -34,11 +34,11 @@ from typing import Any, Callable, Iterator
 import yaml
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "tests"))  # the harness: tests/support
+sys.path.insert(0, str(REPO / "tests"))  # the harness: tests/harness
 
-from support import llm_pod, node, wait  # noqa: E402
-from support.cluster import Cluster, tool  # noqa: E402
-from support.gateways import ready_pods  # noqa: E402
+from harness import llm_pod, node, wait  # noqa: E402
+from harness.cluster import Cluster, tool  # noqa: E402
+from harness.gateways import ready_pods  # noqa: E402
 
 NAMESPACE = "gateway-demo"
 EXAMPLES = [  # (file, what is expected at kubectl apply)

@@ -25,10 +25,10 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests"))
 
-from support import fuzz  # noqa: E402
-from support.cluster import Cluster  # noqa: E402
-from support.operator import OperatorProcess  # noqa: E402
-from support.redis_server import RedisServer  # noqa: E402
+from harness import fuzz  # noqa: E402
+from harness.cluster import Cluster  # noqa: E402
+from harness.operator import OperatorProcess  # noqa: E402
+from harness.redis_server import RedisServer  # noqa: E402
 
 
 def main() -> int:

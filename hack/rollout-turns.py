@@ -19,9 +19,9 @@ import threading
 import time
 import uuid
 
-from support import exactly_once_run as run, node
-from support.cluster import REPO, Cluster
-from support.exactly_once_run import NAME, NAMESPACE
+from harness import exactly_once_run as run, node
+from harness.cluster import REPO, Cluster
+from harness.exactly_once_run import NAME, NAMESPACE
 
 
 def main() -> int:

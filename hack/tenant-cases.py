@@ -18,8 +18,8 @@ from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests"))
-from support.operator import gateway_deployment, redis_store  # noqa: E402
-from support.wait import WaitTimeout, until  # noqa: E402
+from harness.operator import gateway_deployment, redis_store  # noqa: E402
+from harness.wait import WaitTimeout, until  # noqa: E402
 
 TENANT_NS, TENANT = "tenant-x", "system:serviceaccount:tenant-x:tenant"
 VICTIM_HOST = "canary-bot.gateway.test"   # the demo's canary-bot Ingress (namespace gateway-demo)

@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
 """`make verify-exactly-once`: the exactly-once checker on the REAL node (issue 18).
 
-Starts (or reuses) the `make demo` sandbox, runs support.exactly_once_run against a 3-replica
+Starts (or reuses) the `make demo` sandbox, runs harness.exactly_once_run against a 3-replica
 GatewayDeployment of the real gateway image on a managed Redis, with a seeded nemesis, and
-prints the table (support.exactly_once.table). Settings come from the environment:
+prints the table (harness.exactly_once.table). Settings come from the environment:
 
     VERIFY_SEED (1)       the seed of the deliveries and of the fault schedule
     VERIFY_JSON           write the report there as JSON
@@ -22,8 +22,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from support import exactly_once, exactly_once_run
-from support.cluster import REPO, Cluster, tool
+from harness import exactly_once, exactly_once_run
+from harness.cluster import REPO, Cluster, tool
 
 
 def settings() -> exactly_once_run.Settings:

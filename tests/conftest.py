@@ -7,13 +7,13 @@ from typing import TYPE_CHECKING, Iterator
 
 import pytest
 
-from support.cluster import REPO, Cluster
-from support.redis_server import RedisServer
+from harness.cluster import REPO, Cluster
+from harness.redis_server import RedisServer
 
 if TYPE_CHECKING:
-    from support.llm_standin import StandInLLM
-    from support.operator import OperatorProcess
-    from support.standins import HealthStandIns
+    from harness.llm_standin import StandInLLM
+    from harness.operator import OperatorProcess
+    from harness.standins import HealthStandIns
 
 
 @pytest.fixture(scope="session")
@@ -80,7 +80,7 @@ def operators() -> Iterator[dict[Path, "OperatorProcess"]]:
 def operator(cluster: Cluster, operators: dict[Path, "OperatorProcess"]) -> "OperatorProcess":
     """The real operator CLI, under the chart's ServiceAccount and RBAC, on the module's control
     plane (started once per session)."""
-    from support.operator import OperatorProcess
+    from harness.operator import OperatorProcess
     if cluster.kubeconfig not in operators:
         operators[cluster.kubeconfig] = OperatorProcess(cluster).start()
     return operators[cluster.kubeconfig]
@@ -93,7 +93,7 @@ def node_cluster() -> Iterator[Cluster]:
     demo is down (pytest_collection_modifyitems); with GWOP_TEST_KUBECONFIG it is that cluster,
     the images loaded there."""
     import os
-    from support import node
+    from harness import node
     if os.environ.get("GWOP_TEST_KUBECONFIG"):
         yield Cluster.from_environment()
         return
@@ -117,7 +117,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 def standins(cluster: Cluster) -> Iterator["HealthStandIns"]:
     """HEALTH ENDPOINT STAND-INS at pod IPs: served here for a simulated node's pods; on a real
     node the pods (the stand-in TEST IMAGE) serve them."""
-    from support.standins import HealthStandIns
+    from harness.standins import HealthStandIns
     s = HealthStandIns(local=not cluster.real_node)
     try:
         yield s
@@ -128,7 +128,7 @@ def standins(cluster: Cluster) -> Iterator["HealthStandIns"]:
 @pytest.fixture(scope="module")
 def llm() -> Iterator["StandInLLM"]:
     """The offline OpenAI-compatible LLM STAND-IN the real gateway talks to."""
-    from support.llm_standin import StandInLLM
+    from harness.llm_standin import StandInLLM
     server = StandInLLM().start()
     yield server
     server.stop()

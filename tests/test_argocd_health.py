@@ -14,7 +14,7 @@ from gateway_operator import status
 from gateway_operator.conditions import Problem
 from gateway_operator.health import Idempotency, ReplicaHealth
 from gateway_operator.redis_probe import ProbeResult
-from support.argocd import ARGOCD_CM_KEY, SCRIPT, health, readme_argocd_cm
+from harness.argocd import ARGOCD_CM_KEY, SCRIPT, health, readme_argocd_cm
 from test_pure import facts
 
 REFUSED = ProbeResult(False, R.CONNECTION_FAILED, "connection refused")

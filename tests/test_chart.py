@@ -24,12 +24,12 @@ import pytest
 import yaml
 
 from gateway_operator.tenancy import TenancyPolicy
-from support.cluster import REPO, Cluster, tool
-from support.gateways import apply_gateway, wait_condition, wait_ready_pods
-from support.monitoring import install_prometheus_operator_crds
-from support.operator import OperatorProcess, gateway_deployment, redis_store
-from support.redis_server import RedisServer
-from support.wait import until
+from harness.cluster import REPO, Cluster, tool
+from harness.gateways import apply_gateway, wait_condition, wait_ready_pods
+from harness.monitoring import install_prometheus_operator_crds
+from harness.operator import OperatorProcess, gateway_deployment, redis_store
+from harness.redis_server import RedisServer
+from harness.wait import until
 
 pytestmark = pytest.mark.cluster
 CHART = str(REPO / "charts/gateway-operator")
@@ -548,7 +548,7 @@ def test_chart_rbac_grants_what_the_operator_uses_and_no_more(cluster: Cluster, 
 def test_the_session_operator_runs_under_the_chart_service_account(operator: OperatorProcess) -> None:
     """Every other operator test already runs the operator with the chart's RBAC; this one
     proves the identity is really that ServiceAccount (not the admin)."""
-    from support.operator import IDENTITY
+    from harness.operator import IDENTITY
     kubeconfig = yaml.safe_load((operator.dir / "operator.kubeconfig").read_text())
     token = kubeconfig["users"][0]["user"]["token"]
     claims = json.loads(base64.urlsafe_b64decode(token.split(".")[1] + "=="))

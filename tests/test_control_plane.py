@@ -13,9 +13,9 @@ import textwrap
 
 import pytest
 
-from support.cluster import Cluster
-from support.redis_server import RedisServer
-from support.wait import until
+from harness.cluster import Cluster
+from harness.redis_server import RedisServer
+from harness.wait import until
 
 pytestmark = pytest.mark.cluster
 

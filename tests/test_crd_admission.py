@@ -12,8 +12,8 @@ import yaml
 
 from gateway_operator import offline, pod_schemas, validation
 from gateway_operator.crd import crd
-from support.cluster import REPO, Cluster
-from support.operator import gateway_deployment, install_crd, redis_store
+from harness.cluster import REPO, Cluster
+from harness.operator import gateway_deployment, install_crd, redis_store
 
 REDIS = {"url": "redis://redis.example:6379/0", "passwordSecretRef": {"name": "redis-auth"}}
 

@@ -9,7 +9,7 @@ from gateway_operator.conditions import Facts
 from gateway_operator.dedup_history import RECORD_TTL_SECONDS, History, StoreFacts, assess
 from gateway_operator.redis_probe import ProbeResult, Prober
 from gateway_operator.redis_target import RedisTarget
-from support.redis_server import RedisServer
+from harness.redis_server import RedisServer
 
 T0 = 1_800_000_000.0
 

@@ -1,10 +1,10 @@
-"""Unit tests of the exactly-once checker's classifier (support/exactly_once.py) on histories with
+"""Unit tests of the exactly-once checker's classifier (harness/exactly_once.py) on histories with
 planted defects: each defect is caught, a clean history passes. Pure: no cluster, no network."""
 from __future__ import annotations
 
 import pytest
 
-from support.exactly_once import (KEYS, Delivery, Expectation, Fault, Sample, Timeline, Turn, classify,
+from harness.exactly_once import (KEYS, Delivery, Expectation, Fault, Sample, Timeline, Turn, classify,
                                   reclassify, table, targets_met)
 
 T0 = 1000.0

@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import pytest
 
-from support.cluster import REPO, Cluster
-from support.operator import install_crd
+from harness.cluster import REPO, Cluster
+from harness.operator import install_crd
 
 pytestmark = pytest.mark.cluster
 

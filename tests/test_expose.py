@@ -12,10 +12,10 @@ import json
 import pytest
 
 from gateway_operator import reasons
-from support.cluster import Cluster
-from support.gateways import apply_gateway, conditions, wait_condition
-from support.operator import OperatorProcess, gateway_deployment
-from support.wait import until
+from harness.cluster import Cluster
+from harness.gateways import apply_gateway, conditions, wait_condition
+from harness.operator import OperatorProcess, gateway_deployment
+from harness.wait import until
 
 pytestmark = pytest.mark.cluster
 

@@ -10,11 +10,11 @@ import time
 import pytest
 
 from gateway_operator import reasons
-from support.cluster import REPO, Cluster
-from support.gateways import apply_gateway, create_password_secret, wait_condition
-from support.operator import OperatorProcess, gateway_deployment, redis_store
-from support.redis_server import RedisServer
-from support.wait import until
+from harness.cluster import REPO, Cluster
+from harness.gateways import apply_gateway, create_password_secret, wait_condition
+from harness.operator import OperatorProcess, gateway_deployment, redis_store
+from harness.redis_server import RedisServer
+from harness.wait import until
 
 pytestmark = pytest.mark.cluster
 

@@ -13,10 +13,10 @@ from typing import Any
 
 import pytest
 
-from support import fuzz
-from support.cluster import Cluster
-from support.operator import OperatorProcess
-from support.redis_server import RedisServer
+from harness import fuzz
+from harness.cluster import Cluster
+from harness.operator import OperatorProcess
+from harness.redis_server import RedisServer
 
 pytestmark = pytest.mark.cluster
 

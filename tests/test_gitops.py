@@ -18,9 +18,9 @@ from typing import Iterator
 import pytest
 import yaml
 
-from support.cluster import CACHE_BIN, REPO, Cluster
-from support.operator import install_crd
-from support.wait import until
+from harness.cluster import CACHE_BIN, REPO, Cluster
+from harness.operator import install_crd
+from harness.wait import until
 
 pytestmark = pytest.mark.cluster
 

@@ -9,10 +9,10 @@ import time
 
 import pytest
 
-from support.cluster import Cluster
-from support.gateways import apply_gateway, wait_condition
-from support.operator import SYSTEM_NAMESPACE, OperatorProcess, RELEASE, gateway_deployment
-from support.wait import until
+from harness.cluster import Cluster
+from harness.gateways import apply_gateway, wait_condition
+from harness.operator import SYSTEM_NAMESPACE, OperatorProcess, RELEASE, gateway_deployment
+from harness.wait import until
 
 pytestmark = pytest.mark.cluster
 GATEWAYS = [f"gw-{i}" for i in range(5)]

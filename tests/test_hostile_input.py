@@ -3,7 +3,7 @@ operator, starve another namespace, or make it touch an object it does not own.
 
 Real parts: the local control plane's API server, the operator CLI under the chart's RBAC,
 real redis-server; a raw TCP listener stands for a Redis that never answers, and the
-HEALTH ENDPOINT STAND-IN image (support/standins.py, a TEST IMAGE) serves hostile /health bodies
+HEALTH ENDPOINT STAND-IN image (harness/standins.py, a TEST IMAGE) serves hostile /health bodies
 from real pods on the real node. test_node.py does the same against the operator as a pod.
 """
 from __future__ import annotations
@@ -17,12 +17,12 @@ from typing import Iterator
 import pytest
 
 from gateway_operator import reasons
-from support.cluster import Cluster
-from support.gateways import apply_gateway, conditions, reconcile_latency, runnable, wait_condition, wait_ready_pods
-from support.operator import OperatorProcess, gateway_deployment, redis_store
-from support.processes import rss_mib
-from support.standins import HealthStandIns
-from support.wait import until
+from harness.cluster import Cluster
+from harness.gateways import apply_gateway, conditions, reconcile_latency, runnable, wait_condition, wait_ready_pods
+from harness.operator import OperatorProcess, gateway_deployment, redis_store
+from harness.processes import rss_mib
+from harness.standins import HealthStandIns
+from harness.wait import until
 
 pytestmark = [pytest.mark.cluster, pytest.mark.real_pods]
 

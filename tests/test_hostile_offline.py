@@ -13,8 +13,8 @@ import yaml
 from gateway_operator import reasons, validation
 from gateway_operator.redis_probe import Allowlist, ProbeResult, Prober
 from gateway_operator.redis_target import RedisTarget
-from support.operator import gateway_deployment, redis_store
-from support.redis_server import RedisServer
+from harness.operator import gateway_deployment, redis_store
+from harness.redis_server import RedisServer
 
 
 def connections(server: RedisServer) -> int:

@@ -25,8 +25,8 @@ from typing import Callable, TypeVar
 
 import pytest
 
-from support.node import unavailable
-from support.processes import free_port
+from harness.node import unavailable
+from harness.processes import free_port
 
 T = TypeVar("T")
 

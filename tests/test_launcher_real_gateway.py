@@ -2,11 +2,11 @@
 
 These run the REAL gateway (praisonai-bot 0.1.16, started through launcher.py
 as a subprocess, exactly as the pod runs it) against a REAL ``redis-server``
-(``support.redis_server.RedisServer``: a free loopback port,
+(``harness.redis_server.RedisServer``: a free loopback port,
 ``--save "" --appendonly no`` and a password, stopped at teardown).
 
 Nothing in the gateway is mocked. The only stand-in is for the LLM:
-``support.llm_standin.StandInLLM``, a tiny offline OpenAI-compatible HTTP
+``harness.llm_standin.StandInLLM``, a tiny offline OpenAI-compatible HTTP
 server (``POST /v1/chat/completions``) that the gateway reaches through
 ``OPENAI_BASE_URL`` so hook-triggered agent turns complete without network.
 
@@ -37,10 +37,10 @@ pytest.importorskip("redis", reason="redis-py (a praisonai-bot dependency) is no
 if shutil.which("redis-server") is None:
     pytest.skip("redis-server is not installed", allow_module_level=True)
 
-from support.llm_standin import API_KEY as LLM_API_KEY, StandInLLM  # noqa: E402
-from support.processes import free_port, terminate  # noqa: E402
-from support.redis_server import RedisServer  # noqa: E402
-from support.wait import until  # noqa: E402
+from harness.llm_standin import API_KEY as LLM_API_KEY, StandInLLM  # noqa: E402
+from harness.processes import free_port, terminate  # noqa: E402
+from harness.redis_server import RedisServer  # noqa: E402
+from harness.wait import until  # noqa: E402
 
 LAUNCHER_PATH = Path(__file__).resolve().parents[1] / "operator" / "gateway_operator" / "launcher.py"
 # Strong enough for the gateway's weak-secret check; fake, test-only values.
@@ -174,7 +174,7 @@ def documented_config(redis: Optional[RedisServer], *, url_form: bool = True) ->
 
 
 def _wait_until(predicate: Callable[[], bool], timeout: float, message: str) -> None:
-    """support.wait.until, polling every 0.1 s, with nothing tolerated (a launcher that exited fails at once)."""
+    """harness.wait.until, polling every 0.1 s, with nothing tolerated (a launcher that exited fails at once)."""
     until(predicate, timeout=timeout, interval=0.1, what=message, tolerate=())
 
 
@@ -842,7 +842,7 @@ def test_the_migration_waits_for_a_redis_that_starts_with_the_switch(tmp_path: P
 
 
 def test_the_stand_ins_record_says_unanswered_when_the_caller_hung_up_during_a_slow_turn(llm: StandInLLM) -> None:
-    """The checker's record of a turn (support/llm_standin.py): a caller whose connection ended
+    """The checker's record of a turn (harness/llm_standin.py): a caller whose connection ended
     while the model 'thinks' was never answered; one that waits was. A gateway pod stopped mid-turn
     sends its FIN and then nothing more (its network namespace is gone, so no RST answers a later
     write, and that write succeeds): the caller here ends its side (FIN) and keeps the socket, so a
@@ -883,7 +883,7 @@ ACL_USER = "gw-tenant"
 def acl_redis(tmp_path: Path) -> Iterator[RedisServer]:
     """TLS-only, the ACL user with exactly the least-privilege rules (redis_acl.rules)."""
     from gateway_operator import redis_acl
-    from support.tls import make_ca, server_cert
+    from harness.tls import make_ca, server_cert
     ca = make_ca(tmp_path / "ca")
     server = RedisServer(password="admin-only", tls=server_cert(ca, tmp_path / "cert", dns=(TLS_NAME,), ips=()),
                          users={ACL_USER: redis_acl.rules(PREFIX, password=REDIS_PASSWORD)}).start()

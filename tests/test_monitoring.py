@@ -2,7 +2,7 @@
 
 Offline: ``promtool test rules`` on the PrometheusRule rendered from the chart
 (tests/promtool/), the dashboard JSON against Grafana's dashboard schema as the
-grafana-foundation-sdk models it (support/dashboard_schema.py says exactly what is checked),
+grafana-foundation-sdk models it (harness/dashboard_schema.py says exactly what is checked),
 and the ServiceMonitor's scrape job keeping the series' namespace (real Prometheus).
 
 Live, on a control plane of its own: the real operator CLI, a real redis-server, and a real
@@ -10,7 +10,7 @@ Prometheus 3.16 scraping the operator's /metrics every second through the scrape
 chart's ServiceMonitor describes (its honorLabels, its interval set to 1s by value), with the
 chart's rules loaded (``for:`` shortened by values). Stand-ins: the kubelet (no container runs)
 and HEALTH ENDPOINT STAND-INS answering /health at the pod IPs; prometheus-operator's
-ServiceMonitor-to-scrape-job translation, done by hand (support/monitoring.py). The scenario:
+ServiceMonitor-to-scrape-job translation, done by hand (harness/monitoring.py). The scenario:
 a replica stuck on the build-time fallback is restarted, a replica degrades and recovers,
 Redis stops and returns, a spec is refused at reconcile and fixed, an admission policy
 refuses the operator's status writes and is removed, the operator stops and comes back.
@@ -35,18 +35,18 @@ from typing import Any, Callable, Iterator
 import pytest
 import yaml
 
-from support.cluster import REPO, Cluster, tool
-from support.dashboard_schema import dashboard_problems
-from support.gateways import (apply_gateway, conditions, create_password_secret, ready_pods, redis_gateway,
+from harness.cluster import REPO, Cluster, tool
+from harness.dashboard_schema import dashboard_problems
+from harness.gateways import (apply_gateway, conditions, create_password_secret, ready_pods, redis_gateway,
                               serve_health, wait_condition, wait_event)
-from support.monitoring import (Prometheus, alert_names, dashboard, panel_targets, rate_interval, render_monitoring,
+from harness.monitoring import (Prometheus, alert_names, dashboard, panel_targets, rate_interval, render_monitoring,
                                 scrape_job, substitute, variable_values, wait_for_alert, write_rules)
-from support.operator import RELEASE, SYSTEM_NAMESPACE, OperatorProcess
-from support.plots import Chart, write_figure
-from support.processes import free_port
-from support.redis_server import RedisServer
-from support.standins import BUILD_TIME, RUNTIME, HealthStandIn, HealthStandIns, idempotency_owner
-from support.wait import WaitTimeout, until
+from harness.operator import RELEASE, SYSTEM_NAMESPACE, OperatorProcess
+from harness.plots import Chart, write_figure
+from harness.processes import free_port
+from harness.redis_server import RedisServer
+from harness.standins import BUILD_TIME, RUNTIME, HealthStandIn, HealthStandIns, idempotency_owner
+from harness.wait import WaitTimeout, until
 
 RULE_TESTS = REPO / "tests/promtool/gateway-operator.rules.test.yaml"
 

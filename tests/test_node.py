@@ -6,7 +6,7 @@ a Redis outage, the kubelet's own waiting reasons, a PVC from the node's provisi
 pod restart, the managed Redis's NetworkPolicy enforced on the node (kube-router) against real
 connections. Last, `make demo` again reuses everything and `make demo-down` leaves nothing.
 
-The LLM is the one stand-in (support.llm_pod, a pod, counting agent turns at GET /stats).
+The LLM is the one stand-in (harness.llm_pod, a pod, counting agent turns at GET /stats).
 Traffic goes only to loopback and to the 198.18.0.0/15 addresses of the node's own bridge.
 Needs root (one node per host); without it the module skips in one line, and under CI it fails.
 """
@@ -28,14 +28,14 @@ import yaml
 from gateway_operator import api
 from gateway_operator.render import OPERATOR_APP_NAME
 
-from support import exactly_once, exactly_once_run, llm_pod, node
-from support.cluster import REPO, Cluster
-from support.gateways import (conditions, events, is_ready, ready_pods, reconcile_latency, wait_condition,
+from harness import exactly_once, exactly_once_run, llm_pod, node
+from harness.cluster import REPO, Cluster
+from harness.gateways import (conditions, events, is_ready, ready_pods, reconcile_latency, wait_condition,
                               wait_ready_pods)
-from support.node import unavailable
-from support.operator import gateway_deployment
-from support.standins import HealthStandIns
-from support.wait import until
+from harness.node import unavailable
+from harness.operator import gateway_deployment
+from harness.standins import HealthStandIns
+from harness.wait import until
 
 pytestmark = [pytest.mark.node, pytest.mark.cluster]
 
@@ -635,7 +635,7 @@ def test_a_webhook_to_every_replica_runs_once_over_tls_as_the_least_privilege_ac
     import secrets as token_source
 
     from gateway_operator import redis_acl
-    from support.tls import make_ca, server_cert
+    from harness.tls import make_ca, server_cert
     cluster = sandbox.cluster
     ca = make_ca(tmp_path / "ca")
     cert = server_cert(ca, tmp_path / "cert", dns=(OWN_NAME,), ips=())

@@ -3,7 +3,7 @@
 Real parts: the kube-apiserver/etcd/kube-controller-manager of the local control plane, the
 operator CLI under the Helm chart's ServiceAccount and RBAC, real redis-server processes.
 Its pods run on the REAL node (real_pods: containerd, kubelet, kube-proxy): each replica is
-the HEALTH ENDPOINT STAND-IN image (a TEST IMAGE, support/standins.py), whose /health the test
+the HEALTH ENDPOINT STAND-IN image (a TEST IMAGE, harness/standins.py), whose /health the test
 steers, except where a test runs the real gateway image. The real gateway serving webhooks is
 in test_node.py.
 """
@@ -16,16 +16,16 @@ import time
 import pytest
 import yaml
 
-from support import audit
+from harness import audit
 from gateway_operator.render import REDIS_CLIENT_OPTIONS
-from support import node
-from support.cluster import REPO, Cluster
-from support.gateways import (apply_gateway, conditions, create_password_secret, events, redis_gateway,
+from harness import node
+from harness.cluster import REPO, Cluster
+from harness.gateways import (apply_gateway, conditions, create_password_secret, events, redis_gateway,
                               serve_health, wait_condition, wait_event)
-from support.operator import IDENTITY, OperatorProcess, gateway_deployment
-from support.redis_server import RedisServer
-from support.standins import BUILD_TIME, RUNTIME, HealthStandIns, idempotency_owner
-from support.wait import until
+from harness.operator import IDENTITY, OperatorProcess, gateway_deployment
+from harness.redis_server import RedisServer
+from harness.standins import BUILD_TIME, RUNTIME, HealthStandIns, idempotency_owner
+from harness.wait import until
 
 pytestmark = [pytest.mark.cluster, pytest.mark.real_pods]
 

@@ -21,11 +21,11 @@ import pytest
 import yaml
 
 from gateway_operator import api, reasons, redis_acl
-from support.cluster import Cluster
-from support.gateways import apply_gateway, conditions, events, wait_condition, wait_event
-from support.operator import OperatorProcess, gateway_deployment, redis_store
-from support.redis_server import RedisServer
-from support.tls import make_ca, server_cert
+from harness.cluster import Cluster
+from harness.gateways import apply_gateway, conditions, events, wait_condition, wait_event
+from harness.operator import OperatorProcess, gateway_deployment, redis_store
+from harness.redis_server import RedisServer
+from harness.tls import make_ca, server_cert
 
 pytestmark = pytest.mark.cluster
 

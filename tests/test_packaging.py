@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from support.cluster import REPO
+from harness.cluster import REPO
 
 
 def test_image_install_step_in_a_clean_venv(tmp_path: Path) -> None:

@@ -12,7 +12,7 @@ from gateway_operator.health import Idempotency, ReplicaHealth, classify
 from gateway_operator.kube import is_subset
 from gateway_operator.redis_probe import ProbeResult
 from gateway_operator.redis_target import InvalidRedisURL, resolve
-from support.operator import gateway_deployment, redis_store
+from harness.operator import gateway_deployment, redis_store
 
 OWNER = render.Owner("gw", "prod", "uid-1")
 OK = ProbeResult(True, "ProbeSucceeded", "ok")
@@ -338,8 +338,8 @@ def test_managed_redis_command_keeps_dedup_records_across_a_kill_only_with_persi
 
     import redis as redis_py
 
-    from support.processes import free_port
-    from support.wait import until
+    from harness.processes import free_port
+    from harness.wait import until
 
     managed = {"enabled": True, **({"persistence": {"enabled": True}} if persistent else {})}
     s = spec(config=redis_store(), redis={"managed": managed})

@@ -12,13 +12,13 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from support import audit
-from support.cluster import Cluster
-from support.gateways import apply_gateway, create_password_secret, wait_event, wait_ready_pods
-from support.operator import OperatorProcess, gateway_deployment, redis_store, render_rbac
-from support.redis_server import RedisServer
-from support.standins import BUILD_TIME, HealthStandIns, idempotency_owner
-from support.wait import WaitTimeout, until
+from harness import audit
+from harness.cluster import Cluster
+from harness.gateways import apply_gateway, create_password_secret, wait_event, wait_ready_pods
+from harness.operator import OperatorProcess, gateway_deployment, redis_store, render_rbac
+from harness.redis_server import RedisServer
+from harness.standins import BUILD_TIME, HealthStandIns, idempotency_owner
+from harness.wait import WaitTimeout, until
 
 pytestmark = [pytest.mark.cluster, pytest.mark.real_pods]
 

@@ -15,11 +15,11 @@ import uuid
 import pytest
 
 from gateway_operator import reasons
-from support import node
-from support.argocd import ARGOCD_CM_KEY, health, readme_argocd_cm
-from support.cluster import REPO, Cluster
-from support.gateways import conditions, runnable, wait_condition
-from support.operator import OperatorProcess, gateway_deployment
+from harness import node
+from harness.argocd import ARGOCD_CM_KEY, health, readme_argocd_cm
+from harness.cluster import REPO, Cluster
+from harness.gateways import conditions, runnable, wait_condition
+from harness.operator import OperatorProcess, gateway_deployment
 
 pytestmark = [pytest.mark.cluster, pytest.mark.real_pods]
 APP_CHART = str(REPO / "tests/charts/gwd-app")

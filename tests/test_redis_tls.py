@@ -16,8 +16,8 @@ from gateway_operator import conditions, reasons, redis_acl
 from gateway_operator.api import SecretKeyRef, TLSOptions
 from gateway_operator.redis_probe import Allowlist, Credentials, ProbeResult, Prober
 from gateway_operator.redis_target import RedisTarget
-from support.redis_server import RedisServer
-from support.tls import make_ca, server_cert
+from harness.redis_server import RedisServer
+from harness.tls import make_ca, server_cert
 
 PASSWORD = "s3cret-pass-word"
 USER = "gwop-tenant"

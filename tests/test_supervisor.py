@@ -12,7 +12,7 @@ from kubernetes.client.rest import ApiException
 
 from gateway_operator.controller import ControllerSettings
 from gateway_operator.supervisor import Supervisor
-from support.operator import gateway_deployment
+from harness.operator import gateway_deployment
 
 
 class GoneKube:

@@ -32,11 +32,11 @@ from gateway_operator import crd, expose, reasons, redis_probe, tenancy
 from gateway_operator.api import ExposeSpec, IngressExpose
 from gateway_operator.redis_target import RedisTarget
 from gateway_operator.tenancy import Claim, TenancyPolicy
-from support.cluster import REPO, Cluster, tool
-from support.gateways import apply_gateway, conditions, wait_condition
-from support.operator import OperatorProcess, gateway_deployment, redis_store
-from support.redis_server import RedisServer
-from support.wait import until
+from harness.cluster import REPO, Cluster, tool
+from harness.gateways import apply_gateway, conditions, wait_condition
+from harness.operator import OperatorProcess, gateway_deployment, redis_store
+from harness.redis_server import RedisServer
+from harness.wait import until
 
 ADMIN = TenancyPolicy.parse({
     "allowedHosts": {"team-a": ["*.a.bots.example.com", "exact.example.com"], "*": ["*.shared.example.com"]},
@@ -401,7 +401,7 @@ def _render_policy(namespace: str, policy: TenancyPolicy) -> list[dict[str, Any]
 
 @pytest.mark.cluster
 def test_the_admission_policy_refuses_with_the_operators_message(cluster: Cluster, namespace: str) -> None:
-    from support.operator import install_crd
+    from harness.operator import install_crd
     install_crd(cluster)
     docs = _render_policy(namespace, TenancyPolicy())
     cluster.apply("\n---\n".join(json.dumps(d) for d in docs))

@@ -1,4 +1,4 @@
-"""Self-check of the TLS / ACL / managed-Redis test support (``support.tls``, ``RedisServer(tls=...)``).
+"""Self-check of the TLS / ACL / managed-Redis test support (``harness.tls``, ``RedisServer(tls=...)``).
 
 Unit-level: real ``redis-server`` processes on loopback, no cluster; a few seconds in all. What is
 asserted is what a client of such a server sees, so later tests can trust the stand-in.
@@ -16,8 +16,8 @@ import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from support.redis_server import RedisServer
-from support.tls import CA, ServerCert, make_ca, server_cert
+from harness.redis_server import RedisServer
+from harness.tls import CA, ServerCert, make_ca, server_cert
 
 PASSWORD = "admin-pw"
 ONCE = Retry(NoBackoff(), 0)  # redis-py 8 retries a failed connect 3 times with seconds of back-off

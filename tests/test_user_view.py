@@ -14,12 +14,12 @@ import pytest
 import yaml
 
 from gateway_operator import reasons, validation
-from support import audit
-from support.cluster import REPO, Cluster
-from support.gateways import apply_gateway, conditions, events, wait_condition
-from support.operator import OperatorProcess, gateway_deployment, redis_store
-from support.redis_server import RedisServer
-from support.wait import until
+from harness import audit
+from harness.cluster import REPO, Cluster
+from harness.gateways import apply_gateway, conditions, events, wait_condition
+from harness.operator import OperatorProcess, gateway_deployment, redis_store
+from harness.redis_server import RedisServer
+from harness.wait import until
 
 pytestmark = [pytest.mark.cluster, pytest.mark.real_pods]
 

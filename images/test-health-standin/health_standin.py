@@ -1,5 +1,5 @@
 """HEALTH ENDPOINT STAND-IN (a TEST IMAGE's server, images/test-health-standin; also run
-in-process by tests/support/standins.py at a simulated pod's IP).
+in-process by tests/harness/standins.py at a simulated pod's IP).
 
 It answers /ready and /live as the gateway does, and GET /health the way the test last chose:
     PUT /standin  {"mode": "answer", "degraded_owners": [...]}   the gateway's documented body

@@ -146,7 +146,7 @@ class OperatorProcess:
         self.proc = None
 
 
-# no registry serves it: on a simulated node nothing pulls it, on a real node support.gateways
+# no registry serves it: on a simulated node nothing pulls it, on a real node harness.gateways
 # runs the HEALTH ENDPOINT STAND-IN image in its place
 PLACEHOLDER_IMAGE = "example.invalid/praisonai-gateway:0.1.16"
 

@@ -9,7 +9,7 @@ model provider exists here), then at once:
   random delay (up to ``redeliver_max_s``); a delivery with no 2xx (a 503 "in progress" included)
   is retried with backoff, up to ``retries`` times. A seeded share of the messages asks the stand-in for a long model turn.
   Every message belongs to one of ``sessions`` conversations (the hook's ``session_key``).
-* **the nemesis**: a seeded schedule of faults (support.exactly_once.Fault), one every
+* **the nemesis**: a seeded schedule of faults (harness.exactly_once.Fault), one every
   ``fault_gap_s``: first (when scheduled) the switch from one SQLite replica to ``replicas`` on
   a managed Redis, then a gateway pod SIGKILLed (every process of its container, from the node's
   host), a rolling update, scaling (3 -> 5 -> 2 -> 3, 3 -> 2 -> 3), Redis paused (SIGSTOP),
@@ -17,7 +17,7 @@ model provider exists here), then at once:
 * **records**: every answer, the stand-in's turns (GET /turns), and the GatewayDeployment's
   conditions from a watch.
 
-Then support.exactly_once.classify makes the report. Traffic goes to the node's own ranges
+Then harness.exactly_once.classify makes the report. Traffic goes to the node's own ranges
 (198.18.0.0/15) and the edge's loopback address only.
 """
 from __future__ import annotations
@@ -447,7 +447,7 @@ def run(cluster: Cluster, settings: Settings, say: Callable[[str], None] = print
     recorded = turns(cluster)
     report = classify(judged, recorded, watch.samples, nemesis.faults, lag=nemesis.lag,
                       window=settings.session_window)
-    # what was classified, so that a report can be classified again (support.exactly_once.reclassify)
+    # what was classified, so that a report can be classified again (harness.exactly_once.reclassify)
     report["records"] = {"deliveries": [asdict(d) for d in judged], "turns": [asdict(t) for t in recorded],
                          "faults": [asdict(f) for f in nemesis.faults]}
     report["unfinished_messages"] = len(provider.unfinished)  # still queued at the deadline: not judged

@@ -1,6 +1,6 @@
 """A real ``redis-server`` process on a free loopback port, stoppable and restartable.
 
-Optionally shaped like a managed Redis: TLS-only (``tls=``, from ``support.tls``), ACL users
+Optionally shaped like a managed Redis: TLS-only (``tls=``, from ``harness.tls``), ACL users
 (``users=``), and commands refused as unknown (``renamed=``, e.g. ``("CONFIG", "INFO")``).
 """
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """The LLM STAND-IN as a pod on the real node (the one stand-in left: no model provider exists
-here). Its code (support/llm_standin.py and what it imports) goes in a ConfigMap and runs in the
+here). Its code (harness/llm_standin.py and what it imports) goes in a ConfigMap and runs in the
 gateway image's python3, behind a Service; gateways reach it as ``OPENAI_BASE_URL``.
 ``completions`` reads its counter from the host at the pod's IP (198.18.x.x, the node's own
 bridge), which is how a test or the demo sees how many agent turns ran across all replicas.
@@ -17,7 +17,7 @@ from .llm_standin import API_KEY
 
 NAME = "llm-standin"
 PORT = 8080
-_FILES = ("__init__.py", "http.py", "llm_standin.py")  # support/ as a package inside the pod
+_FILES = ("__init__.py", "http.py", "llm_standin.py")  # harness/ as a package inside the pod
 _SUPPORT = Path(__file__).resolve().parent
 
 
@@ -37,12 +37,12 @@ def manifests(namespace: str, image: str) -> list[dict[str, Any]]:
                 "terminationGracePeriodSeconds": 5,
                 "containers": [{
                     "name": NAME, "image": image,
-                    "args": ["python3", "-m", "support.llm_standin", "--port", str(PORT)],
+                    "args": ["python3", "-m", "harness.llm_standin", "--port", str(PORT)],
                     "workingDir": "/opt/standin",
                     "ports": [{"name": "http", "containerPort": PORT}],
                     "readinessProbe": {"httpGet": {"path": "/v1/models", "port": "http"}, "periodSeconds": 2},
                     "securityContext": restricted,
-                    "volumeMounts": [{"name": "code", "mountPath": "/opt/standin/support", "readOnly": True}],
+                    "volumeMounts": [{"name": "code", "mountPath": "/opt/standin/harness", "readOnly": True}],
                 }],
                 "volumes": [{"name": "code", "configMap": {"name": NAME, "items": [
                     {"key": name.replace("__init__", "init"), "path": name} for name in _FILES]}}],

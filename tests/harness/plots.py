@@ -1,6 +1,6 @@
 """PNG charts of named series, with matplotlib (pinned in requirements-dev.txt).
 
-    from support.plots import Chart, line_chart, write_figure
+    from harness.plots import Chart, line_chart, write_figure
     line_chart("latency.png", "webhook latency", {"p50": [(0, 1.2), (1, 1.3)], "p99": [...]},
                xlabel="gateways", ylabel="ms")
 

@@ -5,10 +5,10 @@ agent turns complete without network. ``GET /v1/models`` lists one model;
 ``POST /v1/chat/completions`` answers every request with the canned ``REPLY`` (plain JSON,
 or an SSE stream when the request asks for ``stream``). ``completions`` counts the turns
 it served, which is how tests see whether a replica ran an agent turn at all; as a pod
-(``python3 -m support.llm_standin --port 8080``, see support/llm_pod.py) it reports them at
+(``python3 -m harness.llm_standin --port 8080``, see harness/llm_pod.py) it reports them at
 ``GET /stats``.
 
-For the exactly-once checker (support/exactly_once.py) a turn can name itself: when the last
+For the exactly-once checker (harness/exactly_once.py) a turn can name itself: when the last
 user message holds ``msg=<id>`` the stand-in keeps a record of the turn (``GET /turns?since=N``):
 that id, its ``session=<s>``, when it started and ended, whether the answer reached the caller,
 and the ``msg=`` ids of the earlier messages it was sent (the history the gateway gave the

@@ -1,6 +1,6 @@
 """The exactly-once checker's pure half: what happened, classified (issue 18).
 
-A run (support/exactly_once_run.py, on the real node) records three histories and hands them
+A run (harness/exactly_once_run.py, on the real node) records three histories and hands them
 here:
 
 * **deliveries**: every webhook delivery a provider made (the message, where it went, when, and

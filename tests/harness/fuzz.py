@@ -4,7 +4,7 @@ Two halves:
 
 * ``cases(seed, count)``: a seeded, pure generator of adversarial GatewayDeployments. Each
   case starts from a valid base (``gateway_deployment`` / ``redis_store`` of
-  support/operator.py) and applies 1-3 mutations from ``CATALOGUE`` (wrong types, deep and
+  harness/operator.py) and applies 1-3 mutations from ``CATALOGUE`` (wrong types, deep and
   huge configs, unicode, bad names, Redis URL/host variants, env and label overrides,
   conflicting idempotency forms, missing or non-UTF-8 Secrets, ...). The first mutation of
   case ``i`` walks a seeded permutation of the whole catalogue, so any ``count`` at least the
