@@ -9,23 +9,26 @@ an error of its own backs off the same way, and is logged once per change, not p
 from __future__ import annotations
 
 import asyncio
-import datetime as dt
 import logging
 import random
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping, MutableMapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import kopf
 from kubernetes.client.rest import ApiException
 
-from . import api, conditions, dedup_history, health, metrics, render, status
+from . import api, health, metrics, render, summarize
 from .api import GatewaySpec, HealthSpec
 from .conditions import Facts, Problem
 from .expose import Exposure
+from .inputs import LiveDeployment, SecretInputs, kept, resource_version, spec_or_none
 from .kube import Kube
-from .reconcile import LiveDeployment, Observation, Outcome, PodView, ReconcileSettings, Result, SecretInputs, reconcile
+from .pods import PodView
+from .publish import ObjectLog, publish
+from .reconcile import Observation, Outcome, ReconcileSettings, Result, reconcile
 from .redis_probe import Prober
+from .replicas import stale_replica
 from .schedule import Schedule
 from .tenancy import Claim
 
@@ -36,17 +39,6 @@ log = logging.getLogger(__name__)
 class ControllerSettings:
     reconcile: ReconcileSettings = field(default_factory=ReconcileSettings)  # resync, backoff, identity
     redis_allow: tuple[str, ...] = ()        # the probe's allowlist (CIDRs, hosts, .domains); empty: open
-
-
-class ObjectLog(logging.LoggerAdapter):  # type: ignore[type-arg]
-    """The operator's log lines about one GatewayDeployment carry its namespace/name."""
-
-    def process(self, msg: Any, kwargs: MutableMapping[str, Any]) -> tuple[Any, MutableMapping[str, Any]]:
-        return f"[{self.extra['object']}] {msg}", kwargs  # type: ignore[index]
-
-
-def now_iso() -> str:
-    return dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 @dataclass
@@ -73,9 +65,9 @@ class GatewayController:
 
     def update(self, body: Mapping[str, Any]) -> None:
         """Called for every watch event of the object: wakes the loop when the spec changed."""
-        if _resource_version(body) < self._rv_floor:
+        if resource_version(body) < self._rv_floor:
             return  # older than our own last status write; a newer event follows
-        self.body = _kept(body)
+        self.body = kept(body)
         if self.schedule.spec_changed(body.get("metadata", {}).get("generation")):
             self.wake.set()  # a new spec deserves a prompt first try
 
@@ -103,15 +95,22 @@ class GatewayController:
 
     def _note_error(self, message: str, exc_info: bool = False) -> None:
         metrics.reconcile_failed(self.namespace, self.name)
-        problem = Problem("StepError", message)
-        if problem != self._last_problem:
-            self.log.warning(message, exc_info=exc_info)
-            self._last_problem = problem
+        self._log_problem(Problem("StepError", message), exc_info, message)
         self.schedule.errored(time.monotonic(), self.settings.reconcile.problem_backoff)
+
+    def _log_problem(self, problem: Problem | None, exc_info: Any = None, line: str = "") -> None:
+        """One line per change of problem, not per try."""
+        if problem == self._last_problem:
+            return
+        if problem is not None:
+            self.log.warning("%s", line or f"stalled: {problem.reason}: {problem.message}", exc_info=exc_info)
+        elif self._last_problem is not None:
+            self.log.info("no longer stalled (was %s)", self._last_problem.reason)
+        self._last_problem = problem
 
     async def step(self) -> None:
         body = self.body
-        spec = _spec_or_none(body)
+        spec = spec_or_none(body)
         health_spec = spec.health if spec else HealthSpec()
         full = self.schedule.begin(time.monotonic(), health_spec.interval_seconds, random.uniform(0.5, 1.0))
         # polling runs beside the reconcile, so a slow Redis probe never delays what the
@@ -119,21 +118,11 @@ class GatewayController:
         hosts = spec.expose.hosts if spec else ()
         result, replicas = await asyncio.gather(self._reconcile(body, full, hosts), self._poll(health_spec))
         outcome = self._settle(body, result.outcome, result.requeue_after)
-        observed = outcome.observed
-        now = time.time()
-        facts = Facts(
-            generation=int(body["metadata"].get("generation") or 0),
-            desired_replicas=spec.replicas if spec else 0,
-            store_backend=spec.store_backend if spec else "sqlite", policy=spec.policy if spec else "",
-            persistence=spec.persistence.enabled if spec else False,
-            redis_configured=spec.redis.configured if spec else False, running_replicas=observed.running,
-            ready_replicas=observed.ready, updated_replicas=observed.updated,
-            rollout_observed=observed.rollout_observed, problem=outcome.problem, probe=outcome.probe,
-            health=tuple(replicas), dedup=_dedup_history(body, outcome, now), now=now,
-            migrating=bool(outcome.migration and not outcome.migration.done),
-            sessions_store=spec.sessions_store if spec else "replica", target=outcome.target)
+        facts = summarize.facts(body, spec, outcome, replicas, time.time())
         policy = render.gateway_network_policy_name(self.name) if spec and spec.network_policy.enabled else ""
-        await self._publish(body, facts, outcome, policy)
+        written = await publish(self.kube, body, facts, outcome, self._exposure, policy, self.log)
+        if written is not None:  # the watch may still deliver events older than this write
+            self.body, self._rv_floor = kept(written), resource_version(written)
         if spec is not None:
             await self._restart_stale(spec, facts, outcome)
 
@@ -158,59 +147,22 @@ class GatewayController:
             time.monotonic(), outcome.applied, body["metadata"].get("generation"), outcome.problem, requeue_after))
         if outcome.error is not None:
             metrics.reconcile_failed(self.namespace, self.name)
-        if outcome.problem != self._last_problem:
-            if outcome.problem is not None:
-                self.log.warning("stalled: %s: %s", outcome.problem.reason, outcome.problem.message,
-                                 exc_info=outcome.error)
-            elif self._last_problem is not None:
-                self.log.info("no longer stalled (was %s)", self._last_problem.reason)
-            self._last_problem = outcome.problem
+        self._log_problem(outcome.problem, outcome.error)
         return outcome
 
     async def _poll(self, health_spec: HealthSpec) -> list[health.ReplicaHealth]:
-        targets = [health.Target(p.name, p.ip, api.GATEWAY_PORT) for p in self.pods()
-                   if p.ready and p.ip and not p.deleting]
+        targets = [health.Target(p.name, p.ip, api.GATEWAY_PORT) for p in self.pods() if p.serving and p.ip]
         results = await self.poller.poll(targets, health_spec.timeout_seconds, health_spec.max_concurrency)
         metrics.polled(self.namespace, self.name, (r.state.value for r in results))
         return results
 
-    async def _publish(self, body: Mapping[str, Any], facts: Facts, outcome: Outcome, policy: str) -> None:
-        previous = body.get("status") or {}
-        selector = ",".join(f"{k}={v}" for k, v in api.selector_for(self.name).items())
-        # a pass that stopped before it could tell (a problem) keeps what status said
-        migration = (outcome.migration.status() if outcome.migration is not None
-                     else previous.get("sqliteMigration") if outcome.problem is not None else None)
-        new = status.build(previous, facts, outcome.target, now_iso(), selector, self._exposure, policy, migration)
-        metrics.observe_conditions(self.namespace, self.name, new["conditions"])
-        if not status.changed(previous, new):
-            return
-        written = await asyncio.to_thread(self.kube.patch_status, self.namespace, self.name,
-                                          status.merge_patch(previous, new))
-        metrics.wrote(self.namespace, self.name)
-        # the watch may still deliver events older than this write: remember where we are
-        self.body, self._rv_floor = _kept(written), _resource_version(written)
-        self._post_events(body, previous.get("conditions") or [], new["conditions"])
-
-    def _post_events(self, body: Mapping[str, Any], before: Sequence[Mapping[str, Any]],
-                     after: Sequence[Mapping[str, Any]]) -> None:
-        for t in conditions.transitions(before, after):
-            self.log.info("%s %s -> %s (%s): %s", t.type, t.old or "-", t.new["status"], t.new["reason"],
-                          t.new["message"])
-            event = _event_for(t)
-            if event:
-                kopf.event(dict(body), type=event[0], reason=event[1], message=event[2])
-
     async def _restart_stale(self, spec: GatewaySpec, facts: Facts, outcome: Outcome) -> None:
-        """A replica whose store fell back to SQLite at build time keeps it until restarted;
-        once Redis answers the probe, restart such replicas one at a time."""
-        if not (spec.health.restart_stale_replicas and outcome.probe and outcome.probe.ok):
+        """replicas.stale_replica says which, the schedule when (its cooldown)."""
+        name = stale_replica(spec.health.restart_stale_replicas and bool(outcome.probe and outcome.probe.ok),
+                             facts.health, facts.ready_replicas, facts.running_replicas)
+        if name is None or not self.schedule.restart_allowed(time.monotonic(), spec.health.restart_cooldown_seconds):
             return
-        stale = sorted(h.pod for h in facts.health if h.state is health.Idempotency.BUILD_TIME_FALLBACK)
-        if not stale or facts.ready_replicas < facts.running_replicas:
-            return  # wait until the previous restart has come back ready
-        if not self.schedule.restart_allowed(time.monotonic(), spec.health.restart_cooldown_seconds):
-            return
-        pod = next((p for p in self.pods() if p.name == stale[0]), None)
+        pod = next((p for p in self.pods() if p.name == name), None)
         if pod is None:
             return
         self.schedule.restarted(time.monotonic())
@@ -227,62 +179,3 @@ class GatewayController:
         except asyncio.TimeoutError:
             pass
         self.wake.clear()
-
-
-def _spec_or_none(body: Mapping[str, Any]) -> GatewaySpec | None:
-    """The typed spec, or None when it cannot be read (reconcile reports why)."""
-    try:
-        return GatewaySpec.parse(body.get("spec") or {})
-    except Exception:  # noqa: BLE001 - reconcile turns the same failure into InvalidSpec
-        return None
-
-
-def _kept(body: Mapping[str, Any]) -> dict[str, Any]:
-    """The object as the loop keeps it between steps: without metadata.managedFields, which
-    the operator never reads and which is most of a GatewayDeployment's size in memory."""
-    meta = body.get("metadata") or {}
-    return {**body, "metadata": {k: v for k, v in meta.items() if k != "managedFields"}}
-
-
-def _resource_version(body: Mapping[str, Any]) -> int:
-    try:
-        return int(body.get("metadata", {}).get("resourceVersion") or 0)
-    except ValueError:  # resource versions are opaque; etcd's happen to be integers
-        return 0
-
-
-def _dedup_history(body: Mapping[str, Any], outcome: Outcome, now: float) -> dedup_history.History:
-    """The canary's history after this pass; what status remembers counts only for the same store."""
-    target = outcome.target
-    if target is None:
-        return dedup_history.History()
-    remembered = (body.get("status") or {}).get("redis") or {}
-    same = remembered.get("endpoint") == target.endpoint and remembered.get("prefix") == target.prefix
-    previous = dedup_history.History.from_status(remembered if same else None)
-    return dedup_history.assess(previous, outcome.probe.store if outcome.probe else None, now)
-
-
-def _event_for(t: conditions.Transition) -> tuple[str, str, str] | None:
-    c = t.new
-    if t.type == conditions.REDIS_DURABLE and c["status"] == "False" and t.old != "False":
-        return "Warning", c["reason"], c["message"]
-    if t.type == conditions.IDEMPOTENCY_DEGRADED:
-        if c["status"] == "True":
-            return "Warning", "IdempotencyDegraded", c["message"]
-        if t.old == "True":
-            return "Normal", "IdempotencyRecovered", "no replica reports durability:idempotency any more"
-    if t.type == conditions.REDIS_REACHABLE:
-        if c["status"] == "False":
-            return "Warning", "RedisUnreachable", c["message"]
-        if c["status"] == "True" and t.old == "False":
-            return "Normal", "RedisReachable", c["message"]
-    if t.type == conditions.REDIS_TLS_VERIFIED and c["status"] == "False":
-        return "Warning", c["reason"], c["message"]
-    if t.type == conditions.STALLED and c["status"] == "True":
-        return "Warning", c["reason"], c["message"]
-    if t.type == conditions.EXACTLY_ONCE:
-        if c["status"] == "False" and c["reason"] == "PerReplicaStores":
-            return "Warning", "ExactlyOnceNotHeld", c["message"]
-        if c["status"] == "True" and t.old is not None:
-            return "Normal", "ExactlyOnceAdmission", c["message"]
-    return None

@@ -5,27 +5,62 @@ from __future__ import annotations
 import asyncio
 import logging
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Iterable
 
 import kopf
 
 from . import api, expose, pods, reasons
 from .controller import ControllerSettings
 from .kube import Kube, load_config
-from .reconcile import LiveDeployment, Observed, PodView, live_deployment
+from .inputs import LiveDeployment, Observed, live_deployment
+from .pods import PodView
 from .supervisor import Supervisor
 from .tenancy import Claim, claim_of, route_hosts, spec_hosts
 
 OWNED = {api.LABEL_MANAGED_BY: api.MANAGED_BY}
 WAITING_MESSAGE_LIMIT = 300  # characters of a kubelet waiting message kept per pod
-_pod_index: Any = None  # kopf's live index of gateway pods, captured on first use
-_deployment_index: Any = None  # and of gateway Deployments
-_managed_redis_index: tuple[Any, ...] = ()  # and of managed Redis Services and pods: by name and by address
-_claim_indices: tuple[Any, ...] = ()  # and of host claims: GatewayDeployments, foreign Ingresses and HTTPRoutes
+
+
+@dataclass(frozen=True)
+class Indices:
+    """kopf's live indices (the handlers below fill them; kopf hands them to the startup handler
+    as keyword arguments): what the loops read between watch events."""
+
+    pods: kopf.Index[Any, Any]         # gateway pods by (namespace, GatewayDeployment)
+    deployments: kopf.Index[Any, Any]  # gateway Deployments, by the same key
+    claims: tuple[kopf.Index[Any, Any], ...]  # host claims: GatewayDeployments, foreign Ingresses and HTTPRoutes
+    managed_redis: tuple[kopf.Index[Any, Any], ...]  # managed Redis Services and pods: by name and by address
+
+    def pods_of(self, key: tuple[str, str]) -> list[PodView]:
+        return list(self.pods.get(key, []))
+
+    def deployment_of(self, key: tuple[str, str]) -> LiveDeployment:
+        found = list(self.deployments.get(key, []))
+        return found[0] if found else LiveDeployment(None, Observed())  # none: nothing of ours runs
+
+    def claims_of(self, hosts: Iterable[str]) -> dict[str, tuple[Claim, ...]]:
+        """Every claimant of each host the indices know."""
+        return {h: tuple(c for index in self.claims for c in index.get(h, [])) for h in hosts}
+
+    def foreign_managed_redis(self, namespace: str, owner: str, host: str, addresses: Any) -> bool:
+        """Is ``host`` (by Service name) or one of ``addresses`` the managed Redis of a
+        GatewayDeployment other than namespace/owner? A managed Redis serves its own only."""
+        labels = host.lower().rstrip(".").split(".")
+        keys = [("ip", a) for a in addresses]
+        if len(labels) == 1:
+            keys.append(("service", namespace, labels[0]))
+        elif len(labels) == 2 or labels[2] == "svc":  # name.ns, name.ns.svc, name.ns.svc.<cluster domain>
+            keys.append(("service", labels[1], labels[0]))
+        return any(o != (namespace, owner) for index in self.managed_redis for k in keys for o in index.get(k, []))
 
 
 @kopf.on.startup()
-async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
+async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, gateway_pods: kopf.Index[Any, Any],
+                    gateway_deployments: kopf.Index[Any, Any], gateway_host_claims: kopf.Index[Any, Any],
+                    ingress_host_claims: kopf.Index[Any, Any], route_host_claims: kopf.Index[Any, Any],
+                    managed_redis_services: kopf.Index[Any, Any], managed_redis_pods: kopf.Index[Any, Any],
+                    **_: Any) -> None:
     settings.posting.level = logging.INFO   # only the Events the operator posts on purpose
     settings.posting.reporting_component = "gateway-operator"  # "From" in kubectl describe
     settings.watching.server_timeout = 270   # re-list before most load balancers cut the watch
@@ -35,37 +70,11 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) 
     asyncio.get_running_loop().set_default_executor(ThreadPoolExecutor(max_workers=16,
                                                                        thread_name_prefix="kube"))
     kube = Kube(load_config(memo.get("kubeconfig")))
-    memo.supervisor = Supervisor(kube, memo.get("controller_settings") or ControllerSettings(), _pods_of,
-                                 _deployment_of, claims_of, foreign_managed_redis)
-
-
-def _pods_of(key: tuple[str, str]) -> list[PodView]:
-    return list(_pod_index.get(key, [])) if _pod_index is not None else []
-
-
-def _deployment_of(key: tuple[str, str]) -> LiveDeployment | None:
-    """None until the index is known: the controller then reads the Deployment itself."""
-    if _deployment_index is None:
-        return None
-    found = list(_deployment_index.get(key, []))
-    return found[0] if found else LiveDeployment(None, Observed())  # none: nothing of ours runs
-
-
-def claims_of(hosts: Any) -> dict[str, tuple[Claim, ...]]:
-    """Every claimant of each host the indices know (empty until the first event)."""
-    return {h: tuple(c for index in _claim_indices for c in index.get(h, [])) for h in hosts}
-
-
-def foreign_managed_redis(namespace: str, owner: str, host: str, addresses: Any) -> bool:
-    """Is ``host`` (by Service name) or one of ``addresses`` the managed Redis of a GatewayDeployment
-    other than namespace/owner? A managed Redis serves its own GatewayDeployment only."""
-    labels = host.lower().rstrip(".").split(".")
-    keys = [("ip", a) for a in addresses]
-    if len(labels) == 1:
-        keys.append(("service", namespace, labels[0]))
-    elif len(labels) == 2 or labels[2] == "svc":  # name.ns, name.ns.svc, name.ns.svc.<cluster domain>
-        keys.append(("service", labels[1], labels[0]))
-    return any(o != (namespace, owner) for index in _managed_redis_index for k in keys for o in index.get(k, []))
+    indices = Indices(gateway_pods, gateway_deployments,
+                      (gateway_host_claims, ingress_host_claims, route_host_claims),
+                      (managed_redis_services, managed_redis_pods))
+    memo.supervisor = Supervisor(kube, memo.get("controller_settings") or ControllerSettings(), indices.pods_of,
+                                 indices.deployment_of, indices.claims_of, indices.foreign_managed_redis)
 
 
 @kopf.index("", "v1", "services", labels={**OWNED, api.LABEL_COMPONENT: "redis"})
@@ -147,15 +156,7 @@ def route_host_claims(body: kopf.Body, meta: Any, labels: Any, **_: Any) -> dict
 
 
 @kopf.on.event(api.GROUP, api.VERSION, api.PLURAL)
-async def gateway_deployment_changed(type: str | None, body: kopf.Body, memo: kopf.Memo,
-                                     gateway_pods: kopf.Index, gateway_deployments: kopf.Index,
-                                     gateway_host_claims: kopf.Index, ingress_host_claims: kopf.Index,
-                                     route_host_claims: kopf.Index, managed_redis_services: kopf.Index,
-                                     managed_redis_pods: kopf.Index, **_: Any) -> None:
-    global _pod_index, _deployment_index, _claim_indices, _managed_redis_index
-    _pod_index, _deployment_index = gateway_pods, gateway_deployments
-    _managed_redis_index = (managed_redis_services, managed_redis_pods)
-    _claim_indices = (gateway_host_claims, ingress_host_claims, route_host_claims)
+async def gateway_deployment_changed(type: str | None, body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
     memo.supervisor.observe(type, body)
     meta = body["metadata"]
     _nudge_claimants(memo, memo.supervisor.hosts_seen((meta["namespace"], meta["name"]), spec_hosts(body.get("spec")),
@@ -173,7 +174,7 @@ async def route_changed(body: kopf.Body, labels: Any, memo: kopf.Memo, **_: Any)
 def _nudge_claimants(memo: kopf.Memo, hosts: Any, own: tuple[str, str] | None) -> None:
     """A claim came or went: every other GatewayDeployment claiming one of these hosts
     reconciles soon (the younger one stops, or gets, its routes)."""
-    for claims in claims_of(hosts).values():
+    for claims in memo.supervisor.claims_of(hosts).values():
         for c in claims:
             if c.kind == api.KIND and (c.namespace, c.name) != own:
                 memo.supervisor.nudge(c.namespace, c.name)

@@ -1,8 +1,29 @@
-"""The one pod-ready check: the operator's pod index, its managed-Redis lookup, the benchmark and
-the test harness all read a pod's readiness here."""
+"""What the operator knows of a gateway pod (``PodView``), and the one pod-ready check: the
+operator's pod index, its managed-Redis lookup, the benchmark and the test harness all read a
+pod's readiness here."""
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Mapping
+
+
+@dataclass(frozen=True)
+class PodView:
+    """What the operator needs to know of one gateway pod (kept in a kopf index)."""
+
+    name: str
+    uid: str
+    ip: str | None
+    ready: bool
+    deleting: bool
+    waiting_reason: str | None = None
+    waiting_message: str = ""   # the kubelet's, for the POD_WAITING reasons only (bounded)
+    last_exit_code: int | None = None
+
+    @property
+    def serving(self) -> bool:
+        """As ``serving`` below: ready and not being deleted (and so polled)."""
+        return self.ready and not self.deleting
 
 
 def ready(status: Mapping[str, Any]) -> bool:

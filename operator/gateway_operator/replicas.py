@@ -2,9 +2,10 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Mapping, Sequence
 
 from .api import GatewaySpec, Policy
+from .health import Idempotency, ReplicaHealth
 
 
 @dataclass(frozen=True)
@@ -52,3 +53,11 @@ def replicas_to_run(spec: GatewaySpec, probe_ok: bool, running: int, migration: 
     if gate_holds(spec.store_backend, probe_ok, running, spec.replicas):
         return min(spec.replicas, max(1, running))
     return spec.replicas
+
+
+def stale_replica(enabled: bool, health: Sequence[ReplicaHealth], ready: int, running: int) -> str | None:
+    """The replica to restart next (``enabled``: spec.health.restartStaleReplicas, and Redis
+    answers the probe): one whose store fell back to SQLite at build time keeps it until
+    restarted. One at a time, by name: none while a previous restart is not back ready."""
+    stale = sorted(h.pod for h in health if h.state is Idempotency.BUILD_TIME_FALLBACK)
+    return stale[0] if enabled and stale and ready >= running else None

@@ -15,7 +15,8 @@ from . import metrics
 from .controller import ControllerSettings, GatewayController
 from .health import Poller
 from .kube import Kube
-from .reconcile import LiveDeployment, PodView
+from .inputs import LiveDeployment
+from .pods import PodView
 from .redis_probe import Allowlist, ForeignCheck, Prober
 from .tenancy import Claim
 

@@ -1,0 +1,90 @@
+"""The pass's writes: apply what render says should exist (server-side apply, owned objects
+only), remove what the spec no longer asks for, and read the address the edge published for
+spec.expose. Synchronous API calls; reconcile.py runs them in threads.
+"""
+from __future__ import annotations
+
+from typing import Any, Mapping, NamedTuple
+
+from kubernetes.client.rest import ApiException
+
+from . import expose, render
+from .api import GatewaySpec
+from .expose import Exposure
+from .kube import Kube, controlled_by
+from .redis_target import RedisTarget
+
+#: the route kinds, and the spec field that asks for each
+EXPOSE_FIELD = {expose.INGRESS_API[1]: "spec.expose.ingress", expose.ROUTE_API[1]: "spec.expose.httpRoute"}
+
+
+class Applied(NamedTuple):
+    writes: int
+    routes: dict[str, dict[str, Any]]  # the Ingress and HTTPRoute as applied, by kind (their status included)
+
+
+def apply(kube: Kube, owner: render.Owner, spec: GatewaySpec, target: RedisTarget | None, replicas: int,
+           revision: str, operator: render.OperatorIdentity, before: tuple[bool, bool] = (False, False),
+           routes_allowed: bool = True, migration: str = "") -> Applied:
+    """``before``: whether status says routes (status.expose) and the gateway NetworkPolicy
+    (status.networkPolicy) were written, so that only then are they looked for to be removed.
+    ``routes_allowed`` False: a host is claimed by someone older, so no route of this
+    GatewayDeployment may stand (one written before the older claim was seen goes)."""
+    exposed_before, policy_before = before
+    writes, routes = 0, {}
+    for manifest in render.desired_objects(owner, spec, target, replicas, revision, operator, migration):
+        if manifest["kind"] in EXPOSE_FIELD and not routes_allowed:
+            continue
+        result = kube.apply(manifest, owner.uid)
+        writes += result.written
+        if manifest["kind"] in EXPOSE_FIELD:
+            routes[manifest["kind"]] = result.live
+    if spec.replicas <= 1:
+        writes += kube.delete_if_present("policy/v1", "PodDisruptionBudget", owner.namespace, owner.name, owner.uid)
+    if policy_before and not spec.network_policy.enabled:
+        writes += kube.delete_if_present("networking.k8s.io/v1", "NetworkPolicy", owner.namespace,
+                                         render.gateway_network_policy_name(owner.name), owner.uid)
+    if exposed_before or not routes_allowed:  # a route the spec no longer asks for, or may not have
+        for (api_version, kind), wanted in ((expose.INGRESS_API, spec.expose.ingress),
+                                            (expose.ROUTE_API, spec.expose.http_route)):
+            if wanted is None or not routes_allowed:
+                try:
+                    writes += kube.delete_if_present(api_version, kind, owner.namespace, owner.name, owner.uid)
+                except NotServed:
+                    pass  # never created here
+    return Applied(writes, routes)
+
+
+def exposure(kube: Kube, owner: render.Owner, spec: GatewaySpec,
+              applied: Mapping[str, dict[str, Any]] | None = None) -> Exposure | None:
+    """The address the edge published for the routes of spec.expose (None: no spec.expose).
+    ``applied``: the routes a full pass just applied (read here only when absent)."""
+    if not spec.expose.enabled:
+        return None
+    applied = applied or {}
+
+    def route_object(api_version: str, kind: str) -> dict[str, Any] | None:
+        live = applied[kind] if kind in applied else kube.get(api_version, kind, owner.namespace, owner.name)
+        return _ours(live, owner)
+
+    ingress = route = None
+    gateways: dict[tuple[str, str], Any] = {}
+    if spec.expose.ingress is not None:
+        ingress = route_object(*expose.INGRESS_API)
+    if spec.expose.http_route is not None:
+        route = route_object(*expose.ROUTE_API)
+        # only Gateways whose controller accepted the route (so they admit this namespace's
+        # routes), and only the first few
+        for key in expose.accepted_parents(route)[:4]:
+            try:
+                gateways[key] = kube.get(*expose.GATEWAY_API, *key)
+            except ApiException as e:
+                if e.status != 403:  # an operator limited to some namespaces may not read it
+                    raise
+    return expose.exposure(spec.expose, ingress, route, {k: v for k, v in gateways.items() if v})
+
+
+def _ours(live: dict[str, Any] | None, owner: render.Owner) -> dict[str, Any] | None:
+    return live if live is not None and controlled_by(live, owner.uid) else None
+
+

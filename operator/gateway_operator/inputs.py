@@ -1,0 +1,238 @@
+"""The pass's first step: read its inputs. The spec parsed and checked, the generated Secrets
+created (full passes), the Secrets the pods read, the managed Redis's address, and the
+Deployment as far as it is ours. Every bad input becomes a Problem (summarize.py names it);
+what runs is left alone.
+
+The API calls are synchronous (kubernetes client); reconcile.py runs these in threads.
+"""
+from __future__ import annotations
+
+import base64
+import secrets as token_source
+from typing import Any, Mapping, NamedTuple
+
+from kubernetes.client.rest import ApiException
+
+from . import api, reasons, render, summarize
+from .api import GatewaySpec, SecretKeyRef
+from .conditions import Problem
+from .kube import Kube, NotOwned, SecretUndecodable
+from .pods import serving
+from .redis_probe import Credentials, ca_bundle_loads
+from .redis_target import InvalidRedisURL, RedisTarget, managed_redis_name, resolve
+from .tenancy import TenancyPolicy
+from .tenancy import violations as tenancy_violations
+from .validation import MSG_REPLICAS_NEED_REDIS, limit_violations, violations
+
+
+class Observed(NamedTuple):
+    """The live Deployment, as far as it is ours."""
+
+    running: int = 0
+    ready: int = 0
+    updated: int = 0
+    rollout_observed: bool = False
+    failure: str = ""   # the Deployment's ReplicaFailure message (a pod the API server refused to create)
+
+
+class LiveDeployment(NamedTuple):
+    """A gateway Deployment as the watch last delivered it (kept in a kopf index), so that
+    observation passes read no API object at all."""
+
+    controller_uid: str | None
+    observed: Observed
+
+
+def live_deployment(deployment: Mapping[str, Any]) -> LiveDeployment:
+    owner = next((r.get("uid") for r in deployment["metadata"].get("ownerReferences") or []
+                  if r.get("controller")), None)
+    status = deployment.get("status") or {}
+    failure = next((str(c.get("message") or c.get("reason") or "")[:FAILURE_MESSAGE_LIMIT]
+                    for c in status.get("conditions") or []
+                    if c.get("type") == "ReplicaFailure" and c.get("status") == "True"), "")
+    return LiveDeployment(owner, Observed(
+        running=int((deployment.get("spec") or {}).get("replicas") or 0),
+        ready=int(status.get("readyReplicas") or 0),
+        updated=int(status.get("updatedReplicas") or 0),
+        rollout_observed=int(status.get("observedGeneration") or 0) >= int(deployment["metadata"].get("generation")
+                                                                           or 0),
+        failure=failure))
+
+
+FAILURE_MESSAGE_LIMIT = 500  # characters of the API server's refusal kept (it names the pod and the rule)
+
+
+class SecretInputs(NamedTuple):
+    password: str | None = None   # the Redis password, for the operator's own probe
+    revision: str = ""            # changes when a Secret the pods read changes
+    problem: Problem | None = None
+    username: str | None = None   # the Redis ACL user (spec.redis.usernameSecretRef)
+    ca: str | None = None         # the PEM bundle of spec.redis.tls.caSecretRef
+
+    @property
+    def credentials(self) -> Credentials:
+        return Credentials(self.password, self.username, self.ca)
+
+
+class Prepared(NamedTuple):
+    """Inputs of one pass, read before the probe. ``inputs`` holds the Redis password: it
+    stays in the operator's memory (the loop keeps it for the observation passes), never in
+    status, events or logs."""
+
+    owner: render.Owner
+    spec: GatewaySpec | None = None
+    target: RedisTarget | None = None
+    inputs: SecretInputs | None = None
+    managed_ip: str | None = None
+    problem: Problem | None = None
+    writes: int = 0
+
+    @property
+    def credentials(self) -> Credentials:
+        return self.inputs.credentials if self.inputs else Credentials()
+
+    @property
+    def revision(self) -> str:
+        return self.inputs.revision if self.inputs else ""
+
+
+def prepare(kube: Kube, owner: render.Owner, raw_spec: Mapping[str, Any], full: bool,
+             cached: SecretInputs | None, tenancy: TenancyPolicy = TenancyPolicy()) -> Prepared:
+    """Parse and check the spec, create the generated Secrets (full passes), read the ones
+    the pods use (unless ``cached`` holds what the last full pass read). Every bad input
+    becomes a Problem."""
+    try:
+        spec = GatewaySpec.parse(raw_spec)
+    except (TypeError, ValueError, KeyError, AttributeError) as e:
+        return Prepared(owner, problem=Problem(reasons.INVALID_SPEC, f"spec cannot be read: {e}"))
+    over = limit_violations(raw_spec)
+    if over:
+        return Prepared(owner, problem=Problem(reasons.CONFIG_OVER_LIMITS, " ".join(over)))
+    # Defence in depth: the CRD's rules may be missing (an old CRD, a bypassed webhook).
+    broken = [m for m in violations(owner.name, raw_spec) if m != MSG_REPLICAS_NEED_REDIS]
+    if broken:
+        return Prepared(owner, problem=Problem(reasons.INVALID_SPEC, " ".join(broken)))
+    if not spec.image:
+        return Prepared(owner, problem=Problem(reasons.INVALID_SPEC, "spec.image is required"))
+    # the administrator's policy, which the chart's admission policy enforces too (it may be off)
+    refused = tenancy_violations(owner.namespace, raw_spec, tenancy)
+    if refused:
+        return Prepared(owner, problem=Problem(reasons.TENANCY_POLICY_VIOLATION, " ".join(refused)))
+    try:
+        target = resolve(spec.redis, owner.namespace, owner.name)
+    except InvalidRedisURL as e:
+        return Prepared(owner, problem=Problem(reasons.INVALID_REDIS_URL, str(e)))
+    try:
+        writes = _ensure_generated_secrets(kube, owner, spec) if full else 0
+        inputs = cached or _secret_inputs(kube, owner, spec, target)
+        managed_ip = _managed_redis_ip(kube, owner, target) if target is not None else None
+    except NotOwned as e:
+        return Prepared(owner, spec, target, problem=summarize.not_owned(e.kind, e.name, e.namespace))
+    except ApiException as e:
+        return Prepared(owner, spec, target, problem=summarize.refused(e))
+    if inputs.problem:  # keep what runs: pods referencing a missing Secret would not start
+        return Prepared(owner, spec, target, problem=inputs.problem, writes=writes)
+    return Prepared(owner, spec, target, inputs, managed_ip, writes=writes)
+
+
+def _ensure_generated_secrets(kube: Kube, owner: render.Owner, spec: GatewaySpec) -> int:
+    """The auth token (the gateway refuses a non-loopback bind without one) and the managed
+    Redis password: generated once, never rotated behind the user's back."""
+    created = 0
+    if spec.auth_token_ref is None:
+        created += kube.create_if_absent(render.generated_secret(
+            owner, render.auth_secret_name(owner.name), "token", token_source.token_urlsafe(48), "gateway"),
+            owner.uid)
+    if spec.redis.managed:
+        created += kube.create_if_absent(render.generated_secret(
+            owner, managed_redis_name(owner.name), "password", token_source.token_urlsafe(32), "redis"), owner.uid)
+    if spec.sessions_store == "redis" and spec.sessions.key_ref is None:  # a Fernet key
+        key = base64.urlsafe_b64encode(token_source.token_bytes(32)).decode()
+        created += kube.create_if_absent(render.generated_secret(
+            owner, render.session_key_secret_name(owner.name), "key", key, "gateway"), owner.uid)
+    return created
+
+
+def _secret_inputs(kube: Kube, owner: render.Owner, spec: GatewaySpec, target: RedisTarget | None) -> SecretInputs:
+    """Checks every Secret the pods will read (env vars are read at container start, so a
+    rotated Secret must roll the pods: its resourceVersion goes into ``revision``)."""
+    refs = [("spec.authTokenSecretRef", render.auth_token_ref(owner.name, spec))]
+    if target is not None and target.password_ref is not None:
+        refs.append(("spec.redis.passwordSecretRef", target.password_ref))
+    if target is not None and target.username_ref is not None:
+        refs.append(("spec.redis.usernameSecretRef", target.username_ref))
+    ca_ref = target.ca_ref if target is not None else None
+    if ca_ref is not None:
+        refs.append(("spec.redis.tls.caSecretRef", ca_ref))
+    session_key = render.session_key_ref(owner.name, spec) if target is not None else None
+    if session_key is not None:
+        refs.append(("spec.sessions.encryptionKeySecretRef", session_key))
+    found: dict[SecretKeyRef, str] = {}
+    versions = []
+    for field_name, ref in refs:
+        try:
+            value, version = kube.secret_value(owner.namespace, ref.name, ref.key)
+        except LookupError:
+            return SecretInputs(problem=Problem(reasons.SECRET_NOT_FOUND, f"Secret {ref.name!r} named by "
+                                                f"{field_name} does not exist in namespace {owner.namespace}"))
+        except SecretUndecodable:
+            return SecretInputs(problem=Problem(reasons.SECRET_VALUE_INVALID, f"key {ref.key!r} of Secret "
+                                                f"{ref.name!r} named by {field_name} is not UTF-8 text"))
+        if value is None:
+            return SecretInputs(problem=Problem(reasons.SECRET_KEY_MISSING, f"Secret {ref.name!r} named by "
+                                                f"{field_name} has no key {ref.key!r}"))
+        if ref == ca_ref and not ca_bundle_loads(value):
+            return SecretInputs(problem=Problem(reasons.SECRET_VALUE_INVALID, f"key {ref.key!r} of Secret "
+                                                f"{ref.name!r} named by {field_name} holds no PEM certificate "
+                                                "(-----BEGIN CERTIFICATE----- ...) that TLS can load"))
+        versions.append(f"{ref.name}@{version}")
+        found[ref] = value
+    target_refs = (target.password_ref, target.username_ref) if target is not None else (None, None)
+    return SecretInputs(found.get(target_refs[0]) if target_refs[0] else None, render.digest(sorted(versions)),
+                        username=found.get(target_refs[1]) if target_refs[1] else None,
+                        ca=found.get(ca_ref) if ca_ref else None)
+
+
+def _managed_redis_ip(kube: Kube, owner: render.Owner, target: RedisTarget) -> str | None:
+    """Probe a managed Redis at its ready pod's IP: the Service name resolves only inside
+    the cluster network, the pod IP wherever pods are routable. "" when none is ready."""
+    if not target.managed:
+        return None
+    for pod in kube.pods(owner.namespace, api.selector_for(owner.name, component="redis")):
+        if serving(pod):
+            return str(pod["status"]["podIP"])
+    return ""
+
+
+def observe(kube: Kube, owner: render.Owner) -> Observed:
+    """The Deployment's counts; a same-named Deployment of someone else counts as nothing."""
+    live = kube.get("apps/v1", "Deployment", owner.namespace, owner.name)
+    return Observed() if live is None else observed_if_ours(live_deployment(live), owner)
+
+
+def observed_if_ours(live: LiveDeployment, owner: render.Owner) -> Observed:
+    return live.observed if live.controller_uid == owner.uid else Observed()
+
+
+# -- the GatewayDeployment as the loop keeps it ------------------------------------------------------
+
+def spec_or_none(body: Mapping[str, Any]) -> GatewaySpec | None:
+    """The typed spec, or None when it cannot be read (reconcile reports why)."""
+    try:
+        return GatewaySpec.parse(body.get("spec") or {})
+    except Exception:  # noqa: BLE001 - reconcile turns the same failure into InvalidSpec
+        return None
+
+
+def kept(body: Mapping[str, Any]) -> dict[str, Any]:
+    """The object as the loop keeps it between passes: without metadata.managedFields, which
+    the operator never reads and which is most of a GatewayDeployment's size in memory."""
+    meta = body.get("metadata") or {}
+    return {**body, "metadata": {k: v for k, v in meta.items() if k != "managedFields"}}
+
+
+def resource_version(body: Mapping[str, Any]) -> int:
+    try:
+        return int(body.get("metadata", {}).get("resourceVersion") or 0)
+    except ValueError:  # resource versions are opaque; etcd's happen to be integers
+        return 0

@@ -1,0 +1,178 @@
+"""The steps of one reconciliation pass, in order (``STEPS``), on one ``Pass``.
+
+As Flux's source-controller lists its sub-reconcilers, each step does one job and records its
+small result on the pass, with the problems it met (summarize.py names them and says which
+wins); a step that finds nothing more can be done returns False and the pass ends there:
+- ``read_inputs``: the spec, the Secrets, the Deployment (inputs.py); a bad input ends the pass;
+- ``probe``: the operator's Redis probe (redis_probe.py);
+- ``decide``: the replica policy, a claimed host, the SQLite migration, the replicas to run;
+- ``write``: apply what render says should exist (apply.py), unless a problem forbids it;
+- ``read_exposure``: the address the edge published for spec.expose;
+- ``look_at_pods``: a replica crash-looping or refused, a pod the API server would not create.
+
+The API calls are synchronous (kubernetes client) and run in threads; the probe is async,
+so a slow Redis never holds a thread that another namespace's reconcile needs.
+"""
+from __future__ import annotations
+
+import asyncio
+import secrets as token_source
+from dataclasses import dataclass, field
+from typing import Any, Awaitable, Callable, Mapping, NamedTuple, Sequence
+
+from kubernetes.client.rest import ApiException
+
+from . import api, apply, inputs, render, schedule, summarize
+from .api import GatewaySpec
+from .conditions import Problem
+from .expose import Exposure
+from .inputs import LiveDeployment, Observed, Prepared, SecretInputs
+from .kube import Kube, NotOwned, NotServed
+from .pods import PodView
+from .redis_probe import ProbeResult, Prober
+from .replicas import Migration, migration_state, replicas_to_run
+from .tenancy import Claim, TenancyPolicy, claim_of, claimed_elsewhere
+
+
+@dataclass(frozen=True)
+class ReconcileSettings:
+    resync_seconds: float = 60.0                            # full reconcile (drift check) at least this often
+    problem_backoff: tuple[float, ...] = schedule.PROBLEM_BACKOFF  # retries while a Problem persists
+    operator: render.OperatorIdentity = field(default_factory=render.OperatorIdentity)
+    tenancy: TenancyPolicy = field(default_factory=TenancyPolicy)  # the administrator's (chart values tenancy)
+
+
+class Observation(NamedTuple):
+    """What an observation pass reuses instead of reading the API: the Deployment as the
+    watch delivered it, and the Secret inputs of the last full pass that read them fine."""
+
+    deployment: LiveDeployment | None = None
+    inputs: SecretInputs | None = None
+    exposure: Exposure | None = None  # the last one read: an observation pass reads again until it has an address
+    host_claims: Mapping[str, Sequence[Claim]] = {}  # every known claimant of each host spec.expose names
+
+
+@dataclass
+class Pass:
+    kube: Kube
+    prober: Prober
+    settings: ReconcileSettings
+    body: Mapping[str, Any]
+    pods: Sequence[PodView]
+    full: bool               # apply; False: an observation pass (probe, the Deployment's status)
+    seen: Observation
+    prepared: Prepared = None  # type: ignore[assignment]  # read_inputs sets it first
+    observed: Observed = Observed()
+    probe: ProbeResult | None = None
+    claimed: Sequence[str] = ()   # hosts of spec.expose claimed by someone older
+    migration: Migration | None = None
+    replicas: int = 0
+    apply_due: bool = False       # a full pass, or the scale-out gate just opened
+    applying: bool = False        # ... and no problem stops the apply
+    routes: dict[str, dict[str, Any]] | None = None  # the routes as applied (None: no apply succeeded)
+    exposure: Exposure | None = None
+    writes: int = 0
+    problems: list[Problem | None] = field(default_factory=list)
+
+    @property
+    def spec(self) -> GatewaySpec:
+        """The parsed spec: read_inputs ends the pass when there is none."""
+        assert self.prepared.spec is not None
+        return self.prepared.spec
+
+    @property
+    def owner(self) -> render.Owner:
+        meta = self.body["metadata"]
+        return render.Owner(meta["name"], meta["namespace"], meta["uid"])
+
+
+
+async def read_inputs(p: Pass) -> bool:
+    cached = None if p.full else p.seen.inputs
+    p.prepared = await asyncio.to_thread(inputs.prepare, p.kube, p.owner, p.body.get("spec") or {}, p.full, cached,
+                                         p.settings.tenancy)
+    p.writes, p.apply_due = p.prepared.writes, p.full
+    if p.full or p.seen.deployment is None:
+        p.observed = await asyncio.to_thread(inputs.observe, p.kube, p.owner)
+    else:
+        p.observed = inputs.observed_if_ours(p.seen.deployment, p.owner)
+    p.problems.append(p.prepared.problem)
+    return p.prepared.problem is None and p.prepared.spec is not None
+
+
+async def probe(p: Pass) -> bool:
+    spec, target = p.spec, p.prepared.target
+    if target is not None:
+        p.probe = await p.prober.probe(p.owner.namespace, target, p.prepared.credentials,
+                                       spec.health.timeout_seconds, p.prepared.managed_ip, p.owner.name)
+    return True
+
+
+async def decide(p: Pass) -> bool:
+    spec, owner = p.spec, p.owner
+    p.claimed = claimed_elsewhere(claim_of(api.KIND, p.body["metadata"]), spec.expose.hosts, p.seen.host_claims)
+    p.problems += [summarize.policy_problem(spec),
+                   summarize.target_problem(p.probe.reason, p.probe.message) if p.probe else None,
+                   summarize.claim_problem(p.claimed)]
+    p.migration = await asyncio.to_thread(
+        migration_state, spec, (p.body.get("status") or {}).get("sqliteMigration") or {},
+        lambda: p.kube.get("v1", "PersistentVolumeClaim", owner.namespace,
+                           render.state_claim_name(owner.name)) is not None,
+        p.probe.store.migrated if p.probe and p.probe.store else None, lambda: token_source.token_hex(8))
+    p.replicas = replicas_to_run(spec, bool(p.probe and p.probe.ok), p.observed.running, p.migration)
+    # the scale-out gate just opened: grow now rather than at the next full pass (only a
+    # Deployment that exists grows this way; creating one waits for a full pass and its backoff)
+    p.apply_due = p.full or (p.observed.running > 0 and p.replicas > p.observed.running)
+    p.applying = p.apply_due and summarize.applies_despite(summarize.winner(p.problems))
+    return True
+
+
+async def write(p: Pass) -> bool:
+    if not p.applying:
+        return True
+    status = p.body.get("status") or {}
+    # routes and the gateway NetworkPolicy are looked for (to remove) only once status said they were written
+    before = ("expose" in status, "networkPolicy" in status)
+    token = p.migration.token if p.migration and not p.migration.done else ""
+    try:
+        applied = await asyncio.to_thread(apply.apply, p.kube, p.owner, p.spec, p.prepared.target, p.replicas,
+                                          p.prepared.revision, p.settings.operator, before, not p.claimed, token)
+        p.writes, p.routes = p.writes + applied.writes, applied.routes
+    except (NotOwned, NotServed, ApiException) as e:
+        p.problems.append(_write_problem(e))
+    p.observed = await asyncio.to_thread(inputs.observe, p.kube, p.owner)
+    return True
+
+
+async def read_exposure(p: Pass) -> bool:
+    spec, claim = p.spec, summarize.claim_problem(p.claimed)
+    if p.applying and p.routes is not None:
+        try:  # status.expose says why there is no route, whatever else is wrong
+            p.exposure = (Exposure(message=claim.message) if claim else
+                          await asyncio.to_thread(apply.exposure, p.kube, p.owner, spec, p.routes))
+        except (NotServed, ApiException) as e:
+            p.problems.append(_write_problem(e))
+    elif not p.applying and not p.full and spec.expose.enabled and not p.claimed and \
+            not (p.seen.exposure and p.seen.exposure.address):
+        try:  # waiting for the controller to publish an address: a look each observation pass
+            p.exposure = await asyncio.to_thread(apply.exposure, p.kube, p.owner, spec)
+        except NotServed:
+            pass  # the full pass reports it
+    return True
+
+
+async def look_at_pods(p: Pass) -> bool:
+    p.problems += [summarize.pod_problem(p.pods), summarize.deployment_problem(p.observed.failure)]
+    return True
+
+#: the pass, in order; a step returning False ends it
+STEPS: tuple[Callable[[Pass], Awaitable[bool]], ...] = (read_inputs, probe, decide, write, read_exposure, look_at_pods)
+
+
+def _write_problem(e: Exception) -> Problem:
+    if isinstance(e, NotOwned):
+        return summarize.not_owned(e.kind, e.name, e.namespace)
+    if isinstance(e, NotServed):
+        return summarize.not_served(e.kind, e.api_version, apply.EXPOSE_FIELD.get(e.kind, "spec.expose"))
+    assert isinstance(e, ApiException)
+    return summarize.refused(e, "change")

@@ -1,0 +1,324 @@
+"""The reconcile pass (steps.STEPS) and its summary (summarize.py) without a cluster.
+
+The API server is an IN-MEMORY STAND-IN here (``ApiStandIn``: objects in a dict, every call
+counted), and so is the Redis probe (``ProbeStandIn``): these tests drive the pass's decisions
+(which problem wins, what is applied despite one, what an observation pass reads) and the
+Events table. The same pass against the real API server and real Redis is tests/sim.
+"""
+from __future__ import annotations
+
+import ast
+import asyncio
+import base64
+import copy
+from pathlib import Path
+from typing import Any, Mapping
+
+import pytest
+from kubernetes.client.rest import ApiException
+
+from gateway_operator import conditions as C
+from gateway_operator import reasons as R
+from gateway_operator import schedule, summarize
+from gateway_operator.conditions import Problem, Transition
+from gateway_operator.kube import ApplyResult, NotOwned, controlled_by
+from gateway_operator.pods import PodView
+from gateway_operator.reconcile import Observation, ReconcileSettings, reconcile
+from gateway_operator.redis_probe import ProbeResult
+
+UID = "uid-1"
+PACKAGE = Path(__file__).resolve().parents[2] / "operator/gateway_operator"
+
+
+class ApiStandIn:
+    """IN-MEMORY API SERVER STAND-IN with the Kube methods the pass calls."""
+
+    def __init__(self, objects: list[dict[str, Any]] = ()) -> None:  # type: ignore[assignment]
+        self.objects = {self._key(o["apiVersion"], o["kind"], o["metadata"]["namespace"], o["metadata"]["name"]): o
+                        for o in objects}
+        self.calls: list[str] = []
+        self.refuse_apply: ApiException | None = None
+
+    @staticmethod
+    def _key(api_version: str, kind: str, namespace: str, name: str) -> tuple[str, str, str, str]:
+        return api_version, kind, namespace, name
+
+    def get(self, api_version: str, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
+        self.calls.append(f"get {kind}/{name}")
+        found = self.objects.get(self._key(api_version, kind, namespace, name))
+        return copy.deepcopy(found) if found else None
+
+    def apply(self, manifest: Mapping[str, Any], owner_uid: str) -> ApplyResult:
+        meta = manifest["metadata"]
+        self.calls.append(f"apply {manifest['kind']}/{meta['name']}")
+        live = self.get(manifest["apiVersion"], manifest["kind"], meta["namespace"], meta["name"])
+        if live is not None and not controlled_by(live, owner_uid):
+            raise NotOwned(manifest["kind"], meta["namespace"], meta["name"])
+        if self.refuse_apply is not None:
+            raise self.refuse_apply
+        self.objects[self._key(manifest["apiVersion"], manifest["kind"], meta["namespace"], meta["name"])] = \
+            copy.deepcopy(dict(manifest))
+        return ApplyResult(manifest["kind"], meta["name"], True, dict(manifest))
+
+    def create_if_absent(self, manifest: Mapping[str, Any], owner_uid: str) -> bool:
+        meta = manifest["metadata"]
+        if self.get(manifest["apiVersion"], manifest["kind"], meta["namespace"], meta["name"]) is not None:
+            return False
+        self.calls.append(f"create {manifest['kind']}/{meta['name']}")
+        stored = copy.deepcopy(dict(manifest))
+        stored["metadata"]["resourceVersion"] = "1"
+        if "stringData" in stored:
+            stored["data"] = {k: base64.b64encode(v.encode()).decode() for k, v in stored.pop("stringData").items()}
+        self.objects[self._key(manifest["apiVersion"], manifest["kind"], meta["namespace"], meta["name"])] = stored
+        return True
+
+    def delete_if_present(self, api_version: str, kind: str, namespace: str, name: str, owner_uid: str) -> bool:
+        live = self.get(api_version, kind, namespace, name)
+        if live is None or not controlled_by(live, owner_uid):
+            return False
+        del self.objects[self._key(api_version, kind, namespace, name)]
+        return True
+
+    def secret_value(self, namespace: str, name: str, key: str) -> tuple[str | None, str]:
+        secret = self.get("v1", "Secret", namespace, name)
+        if secret is None:
+            raise LookupError(name)
+        data = secret.get("data") or {}
+        return (base64.b64decode(data[key]).decode() if key in data else None,
+                str(secret["metadata"].get("resourceVersion")))
+
+    def pods(self, namespace: str, selector: Mapping[str, str]) -> list[dict[str, Any]]:
+        self.calls.append("list pods")
+        return []
+
+    def deployment(self, name: str = "bot") -> dict[str, Any] | None:
+        return self.objects.get(("apps/v1", "Deployment", "ns", name))
+
+
+class ProbeStandIn:
+    """REDIS PROBE STAND-IN: answers what it is told."""
+
+    def __init__(self, result: ProbeResult) -> None:
+        self.result, self.calls = result, 0
+
+    async def probe(self, *_: Any, **__: Any) -> ProbeResult:
+        self.calls += 1
+        return self.result
+
+
+CONFIG = {"agents": {"assistant": {"instructions": "Reply.", "model": "gpt-4o-mini"}},
+          "channels": {"telegram": {"token": "${TELEGRAM_BOT_TOKEN}"}}}
+
+
+def gateway(spec: Mapping[str, Any], **status: Any) -> dict[str, Any]:
+    config = {**CONFIG, **(spec.get("config") or {})}
+    return {"metadata": {"name": "bot", "namespace": "ns", "uid": UID, "generation": 1},
+            "spec": {"image": "gateway:1", **spec, "config": config}, "status": status}
+
+
+def secret(name: str, **data: str) -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": name, "namespace": "ns", "resourceVersion": "7"},
+            "data": {k: base64.b64encode(v.encode()).decode() for k, v in data.items()}}
+
+
+REDIS_SPEC = {"replicas": 3, "redis": {"url": "redis://redis.example:6379/0",
+                                       "passwordSecretRef": {"name": "redis-auth", "key": "password"}},
+              "config": {"hooks": {"idempotency": {"store_backend": "redis"}}}}
+PROBE_OK = ProbeResult(True, R.PROBE_SUCCEEDED, "ok")
+
+
+def run(kube: ApiStandIn, body: Mapping[str, Any], full: bool = True, probe: ProbeResult = PROBE_OK,
+        pods: list[PodView] = (), failures: int = 0, seen: Observation = Observation()):  # type: ignore[assignment]
+    prober = ProbeStandIn(probe)
+    result = asyncio.run(reconcile(kube, prober, ReconcileSettings(), body, list(pods), full, failures,  # type: ignore[arg-type]
+                                   seen))
+    return result, prober
+
+
+def test_a_full_pass_applies_the_gateway_and_asks_for_the_resync() -> None:
+    kube = ApiStandIn([secret("redis-auth", password="pw")])
+    result, prober = run(kube, gateway(REDIS_SPEC))
+    assert result.outcome.problem is None and result.outcome.applied and prober.calls == 1
+    assert kube.deployment()["spec"]["replicas"] == 3   # the probe passed: the gate is open
+    assert 54.0 <= result.requeue_after <= 60.0           # the resync less up to 10% jitter
+    assert result.inputs is not None and result.inputs.password == "pw"  # kept for the observation passes
+
+
+def test_the_scale_out_gate_holds_while_the_probe_fails() -> None:
+    kube = ApiStandIn([secret("redis-auth", password="pw")])
+    result, _ = run(kube, gateway(REDIS_SPEC), probe=ProbeResult(False, R.CONNECTION_FAILED, "no"))
+    assert result.outcome.problem is None
+    assert kube.deployment()["spec"]["replicas"] == 1
+
+
+def test_an_observation_pass_reads_nothing_from_the_api_server() -> None:
+    kube = ApiStandIn([secret("redis-auth", password="pw")])
+    first, _ = run(kube, gateway(REDIS_SPEC))
+    kube.calls.clear()
+    seen = Observation(deployment=_watched(kube), inputs=first.inputs)
+    result, prober = run(kube, gateway(REDIS_SPEC), full=False, seen=seen)
+    assert kube.calls == [] and prober.calls == 1
+    assert not result.outcome.applied and result.outcome.observed.running == 3
+
+
+def test_a_missing_secret_stops_the_pass_before_anything_is_written() -> None:
+    kube = ApiStandIn()
+    result, prober = run(kube, gateway(REDIS_SPEC), failures=2)
+    assert result.outcome.problem is not None and result.outcome.problem.reason == R.SECRET_NOT_FOUND
+    assert "redis-auth" in result.outcome.problem.message
+    assert kube.deployment() is None and prober.calls == 0
+    assert result.requeue_after == schedule.backoff(2)
+    assert result.inputs is None
+
+
+def test_the_replica_guard_is_reported_and_one_replica_applied_despite_it() -> None:
+    kube = ApiStandIn()
+    result, _ = run(kube, gateway({"replicas": 3}))          # Refuse (the default) without Redis
+    assert result.outcome.problem is not None and result.outcome.problem.reason == R.REPLICA_POLICY_VIOLATION
+    assert kube.deployment()["spec"]["replicas"] == 1
+
+
+def test_an_object_in_the_way_wins_over_the_replica_guard() -> None:
+    foreign = {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "bot", "namespace": "ns"}}
+    kube = ApiStandIn([foreign])
+    result, _ = run(kube, gateway({"replicas": 3}))
+    assert result.outcome.problem is not None and result.outcome.problem.reason == R.OBJECT_NOT_OWNED
+    assert "Service bot already exists" in result.outcome.problem.message
+    assert kube.objects[("v1", "Service", "ns", "bot")] == foreign   # left alone
+
+
+def test_a_refused_write_is_apply_failed_with_the_api_servers_words() -> None:
+    kube = ApiStandIn()
+    kube.refuse_apply = ApiException(status=422, reason="Unprocessable")
+    kube.refuse_apply.body = '{"message": "spec.template: Invalid value"}'
+    result, _ = run(kube, gateway({}))
+    assert result.outcome.problem == Problem(R.APPLY_FAILED, "the API server refused a change: spec.template: "
+                                                             "Invalid value")
+
+
+def test_a_crash_looping_replica_is_reported_below_a_refused_write() -> None:
+    crashing = [PodView("bot-1", "u", "198.18.0.9", False, False, waiting_reason="CrashLoopBackOff")]
+    result, _ = run(ApiStandIn(), gateway({}), pods=crashing)
+    assert result.outcome.problem is not None and result.outcome.problem.reason == R.CRASH_LOOP
+    kube = ApiStandIn()
+    kube.refuse_apply = ApiException(status=500, reason="Internal")
+    result, _ = run(kube, gateway({}), pods=crashing)
+    assert result.outcome.problem is not None and result.outcome.problem.reason == R.APPLY_FAILED
+
+
+def test_an_unforeseen_error_becomes_a_problem_not_a_crash() -> None:
+    class Broken(ApiStandIn):
+        def get(self, *args: Any) -> dict[str, Any] | None:
+            raise RuntimeError("a bug, quoting input: hunter2")
+
+    result, _ = run(Broken(), gateway({}))
+    assert result.outcome.problem is not None and result.outcome.problem.reason == R.RECONCILE_ERROR
+    assert "hunter2" not in result.outcome.problem.message and isinstance(result.outcome.error, RuntimeError)
+
+
+def _watched(kube: ApiStandIn) -> Any:
+    from gateway_operator.inputs import live_deployment
+    d = copy.deepcopy(kube.deployment())
+    d["status"] = {"readyReplicas": 3, "updatedReplicas": 3, "observedGeneration": 1}
+    d["metadata"]["generation"] = 1
+    return live_deployment(d)
+
+
+# -- the precedence table ----------------------------------------------------------------------------
+
+def test_winner_follows_the_table_whatever_the_order_found() -> None:
+    guard, owned = Problem(R.REPLICA_POLICY_VIOLATION, "a"), Problem(R.OBJECT_NOT_OWNED, "b")
+    crash = Problem(R.CRASH_LOOP, "c")
+    assert summarize.winner([None, guard, crash, owned]) == owned
+    assert summarize.winner([crash, guard]) == guard
+    assert summarize.winner([None, None]) is None
+
+
+def test_every_problem_the_operator_raises_has_a_place_in_the_table() -> None:
+    """A reason left out would lose to every other problem by accident."""
+    raised = set()
+    for path in PACKAGE.glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Call) and getattr(node.func, "id", "") == "Problem" and node.args:
+                first = node.args[0]
+                if isinstance(first, ast.Attribute) and getattr(first.value, "id", "") in ("R", "reasons"):
+                    raised.add(getattr(R, first.attr))
+    assert raised, "found no Problem(...) at all: the scan is broken"
+    assert raised - set(summarize.PRECEDENCE) == set()
+    assert len(summarize.PRECEDENCE) == len(set(summarize.PRECEDENCE))
+
+
+# -- the Events table ---------------------------------------------------------------------------------
+
+def transition(type_: str, old: str | None, status: str, reason: str = "R", message: str = "m") -> Transition:
+    return Transition(type_, old, {"type": type_, "status": status, "reason": reason, "message": message})
+
+
+@pytest.mark.parametrize("t, event", [
+    (transition(C.STALLED, "False", "True", R.APPLY_FAILED), ("Warning", R.APPLY_FAILED, "m")),
+    (transition(C.STALLED, "True", "False"), None),
+    (transition(C.IDEMPOTENCY_DEGRADED, "False", "True", "BuildTimeFallback"), ("Warning", "IdempotencyDegraded", "m")),
+    (transition(C.IDEMPOTENCY_DEGRADED, "True", "False"),
+     ("Normal", "IdempotencyRecovered", "no replica reports durability:idempotency any more")),
+    (transition(C.IDEMPOTENCY_DEGRADED, None, "False"), None),
+    (transition(C.REDIS_REACHABLE, "True", "False"), ("Warning", "RedisUnreachable", "m")),
+    (transition(C.REDIS_REACHABLE, "False", "True"), ("Normal", "RedisReachable", "m")),
+    (transition(C.REDIS_REACHABLE, "Unknown", "True"), None),
+    (transition(C.REDIS_DURABLE, "True", "False", R.PERSISTENCE_OFF), ("Warning", R.PERSISTENCE_OFF, "m")),
+    (transition(C.REDIS_TLS_VERIFIED, None, "False", R.TLS_VERIFICATION_DISABLED),
+     ("Warning", R.TLS_VERIFICATION_DISABLED, "m")),
+    (transition(C.EXACTLY_ONCE, "True", "False", R.PER_REPLICA_STORES), ("Warning", "ExactlyOnceNotHeld", "m")),
+    (transition(C.EXACTLY_ONCE, "True", "False", R.REDIS_UNREACHABLE), None),
+    (transition(C.EXACTLY_ONCE, "False", "True"), ("Normal", "ExactlyOnceAdmission", "m")),
+    (transition(C.EXACTLY_ONCE, None, "True"), None),
+    (transition(C.READY, "True", "False"), None),
+])
+def test_events_table(t: Transition, event: tuple[str, str, str] | None) -> None:
+    assert summarize.event_for(t) == event
+
+
+# -- the layering: the pure core apart from I/O, and no cycles ----------------------------------------
+
+PURE = ("api", "render", "validation", "conditions", "status", "schedule", "summarize", "replicas",
+        "dedup_history", "reasons")
+IO = ("kopf", "kubernetes.client", "kubernetes.dynamic", "redis", "aiohttp", "asyncio", "socket")
+
+
+def _imports() -> dict[str, set[str]]:
+    graph: dict[str, set[str]] = {}
+    for path in PACKAGE.glob("*.py"):
+        found = graph.setdefault(path.stem, set())
+        for node in ast.parse(path.read_text()).body:  # module level: what loads with the module
+            if isinstance(node, ast.ImportFrom) and node.level == 1:
+                found.update([node.module] if node.module else [a.name for a in node.names])
+            elif isinstance(node, ast.ImportFrom) and node.module:
+                found.add("ext:" + node.module)
+            elif isinstance(node, ast.Import):
+                found.update("ext:" + a.name for a in node.names)
+    return graph
+
+
+def test_the_package_has_no_import_cycle() -> None:
+    graph, done, path = _imports(), set(), []  # type: ignore[var-annotated]
+
+    def visit(module: str) -> None:
+        assert module not in path, f"import cycle: {' -> '.join(path[path.index(module):] + [module])}"
+        if module in done or module not in graph:
+            return
+        path.append(module)
+        for target in graph[module]:
+            visit(target)
+        path.pop()
+        done.add(module)
+
+    for module in graph:
+        visit(module)
+    assert len(done) > 20
+
+
+def test_the_pure_core_does_no_io() -> None:
+    graph = _imports()
+    for module in PURE:
+        io = sorted(i for i in graph[module] if i.startswith("ext:") and i[4:].startswith(IO))
+        assert io in ([], ["ext:kubernetes.client.rest"]), (module, io)   # ApiException only, to name a refusal
+        assert not graph[module] & {"kube", "controller", "steps", "reconcile", "handlers", "supervisor", "publish"}, module
