@@ -24,7 +24,7 @@ CONFIG_DIR = "/etc/gateway-operator"
 WORK_DIR = "/var/lib/gateway/work"
 HOME_DIR = "/var/lib/gateway/home"
 STATE_DIR = f"{HOME_DIR}/.praisonai"  # the gateway keeps its SQLite store under $HOME/.praisonai/state
-LAUNCHER_SOURCE = Path(__file__).with_name("launcher.py")
+LAUNCHER_SOURCE = Path(__file__).with_name("pod") / "launcher.py"  # pod code (gateway_operator.pod)
 
 
 @functools.cache
