@@ -1,10 +1,10 @@
-"""One long-lived task per GatewayDeployment: reconcile when needed, poll every ready
-replica's /health each interval, publish status when it changed, post Events on
-transitions, and restart replicas stuck on the build-time fallback.
+"""One long-lived task per GatewayDeployment: the I/O around the pass. Wait until the schedule
+says (schedule.py), run the pass (reconcile.py) beside the /health poll, summarize the facts
+(summarize.py), publish status and Events (publish.py), restart a replica stuck on the
+build-time fallback.
 
-A single sequential task per object means no two writers ever race on one status. What
-it does next is decided by the reconcile's ``Result`` (when the next full pass is due);
-an error of its own backs off the same way, and is logged once per change, not per try.
+A single sequential task per object means no two writers ever race on one status. An error
+of the loop's own backs off like a failed pass, and is logged once per change, not per try.
 """
 from __future__ import annotations
 
@@ -26,19 +26,14 @@ from .inputs import LiveDeployment, SecretInputs, kept, resource_version, spec_o
 from .kube import Kube
 from .pods import PodView
 from .publish import ObjectLog, publish
-from .reconcile import Observation, Outcome, ReconcileSettings, Result, reconcile
+from .reconcile import Observation, Outcome, reconcile
 from .redis_probe import Prober
 from .replicas import stale_replica
 from .schedule import Schedule
+from .steps import ControllerSettings
 from .tenancy import Claim
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class ControllerSettings:
-    reconcile: ReconcileSettings = field(default_factory=ReconcileSettings)  # resync, backoff, identity
-    redis_allow: tuple[str, ...] = ()        # the probe's allowlist (CIDRs, hosts, .domains); empty: open
 
 
 @dataclass
@@ -55,9 +50,8 @@ class GatewayController:
     body: Mapping[str, Any] = field(default_factory=dict)
     wake: asyncio.Event = field(default_factory=asyncio.Event)
     schedule: Schedule = field(default_factory=Schedule)  # when the next pass, poll and restart are due
-    _last_problem: Problem | None = None  # the last one logged
-    _rv_floor: int = 0
-    _inputs: SecretInputs | None = None  # the last full pass's Secret inputs, reused until the next
+    _rv_floor: int = 0                    # the resourceVersion of our last status write
+    _inputs: SecretInputs | None = None   # the last full pass's Secret inputs, reused until the next
     _exposure: Exposure | None = None     # status.expose as last read (spec.expose)
 
     def __post_init__(self) -> None:
@@ -81,43 +75,28 @@ class GatewayController:
         while True:
             try:
                 await self.step()
-            except asyncio.CancelledError:
-                raise
             except ApiException as e:
                 if e.status == 404:  # deleted, and the watch event that says so was missed
                     self.log.info("the GatewayDeployment is gone; stopping its loop")
                     return
                 # e.g. 422 when a status write meets a CRD rule the spec no longer passes
-                self._note_error(f"the API server refused a request: {e.status} {e.reason}")
+                self._errored(f"the API server refused a request: {e.status} {e.reason}")
             except Exception as e:  # noqa: BLE001 - never let one object's surprise kill its loop
-                self._note_error(f"step failed: {type(e).__name__}", exc_info=True)
-            await self._sleep()
-
-    def _note_error(self, message: str, exc_info: bool = False) -> None:
-        metrics.reconcile_failed(self.namespace, self.name)
-        self._log_problem(Problem("StepError", message), exc_info, message)
-        self.schedule.errored(time.monotonic(), self.settings.reconcile.problem_backoff)
-
-    def _log_problem(self, problem: Problem | None, exc_info: Any = None, line: str = "") -> None:
-        """One line per change of problem, not per try."""
-        if problem == self._last_problem:
-            return
-        if problem is not None:
-            self.log.warning("%s", line or f"stalled: {problem.reason}: {problem.message}", exc_info=exc_info)
-        elif self._last_problem is not None:
-            self.log.info("no longer stalled (was %s)", self._last_problem.reason)
-        self._last_problem = problem
+                self._errored(f"step failed: {type(e).__name__}", exc_info=True)
+            try:
+                await asyncio.wait_for(self.wake.wait(), timeout=self.schedule.sleep_for(time.monotonic()))
+            except asyncio.TimeoutError:
+                pass
+            self.wake.clear()
 
     async def step(self) -> None:
-        body = self.body
-        spec = spec_or_none(body)
+        body, spec = self.body, spec_or_none(self.body)
         health_spec = spec.health if spec else HealthSpec()
         full = self.schedule.begin(time.monotonic(), health_spec.interval_seconds, random.uniform(0.5, 1.0))
         # polling runs beside the reconcile, so a slow Redis probe never delays what the
         # replicas report: a fact shows within one interval plus the poll timeout
-        hosts = spec.expose.hosts if spec else ()
-        result, replicas = await asyncio.gather(self._reconcile(body, full, hosts), self._poll(health_spec))
-        outcome = self._settle(body, result.outcome, result.requeue_after)
+        outcome, replicas = await asyncio.gather(self._pass(body, full, spec.expose.hosts if spec else ()),
+                                                 self._poll(health_spec))
         facts = summarize.facts(body, spec, outcome, replicas, time.time())
         policy = render.gateway_network_policy_name(self.name) if spec and spec.network_policy.enabled else ""
         written = await publish(self.kube, body, facts, outcome, self._exposure, policy, self.log)
@@ -126,29 +105,32 @@ class GatewayController:
         if spec is not None:
             await self._restart_stale(spec, facts, outcome)
 
-    async def _reconcile(self, body: Mapping[str, Any], full: bool, hosts: Sequence[str]) -> Result:
+    async def _pass(self, body: Mapping[str, Any], full: bool, hosts: Sequence[str]) -> Outcome:
+        """The pass, then what it leaves for the next ones: the Secret inputs and the exposure
+        it read, and the schedule (the next full pass; a sticky problem survives observation)."""
         started = time.monotonic()
         seen = Observation(self.deployment(), self._inputs, self._exposure, self.claims(hosts))
         result = await reconcile(self.kube, self.prober, self.settings.reconcile, body, list(self.pods()),
                                  full, self.schedule.failures, seen)
-        if result.outcome.exposure is not None or (result.outcome.applied and result.outcome.problem is None):
-            self._exposure = result.outcome.exposure
-        if result.outcome.applied:
+        outcome = result.outcome
+        if outcome.exposure is not None or (outcome.applied and outcome.problem is None):
+            self._exposure = outcome.exposure
+        if outcome.applied:
             self._inputs = result.inputs  # None after a problem: observation passes read again until fixed
             metrics.reconcile_took(self.namespace, self.name, time.monotonic() - started)
-        return result
-
-    def _settle(self, body: Mapping[str, Any], outcome: Outcome, requeue_after: float) -> Outcome:
-        """Metrics, the next full pass (the schedule: a sticky problem survives observation
-        passes), and one log line per change of problem."""
-        if outcome.applied:
             metrics.reconciled(self.namespace, self.name, outcome.writes)
         outcome = outcome._replace(problem=self.schedule.settled(
-            time.monotonic(), outcome.applied, body["metadata"].get("generation"), outcome.problem, requeue_after))
+            time.monotonic(), outcome.applied, body["metadata"].get("generation"), outcome.problem,
+            result.requeue_after))
         if outcome.error is not None:
             metrics.reconcile_failed(self.namespace, self.name)
-        self._log_problem(outcome.problem, outcome.error)
+        self.log.problem(outcome.problem, outcome.error)
         return outcome
+
+    def _errored(self, message: str, exc_info: bool = False) -> None:
+        metrics.reconcile_failed(self.namespace, self.name)
+        self.log.problem(Problem("StepError", message), exc_info, message)
+        self.schedule.errored(time.monotonic(), self.settings.reconcile.problem_backoff)
 
     async def _poll(self, health_spec: HealthSpec) -> list[health.ReplicaHealth]:
         targets = [health.Target(p.name, p.ip, api.GATEWAY_PORT) for p in self.pods() if p.serving and p.ip]
@@ -160,10 +142,8 @@ class GatewayController:
         """replicas.stale_replica says which, the schedule when (its cooldown)."""
         name = stale_replica(spec.health.restart_stale_replicas and bool(outcome.probe and outcome.probe.ok),
                              facts.health, facts.ready_replicas, facts.running_replicas)
-        if name is None or not self.schedule.restart_allowed(time.monotonic(), spec.health.restart_cooldown_seconds):
-            return
-        pod = next((p for p in self.pods() if p.name == name), None)
-        if pod is None:
+        pod = next((p for p in self.pods() if p.name == name), None) if name else None
+        if pod is None or not self.schedule.restart_allowed(time.monotonic(), spec.health.restart_cooldown_seconds):
             return
         self.schedule.restarted(time.monotonic())
         await asyncio.to_thread(self.kube.delete_pod, self.namespace, pod.name, pod.uid)
@@ -172,10 +152,3 @@ class GatewayController:
         kopf.event(dict(self.body), type="Normal", reason="RestartedStaleReplica",
                    message=f"restarted pod {pod.name}: it kept the per-replica SQLite fallback after Redis "
                            "came back (the gateway rebuilds its store only on restart)")
-
-    async def _sleep(self) -> None:
-        try:
-            await asyncio.wait_for(self.wake.wait(), timeout=self.schedule.sleep_for(time.monotonic()))
-        except asyncio.TimeoutError:
-            pass
-        self.wake.clear()

@@ -14,16 +14,28 @@ from typing import Any, Mapping, MutableMapping, Sequence
 import kopf
 
 from . import api, conditions, metrics, status, summarize
-from .conditions import Facts
+from .conditions import Facts, Problem
 from .expose import Exposure
 from .kube import Kube
 
 
 class ObjectLog(logging.LoggerAdapter):  # type: ignore[type-arg]
-    """The operator's log lines about one GatewayDeployment carry its namespace/name."""
+    """The operator's log lines about one GatewayDeployment carry its namespace/name; a problem
+    is logged once per change, not per try."""
+
+    last_problem: Problem | None = None
 
     def process(self, msg: Any, kwargs: MutableMapping[str, Any]) -> tuple[Any, MutableMapping[str, Any]]:
         return f"[{self.extra['object']}] {msg}", kwargs  # type: ignore[index]
+
+    def problem(self, problem: Problem | None, exc_info: Any = None, line: str = "") -> None:
+        if problem == self.last_problem:
+            return
+        if problem is not None:
+            self.warning("%s", line or f"stalled: {problem.reason}: {problem.message}", exc_info=exc_info)
+        elif self.last_problem is not None:
+            self.info("no longer stalled (was %s)", self.last_problem.reason)
+        self.last_problem = problem
 
 
 def now_iso() -> str:

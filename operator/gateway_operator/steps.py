@@ -42,6 +42,12 @@ class ReconcileSettings:
     tenancy: TenancyPolicy = field(default_factory=TenancyPolicy)  # the administrator's (chart values tenancy)
 
 
+@dataclass(frozen=True)
+class ControllerSettings:
+    reconcile: ReconcileSettings = field(default_factory=ReconcileSettings)  # resync, backoff, identity
+    redis_allow: tuple[str, ...] = ()        # the probe's allowlist (CIDRs, hosts, .domains); empty: open
+
+
 class Observation(NamedTuple):
     """What an observation pass reuses instead of reading the API: the Deployment as the
     watch delivered it, and the Secret inputs of the last full pass that read them fine."""
