@@ -28,3 +28,25 @@ def until(condition: Callable[[], T], timeout: float = 60, interval: float = 0.5
         if time.monotonic() > deadline:
             raise WaitTimeout(f"timed out after {timeout:.0f}s waiting for {what}; last: {last!r}")
         time.sleep(interval)
+
+
+def stays(condition: Callable[[], object], seconds: float, interval: float = 0.5, what: str = "condition",
+          tolerate: tuple[type[BaseException], ...] = ()) -> None:
+    """"This must not change for ``seconds``" (Gomega's ``Consistently``): ``condition()`` must
+    hold at every look, the first and the last included; fails at the first look where it does
+    not, saying what it returned. The proof that something does not happen, in place of a sleep."""
+    deadline = time.monotonic() + seconds
+    looks = 0
+    while True:
+        try:
+            value = condition()
+        except tolerate:
+            value = True  # a look that could not be made proves nothing either way
+        looks += 1
+        if not value:
+            raise AssertionError(f"{what} did not hold (look {looks}, after "
+                                 f"{seconds - max(0.0, deadline - time.monotonic()):.1f}s of {seconds:.0f}s): "
+                                 f"{value!r}")
+        if time.monotonic() >= deadline:
+            return
+        time.sleep(min(interval, max(0.0, deadline - time.monotonic())))
