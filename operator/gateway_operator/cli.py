@@ -139,6 +139,20 @@ class _QuietHandlerSuccess(logging.Filter):
                     and record.getMessage().endswith("succeeded."))
 
 
+class _QuietGoneNamespace(logging.Filter):
+    """kopf's Event posting into a namespace that is gone (404) or being deleted (403,
+    NamespaceTerminating) fails, is retried and logged at WARNING and ERROR: expected while a
+    tenant deletes its namespace, so at DEBUG."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        text = record.getMessage()
+        if record.levelno >= logging.WARNING and ("being terminated" in text or (
+                'namespaces "' in text and "not found" in text)):
+            record.levelno, record.levelname = logging.DEBUG, "DEBUG"
+            return logging.getLogger(record.name).isEnabledFor(logging.DEBUG)
+        return True
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     if args.kubeconfig:  # kopf's login reads the standard variable, at import time
         os.environ["KUBECONFIG"] = args.kubeconfig
@@ -161,6 +175,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     kopf.configure(verbose=args.verbose, log_format=log_format)
     logging.getLogger().setLevel("DEBUG" if args.verbose else args.log_level.upper())
     logging.getLogger("kopf.objects").addFilter(_QuietHandlerSuccess())
+    logging.getLogger("kopf._core.engines.posting").addFilter(_QuietGoneNamespace())
+    # the kubelet's /healthz probes every few seconds are access lines: only with --verbose
+    logging.getLogger("aiohttp.access").setLevel(logging.DEBUG if args.verbose else logging.WARNING)
     if args.metrics_port:
         prometheus_client.start_http_server(args.metrics_port, addr=args.bind_address)
     reconcile_settings = ReconcileSettings(resync_seconds=args.resync_seconds, operator=OperatorIdentity(

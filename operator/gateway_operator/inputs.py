@@ -86,6 +86,7 @@ class Prepared(NamedTuple):
     managed_ip: str | None = None
     problem: Problem | None = None
     writes: int = 0
+    terminating: bool = False  # the namespace is being deleted: nothing more is created there
 
     @property
     def credentials(self) -> Credentials:
@@ -129,6 +130,8 @@ def prepare(kube: Kube, owner: render.Owner, raw_spec: Mapping[str, Any], full: 
     except NotOwned as e:
         return Prepared(owner, spec, target, problem=summarize.not_owned(e.kind, e.name, e.namespace))
     except ApiException as e:
+        if summarize.namespace_terminating(e):
+            return Prepared(owner, spec, target, terminating=True)
         return Prepared(owner, spec, target, problem=summarize.refused(e))
     if inputs.problem:  # keep what runs: pods referencing a missing Secret would not start
         return Prepared(owner, spec, target, problem=inputs.problem, writes=writes)

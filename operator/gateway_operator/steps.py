@@ -79,6 +79,7 @@ class Pass:
     exposure: Exposure | None = None
     writes: int = 0
     problems: list[Problem | None] = field(default_factory=list)
+    terminating: bool = False     # the namespace is being deleted: the pass stops creating, and says nothing
 
     @property
     def spec(self) -> GatewaySpec:
@@ -103,7 +104,8 @@ async def read_inputs(p: Pass) -> bool:
     else:
         p.observed = inputs.observed_if_ours(p.seen.deployment, p.owner)
     p.problems.append(p.prepared.problem)
-    return p.prepared.problem is None and p.prepared.spec is not None
+    p.terminating = p.prepared.terminating
+    return p.prepared.problem is None and p.prepared.spec is not None and not p.terminating
 
 
 async def probe(p: Pass) -> bool:
@@ -145,7 +147,9 @@ async def write(p: Pass) -> bool:
                                           p.prepared.revision, p.settings.operator, before, not p.claimed, token)
         p.writes, p.routes = p.writes + applied.writes, applied.routes
     except (NotOwned, NotServed, ApiException) as e:
-        p.problems.append(_write_problem(e))
+        p.terminating = isinstance(e, ApiException) and summarize.namespace_terminating(e)
+        if not p.terminating:
+            p.problems.append(_write_problem(e))
     p.observed = await asyncio.to_thread(inputs.observe, p.kube, p.owner)
     return True
 

@@ -119,6 +119,16 @@ def unexpected(error: Exception) -> Problem:
                                       "backoff (details in the operator log)")
 
 
+def namespace_terminating(e: ApiException) -> bool:
+    """The API server refused to create something because the namespace is being deleted (the
+    cause NamespaceTerminating): not a problem of the spec, and nothing to retry there."""
+    try:
+        causes = (json.loads(e.body).get("details") or {}).get("causes") or []
+    except (TypeError, ValueError, AttributeError):
+        return False
+    return e.status == 403 and any(isinstance(c, dict) and c.get("reason") == "NamespaceTerminating" for c in causes)
+
+
 def api_message(e: ApiException) -> str:
     try:
         return str(json.loads(e.body).get("message", e.reason))[:500]

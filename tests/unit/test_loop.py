@@ -196,6 +196,27 @@ def test_a_refused_write_is_apply_failed_with_the_api_servers_words() -> None:
                                                              "Invalid value")
 
 
+def forbidden(cause: str) -> ApiException:
+    e = ApiException(status=403, reason="Forbidden")
+    e.body = ('{"kind": "Status", "message": "configmaps \\"bot-gateway-config\\" is forbidden: unable to create new '
+              'content in namespace ns because it is being terminated", "reason": "Forbidden", "code": 403, '
+              '"details": {"causes": [{"reason": "%s", "message": "namespace ns is being terminated"}]}}' % cause)
+    return e
+
+
+def test_a_namespace_being_deleted_is_no_problem_to_report() -> None:
+    """The namespace controller deletes the gateway's objects before the GatewayDeployment: the
+    pass that finds them gone and may not create them again stays quiet (no Stalled flip)."""
+    kube = ApiStandIn()
+    kube.refuse_apply = forbidden("NamespaceTerminating")
+    result, _ = run(kube, gateway({}))
+    assert result.outcome.problem is None
+    kube.refuse_apply = forbidden("SomethingElse")   # any other refusal still is one
+    result, _ = run(kube, gateway({}))
+    assert result.outcome.problem is not None and result.outcome.problem.reason == R.APPLY_FAILED
+    assert "being terminated" in result.outcome.problem.message
+
+
 def test_a_crash_looping_replica_is_reported_below_a_refused_write() -> None:
     crashing = [PodView("bot-1", "u", "198.18.0.9", False, False, waiting_reason="CrashLoopBackOff")]
     result, _ = run(ApiStandIn(), gateway({}), pods=crashing)
