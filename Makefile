@@ -30,11 +30,12 @@ cluster-up: system-deps venv binaries node-binaries images
 cluster-down:
 	@hack/cluster.sh down
 
-# Unit tests, then the integration suite on its own local control plane (started and
-# stopped by the test session) and real redis-servers; tests/test_node.py runs `make demo` on a
-# real node (.cluster/node-test) and tests its real pods (root; without root it skips in one
-# line, under CI it fails). GWOP_TEST_KUBECONFIG=<path> runs the integration suite against an
-# existing cluster instead.
+# tests/unit (no cluster), then tests/sim (control planes with a simulated node, started and
+# stopped by the test session) and tests/node (the real node), with real redis-servers;
+# tests/node/test_node.py runs `make demo` on a real node (.cluster/node-demo) and tests its real
+# pods, then the other real-node modules share one (.cluster/node-session) (root; without root
+# they skip in one line, under CI they fail). PYTEST_ARGS=tests/unit runs one folder.
+# GWOP_TEST_KUBECONFIG=<path> runs the integration suite against an existing cluster instead.
 test: system-deps venv binaries monitoring-binaries node-binaries
 	$(PY) -m pytest $(PYTEST_ARGS)
 
@@ -52,7 +53,7 @@ fuzz: system-deps venv binaries
 # tests/harness/exactly_once.py. VERIFY_SEED, VERIFY_JSON=<file>, VERIFY_PNG=<file>,
 # VERIFY_MESSAGES, VERIFY_COPIES, VERIFY_FAULTS; exit 1 when a target is missed.
 verify-exactly-once: system-deps venv binaries node-binaries images
-	PYTHONPATH=tests $(PY) hack/verify-exactly-once.py
+	$(PY) hack/verify-exactly-once.py
 .PHONY: verify-exactly-once
 
 demo:  # hack/demo.sh installs what is missing itself, saying so, and times it
@@ -62,15 +63,22 @@ demo-down:
 	@hack/demo.sh down
 
 # The CRD is generated from operator/gateway_operator/crd.py; both copies are checked by
-# tests/test_crd_admission.py. So is the chart's tenancy admission policy (tenancy.RULES).
+# tests/sim/test_crd_admission.py. So is the chart's tenancy admission policy (tenancy.RULES).
 crds: venv
 	$(VENV)/bin/gateway-operator crd > crds/gatewaydeployments.yaml
 	cp crds/gatewaydeployments.yaml charts/gateway-operator/crds/gatewaydeployments.yaml
 	$(VENV)/bin/gateway-operator tenancy-policy > charts/gateway-operator/templates/tenancy-policy.yaml
 .PHONY: crds
 
+# The GatewayDeployment reference table of README.md, generated from the CRD (whose fields are
+# declared once in operator/gateway_operator/api.py); tests/unit/test_api_fields.py fails when the
+# committed one is stale.
+api-reference: venv
+	$(PY) hack/api-reference.py
+.PHONY: api-reference
+
 # The values table of charts/gateway-operator/README.md, generated from the chart's
-# values.schema.json and values.yaml; tests/test_chart.py fails when the committed one is stale.
+# values.schema.json and values.yaml; tests/sim/test_chart.py fails when the committed one is stale.
 chart-readme: venv
 	$(PY) hack/chart-readme.py
 .PHONY: chart-readme
@@ -78,7 +86,7 @@ chart-readme: venv
 # The node's container images (issue 8): base, operator, gateway, redis, pause as OCI archives in
 # $(GWOP_CACHE)/images (default ~/.cache/gateway-operator/images), built with mmdebstrap + buildah
 # and reused while their inputs are unchanged; images.txt there lists them. Needs root.
-# tests/test_images.py (part of `make test`) checks them as a user of them would.
+# tests/node/test_images.py (part of `make test`) checks them as a user of them would.
 images:
 	@hack/images.sh
 .PHONY: images
@@ -93,3 +101,10 @@ node-binaries:
 dashboard-png: system-deps venv binaries monitoring-binaries
 	GWOP_DASHBOARD_PNG=docs/img/dashboard.png $(PY) -m pytest -q tests/test_monitoring.py -k picture
 .PHONY: dashboard-png
+
+# The golden pod templates (tests/golden/, one file per example): written again from what render
+# makes of examples/*.yaml. Review the diff: every GatewayDeployment like a changed one rolls when
+# the new operator is installed (docs/upgrades.md, "Rollouts per release").
+golden: venv
+	GOLDEN_UPDATE=1 $(PY) -m pytest -q tests/unit/test_golden.py
+.PHONY: golden
