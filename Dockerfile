@@ -14,7 +14,7 @@ WORKDIR /src
 COPY requirements.lock pyproject.toml ./
 COPY hack/image-install.sh hack/image-install.sh
 COPY operator/ operator/
-# the same install step the tests run in a clean venv (tests/test_packaging.py)
+# the same install step the tests run in a clean venv (tests/unit/test_packaging.py)
 RUN bash hack/image-install.sh /opt/gateway-operator /src
 
 FROM ${BASE_IMAGE}

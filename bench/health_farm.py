@@ -18,13 +18,9 @@ import json
 import resource
 import sys
 import time
-from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(REPO / "tests"), str(REPO / "operator")]
-
-from gateway_operator.api import GATEWAY_PORT as PORT  # noqa: E402
-from harness.standins import RUNTIME, health_body, idempotency_owner  # noqa: E402  - the one /health shape
+from gateway_operator.api import GATEWAY_PORT as PORT
+from harness.standins import RUNTIME, health_body, idempotency_owner  # the one /health shape
 
 
 def _response(body: bytes) -> bytes:

@@ -37,26 +37,21 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "tests"))
-sys.path.insert(0, str(REPO / "operator"))
-sys.path.insert(0, str(REPO / "bench"))
+import kubernetes
+from kubernetes import watch
+from kubernetes.client.rest import ApiException
+
+from gateway_operator import api as gw_api, pods as gw_pods, render
+from gateway_operator.api import GatewaySpec
+from gateway_operator.redis_target import resolve
+from harness import audit
+from harness.cluster import REPO, Cluster
+from harness.operator import IDENTITY, OperatorProcess, gateway_deployment, redis_store
+from harness.processes import rss_mib
+from harness.redis_server import RedisServer
+from harness.wait import until
+
 POD_CIDR = "127.40.0.0/16"  # loopback, apart from the test clusters' simulated pods (127.1/16)
-
-import kubernetes  # noqa: E402
-from kubernetes import watch  # noqa: E402
-from kubernetes.client.rest import ApiException  # noqa: E402
-
-from gateway_operator import api as gw_api, pods as gw_pods, render  # noqa: E402
-from gateway_operator.api import GatewaySpec  # noqa: E402
-from gateway_operator.redis_target import resolve  # noqa: E402
-from harness import audit  # noqa: E402
-from harness.cluster import Cluster  # noqa: E402
-from harness.operator import IDENTITY, OperatorProcess, gateway_deployment, redis_store  # noqa: E402
-from harness.processes import rss_mib  # noqa: E402
-from harness.redis_server import RedisServer  # noqa: E402
-from harness.wait import until  # noqa: E402
-
 WORKERS = 16  # client threads of the floor and of the bench's own creates
 
 

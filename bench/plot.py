@@ -12,9 +12,7 @@ import json
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-
-from harness.plots import Chart, write_figure  # noqa: E402
+from harness.plots import Chart, write_figure
 
 
 def main(out: Path, files: list[Path]) -> None:

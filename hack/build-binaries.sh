@@ -188,7 +188,7 @@ fetch_gateway_api_crds() {
   rm -rf "$dir" && mv "$dir.tmp" "$dir"
 }
 
-# The CRDs the GitOps examples are checked against (tests/test_gitops.py), as the controllers'
+# The CRDs the GitOps examples are checked against (tests/sim/test_gitops.py), as the controllers'
 # modules publish them: Flux's Kustomization and sources, Argo CD's Application and AppProject.
 # helm-controller's root module is not served: its HelmRelease CRD is generated from its api
 # module's types with controller-gen, as Flux's own build does.

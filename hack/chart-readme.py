@@ -3,7 +3,7 @@
 values.schema.json (types, allowed values, descriptions) and values.yaml (defaults).
 
     hack/chart-readme.py           rewrite the table between the README's markers (make chart-readme)
-    hack/chart-readme.py --check   exit 1 when the committed README is stale (tests/test_chart.py)
+    hack/chart-readme.py --check   exit 1 when the committed README is stale (tests/sim/test_chart.py)
 
 Every value must have a description in the schema and a default in values.yaml, or this
 fails: the table never has a blank row.

@@ -33,12 +33,9 @@ from typing import Any, Callable, Iterator
 
 import yaml
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "tests"))  # the harness: tests/harness
-
-from harness import llm_pod, node, wait  # noqa: E402
-from harness.cluster import Cluster, tool  # noqa: E402
-from harness.gateways import ready_pods  # noqa: E402
+from harness import llm_pod, node, wait  # the harness: tests/harness (tests/pyproject.toml)
+from harness.cluster import REPO, Cluster, tool
+from harness.gateways import ready_pods
 
 NAMESPACE = "gateway-demo"
 EXAMPLES = [  # (file, what is expected at kubectl apply)

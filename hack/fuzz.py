@@ -22,13 +22,10 @@ import sys
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "tests"))
-
-from harness import fuzz  # noqa: E402
-from harness.cluster import Cluster  # noqa: E402
-from harness.operator import OperatorProcess  # noqa: E402
-from harness.redis_server import RedisServer  # noqa: E402
+from harness import fuzz
+from harness.cluster import Cluster
+from harness.operator import OperatorProcess
+from harness.redis_server import RedisServer
 
 
 def main() -> int:

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The operator image's install step, also run by tests/test_packaging.py in a clean venv:
+# The operator image's install step, also run by tests/unit/test_packaging.py in a clean venv:
 #   hack/image-install.sh VENV SRC   -> VENV holds the operator and its pinned dependencies.
 # Wheels only (no compiler in either stage), every package pinned by requirements.lock.
 set -euo pipefail

@@ -9,7 +9,7 @@ that got no 2xx (connection cut), to the Service, every 2 s. The stand-in counts
 answered turns: exactly one each time. A turn shorter than spec.drainSeconds (120 s) finishes in the
 stopping pod; a longer one is cut when the drain ends, its claim released, and the retry runs it.
 
-    PYTHONPATH=tests .venv/bin/python hack/rollout-turns.py
+    .venv/bin/python hack/rollout-turns.py
 """
 from __future__ import annotations
 

@@ -13,13 +13,11 @@ import argparse
 import json
 import subprocess
 import sys
-from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "tests"))
-from harness.operator import gateway_deployment, redis_store  # noqa: E402
-from harness.wait import WaitTimeout, until  # noqa: E402
+from harness.cluster import REPO
+from harness.operator import gateway_deployment, redis_store
+from harness.wait import WaitTimeout, until
 
 TENANT_NS, TENANT = "tenant-x", "system:serviceaccount:tenant-x:tenant"
 VICTIM_HOST = "canary-bot.gateway.test"   # the demo's canary-bot Ingress (namespace gateway-demo)

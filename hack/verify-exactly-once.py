@@ -12,7 +12,8 @@ prints the table (harness.exactly_once.table). Settings come from the environmen
     comma-separated; "none" for none), VERIFY_FAULT_GAP_S (25)
 
 Exit status 1 when a target is missed: a silent duplicate, a lost message, a split, or a fault
-not announced within its bound. Run with PYTHONPATH=tests (the Makefile does).
+not announced within its bound. Run with the dev venv's python (`make verify-exactly-once`): it
+imports the harness (tests/harness) installed there by hack/venv.sh.
 """
 from __future__ import annotations
 

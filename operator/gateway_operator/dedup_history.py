@@ -24,7 +24,7 @@ from typing import Any, Mapping
 RECORD_TTL_SECONDS = 86400
 CANARY_KEY = "operator-canary"   # under the GatewayDeployment's prefix
 # written by the launcher once a single SQLite replica's records are in Redis (launcher.MIGRATED_KEY;
-# tests/test_launcher_real_gateway.py proves the two agree); its value is the operator's token
+# tests/unit/test_launcher_real_gateway.py proves the two agree); its value is the operator's token
 MIGRATED_KEY = "sqlite-migrated"
 NO_EVICTION = "noeviction"
 

@@ -2,8 +2,8 @@
 its launcher and the operator's probe run, under its prefix and nothing else.
 
 Found by running the real gateway through the launcher against redis-server with MONITOR (and a
-wire log for what MONITOR hides), then proven with that user alone: tests/test_redis_tls.py (the
-probe) and tests/test_launcher_real_gateway.py (the gateway, and what it does without one command).
+wire log for what MONITOR hides), then proven with that user alone: tests/unit/test_redis_tls.py (the
+probe) and tests/unit/test_launcher_real_gateway.py (the gateway, and what it does without one command).
 ``gateway-operator redis-acl`` prints the line; docs/redis.md explains each command.
 """
 from __future__ import annotations

@@ -11,6 +11,7 @@ import json
 import os
 import subprocess
 import uuid
+import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -29,6 +30,16 @@ def tool(name: str) -> str:
         flags = ["--monitoring"] if name in MONITORING_TOOLS else []
         subprocess.run([str(REPO / "hack/build-binaries.sh"), *flags], check=True, stdout=subprocess.DEVNULL)
     return str(path)
+
+
+def pod_network(path: Path) -> str:
+    """The loopback /16 a simulated node in ``path`` hands its pod IPs from: one of its own per
+    cluster directory (127.16-239, never hack/cluster.sh's default 127.1 nor the fuzzer's 127.5).
+    Control planes run side by side (the session's and a module's own, another session's, the
+    demo's), and a pod IP is where the HEALTH ENDPOINT STAND-IN of that pod answers: with one
+    range for all, two clusters' pods share IPs, so one cluster's operator polls the other's
+    stand-ins (a poll the test counts as its operator's) and a stand-in cannot bind its pod's IP."""
+    return f"127.{16 + zlib.crc32(path.name.encode()) % 224}.0.0/16"
 
 
 @dataclass
@@ -50,8 +61,10 @@ class Cluster:
     @classmethod
     def start(cls, path: Path, **env: str) -> "Cluster":
         """`hack/cluster.sh up` in ``path`` (started unless it runs), with ``env`` on top
-        (GWOP_NODE="1": the real node)."""
+        (GWOP_NODE="1": the real node). A simulated node's pod IPs come from ``pod_network(path)``
+        unless GWOP_POD_NETWORK says otherwise."""
         env = dict(os.environ, GWOP_CLUSTER_DIR=str(path), **env)
+        env.setdefault("GWOP_POD_NETWORK", pod_network(path))
         out = subprocess.run([str(REPO / "hack/cluster.sh"), "up"], env=env, check=True,
                              stdout=subprocess.PIPE, text=True).stdout
         return cls(Path(out.strip().splitlines()[-1]), owned=True, env=env, directory=path,

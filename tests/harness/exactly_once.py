@@ -26,7 +26,7 @@ empty does: every event of the hook then shares ``hook:<path>``). For each fault
 from the fault to that condition, and from the fault's end to its clearing, is measured.
 
 Nothing here does I/O, so the classification is tested on histories with planted defects
-(tests/test_exactly_once.py) before any real run is trusted.
+(tests/unit/test_exactly_once.py) before any real run is trusted.
 """
 from __future__ import annotations
 

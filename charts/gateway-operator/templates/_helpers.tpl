@@ -41,7 +41,7 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- default (include "gateway-operator.fullname" .) .Values.serviceAccount.name -}}
 {{- end -}}
 
-{{/* The permissions the operator uses, and no more (tests/test_rbac.py proves each verb is
+{{/* The permissions the operator uses, and no more (tests/node/test_rbac.py proves each verb is
 used and nothing is refused). Server-side apply (kube.apply) is a PATCH; when the object is
 missing the API server also checks `create`. */}}
 {{- define "gateway-operator.rules" -}}

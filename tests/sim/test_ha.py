@@ -7,14 +7,11 @@ import json
 import signal
 import time
 
-import pytest
-
 from harness.cluster import Cluster
 from harness.gateways import apply_gateway, wait_condition
 from harness.operator import SYSTEM_NAMESPACE, OperatorProcess, RELEASE, gateway_deployment
 from harness.wait import until
 
-pytestmark = pytest.mark.cluster
 GATEWAYS = [f"gw-{i}" for i in range(5)]
 
 

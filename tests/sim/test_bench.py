@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
+from harness.cluster import REPO
+
 KEYS = {"gateways", "replicas", "floor_s", "operator_s", "ratio", "polls_demanded_per_s", "polls_achieved_per_s",
         "degraded_p50_s", "degraded_max_s", "interval_s", "timeout_s", "idle_writes", "rss_mib"}
 

@@ -53,7 +53,7 @@ def target(port: int, **tls: object) -> RedisTarget:
 
 def probe(t: RedisTarget, credentials: Credentials) -> ProbeResult:
     # the allowlist names the target: its failures keep their detail (an open allowlist collapses
-    # them to three outcomes that say nothing of what answered: tests/test_tenancy.py)
+    # them to three outcomes that say nothing of what answered: tests/sim/test_tenancy.py)
     return asyncio.run(Prober(allowlist=Allowlist.parse(["127.0.0.1/32"])).probe("t", t, credentials, 2.0))
 
 
@@ -220,7 +220,7 @@ def test_a_ca_secret_that_holds_no_certificate_is_named(tmp_path: Path, pki: dic
 def test_under_the_open_allowlist_the_same_failures_say_nothing_of_what_answered(tls_redis: RedisServer,
                                                                                  pki: dict) -> None:
     """The chart's default (redisProbe.allow: []): a target the operator may not privilege is told
-    in fixed words (tests/test_tenancy.py), pointing at the allowlist that would explain it."""
+    in fixed words (tests/sim/test_tenancy.py), pointing at the allowlist that would explain it."""
     from gateway_operator import redis_probe
     wrong_ca = asyncio.run(Prober().probe("t", target(tls_redis.port), Credentials(PASSWORD, USER, pki["other"].pem),
                                           2.0))

@@ -12,8 +12,6 @@ import json
 import re
 import uuid
 
-import pytest
-
 from gateway_operator import reasons
 from harness import node
 from harness.argocd import ARGOCD_CM_KEY, health, readme_argocd_cm
@@ -21,7 +19,6 @@ from harness.cluster import REPO, Cluster
 from harness.gateways import conditions, runnable, wait_condition
 from harness.operator import OperatorProcess, gateway_deployment
 
-pytestmark = [pytest.mark.cluster, pytest.mark.real_pods]
 APP_CHART = str(REPO / "tests/charts/gwd-app")
 GWD = "gatewaydeployment.gateway-operator.dev"
 

@@ -21,8 +21,6 @@ from harness.operator import OperatorProcess, gateway_deployment, redis_store
 from harness.redis_server import RedisServer
 from harness.wait import until
 
-pytestmark = [pytest.mark.cluster, pytest.mark.real_pods]
-
 
 @pytest.fixture
 def deployments_denied(cluster: Cluster, namespace: str) -> Iterator[str]:

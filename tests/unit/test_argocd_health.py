@@ -1,7 +1,7 @@
 """The Argo CD health check (docs/argocd-health.lua) in a real Lua 5.1 interpreter: a table of
 GatewayDeployments -> (Argo CD health status, message). The statuses come from the operator's
 own status computation (status.build over Facts) plus the states it never writes itself (no
-status yet, a newer generation); tests/test_readiness.py runs the same check on objects read
+status yet, a newer generation); tests/node/test_readiness.py runs the same check on objects read
 from the running operator."""
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """The node's images (issue 8): built (or reused) by hack/images.sh, then checked as a user of them
 would notice. Part of `make test` (root: buildah, mmdebstrap, mount namespaces; without root the
-module skips in one line, under CI it fails, as tests/test_node.py does).
+module skips in one line, under CI it fails, as tests/node/test_node.py does).
 
 No Docker here: each archive is imported with `buildah from oci-archive:...` into hack/images.sh's
 own store, its rootfs mounted (`buildah mount`) and run the way a runtime would - the image's own
@@ -25,17 +25,15 @@ from typing import Callable, TypeVar
 
 import pytest
 
+from harness.cluster import REPO
 from harness.node import unavailable
 from harness.processes import free_port
 
 T = TypeVar("T")
 
-REPO = Path(__file__).resolve().parents[1]
 CACHE = Path(os.environ.get("GWOP_CACHE") or Path.home() / ".cache/gateway-operator")
 STORE = CACHE / "images/storage"
 PREFIX = "localhost/gateway-operator"
-
-pytestmark = pytest.mark.images
 
 
 def buildah(*args: str, **kw) -> subprocess.CompletedProcess:

@@ -4,7 +4,7 @@ Each way it can go wrong is broken once, and the condition it gives is timed fro
 
 Real parts: the control plane, the operator CLI under the chart's RBAC with ``--redis-allow`` naming
 the Redis (as a platform team names its own: the probe's failures then keep their detail; an open
-allowlist collapses them, tests/test_tenancy.py), redis-server with TLS and ACL users. Its pods run
+allowlist collapses them, tests/sim/test_tenancy.py), redis-server with TLS and ACL users. Its pods run
 on the SIMULATED node (nothing here needs a gateway to run: test_launcher_real_gateway.py runs the
 real gateway against the same Redis, test_node.py on the real node). Its own control plane: the
 operator here runs with flags the session's operator does not."""
@@ -27,7 +27,6 @@ from harness.operator import OperatorProcess, gateway_deployment, redis_store
 from harness.redis_server import RedisServer
 from harness.tls import make_ca, server_cert
 
-pytestmark = pytest.mark.cluster
 
 NAME = "redis.own.internal"   # the only name the server's certificate carries
 PASSWORD = "own-redis-pass-8c1f"

@@ -31,7 +31,6 @@ from harness.operator import OperatorProcess, gateway_deployment, redis_store
 from harness.redis_server import RedisServer
 from harness.wait import until
 
-pytestmark = pytest.mark.cluster
 CHART = str(REPO / "charts/gateway-operator")
 CHART_README = REPO / "charts/gateway-operator/README.md"
 REPOSITORY = "ghcr.io/gateway-operator/gateway-operator"

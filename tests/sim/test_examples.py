@@ -6,7 +6,6 @@ import pytest
 from harness.cluster import REPO, Cluster
 from harness.operator import install_crd
 
-pytestmark = pytest.mark.cluster
 
 EXPECTED = {  # file -> what `kubectl apply` does with it
     "redis-secret.yaml": "accepted",

@@ -20,7 +20,6 @@ from harness.redis_server import RedisServer
 from harness.standins import BUILD_TIME, HealthStandIns, idempotency_owner
 from harness.wait import WaitTimeout, until
 
-pytestmark = [pytest.mark.cluster, pytest.mark.real_pods]
 
 Grant = tuple[str, str, str]  # (apiGroup, resource[/subresource], verb)
 

@@ -24,8 +24,6 @@ from harness.processes import rss_mib
 from harness.standins import HealthStandIns
 from harness.wait import until
 
-pytestmark = [pytest.mark.cluster, pytest.mark.real_pods]
-
 
 def operator_rss_mib(operator: OperatorProcess) -> float:
     assert operator.proc is not None

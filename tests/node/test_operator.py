@@ -2,7 +2,7 @@
 
 Real parts: the kube-apiserver/etcd/kube-controller-manager of the local control plane, the
 operator CLI under the Helm chart's ServiceAccount and RBAC, real redis-server processes.
-Its pods run on the REAL node (real_pods: containerd, kubelet, kube-proxy): each replica is
+Its pods run on the REAL node (tests/node: containerd, kubelet, kube-proxy): each replica is
 the HEALTH ENDPOINT STAND-IN image (a TEST IMAGE, harness/standins.py), whose /health the test
 steers, except where a test runs the real gateway image. The real gateway serving webhooks is
 in test_node.py.
@@ -27,7 +27,6 @@ from harness.redis_server import RedisServer
 from harness.standins import BUILD_TIME, RUNTIME, HealthStandIns, idempotency_owner
 from harness.wait import until
 
-pytestmark = [pytest.mark.cluster, pytest.mark.real_pods]
 
 CONDITION_TYPES = {"Ready", "Reconciling", "Stalled", "RedisReachable", "IdempotencyDegraded",
                    "ExactlyOnceAdmission", "RedisDurable", "SessionsShared", "RedisTLSVerified"}

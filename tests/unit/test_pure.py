@@ -390,7 +390,7 @@ def test_a_managed_redis_runs_the_operators_default_image_unless_its_spec_names_
 
 
 @pytest.mark.parametrize("reason, message, shown", [
-    # what a real kubelet reports (tests/test_node.py sees them on the node): image problems keep
+    # what a real kubelet reports (tests/node/test_node.py sees them on the node): image problems keep
     # the kubelet's words; a crash loop's back-off countdown is left out (it changes every retry)
     ("ErrImageNeverPull", 'Container image "localhost/x:0" is not present with pull policy of Never',
      'pod p is waiting: ErrImageNeverPull (Container image "localhost/x:0" is not present with pull policy of Never)'),
@@ -399,9 +399,9 @@ def test_a_managed_redis_runs_the_operators_default_image_unless_its_spec_names_
 ])
 def test_a_waiting_pod_is_a_stalled_reason_with_the_kubelets_words(reason: str, message: str, shown: str | None) -> None:
     from gateway_operator.handlers import WAITING_MESSAGE_LIMIT, pod_view
-    from gateway_operator.reconcile import _pod_problem
+    from gateway_operator.summarize import pod_problem
     status = {"podIP": "198.18.0.9", "containerStatuses": [{"state": {"waiting": {"reason": reason, "message": message}}}]}
-    problem = _pod_problem([pod_view("p", "u", {}, status)])
+    problem = pod_problem([pod_view("p", "u", {}, status)])
     assert problem is not None and problem.reason == (reasons.CRASH_LOOP if reason == "CrashLoopBackOff" else reason)
     if shown is not None:
         assert problem.message == shown

@@ -3,7 +3,7 @@ serves Ingress but not the Gateway API. The operator CLI runs under the chart's 
 user sees: an HTTPRoute the cluster cannot hold is a clear Stalled reason while the replicas
 run; an Ingress without an address says so in status.expose until its controller publishes one
 (written here as an ingress controller writes it: the Ingress's status subresource), and the
-route goes with the field. The real edge (Traefik on the real node) is tests/test_node.py's.
+route goes with the field. The real edge (Traefik on the real node) is tests/node/test_node.py's.
 """
 from __future__ import annotations
 
@@ -17,7 +17,6 @@ from harness.gateways import apply_gateway, conditions, wait_condition
 from harness.operator import OperatorProcess, gateway_deployment
 from harness.wait import until
 
-pytestmark = pytest.mark.cluster
 
 INGRESS = {"ingress": {"className": "edge", "host": "bot.gateway.test"}}
 

@@ -1,4 +1,4 @@
-"""The REAL node, end to end. `make demo` (hack/demo.sh, its own directory .cluster/node-test)
+"""The REAL node, end to end. `make demo` (hack/demo.sh, its own directory .cluster/node-demo)
 builds the images, starts the control plane with a real node (containerd, kubelet, kube-proxy,
 CoreDNS), helm-installs the operator from the local image and applies the examples; the tests
 below then work on its real pods: webhooks to gateway pods by pod IP and through their Service,
@@ -37,9 +37,8 @@ from harness.operator import gateway_deployment
 from harness.standins import HealthStandIns
 from harness.wait import until
 
-pytestmark = [pytest.mark.node, pytest.mark.cluster]
 
-DIR = REPO / ".cluster/node-test"
+DIR = REPO / ".cluster/node-demo"
 NS = "gateway-demo"  # hack/demo.py's namespace
 POD_RANGE = ipaddress.ip_network("198.18.0.0/16")
 SERVICE_RANGE = ipaddress.ip_network("198.19.0.0/16")
@@ -62,12 +61,12 @@ class Sandbox(NamedTuple):
 def sandbox() -> Iterator[Sandbox]:
     missing = node.why_no_real_node()
     if missing:
-        unavailable(f"the real node cannot run here ({missing}): tests/test_node.py needs root and overlayfs")
+        unavailable(f"the real node cannot run here ({missing}): tests/node/test_node.py needs root and overlayfs")
     demo("down", timeout=300)  # whatever an earlier run left
     try:
         first = demo(timeout=3600)  # a cold machine builds the images here
         assert first.returncode == 0, first.stdout[-6000:]
-        yield Sandbox(Cluster(DIR / "kubeconfig", owned=False), first.stdout)
+        yield Sandbox(Cluster(DIR / "kubeconfig", owned=False, real_node=True), first.stdout)
     finally:
         demo("down", timeout=300)
 
@@ -513,7 +512,7 @@ def test_a_tenant_image_answering_hostile_health_costs_the_operator_pod_nothing(
         cluster.apply(json.dumps(gateway_deployment("loud", image=node.images().health_standin, imagePullPolicy="Never",
                                                     replicas=3, replicaPolicy="Warn")), "-n", hostile)
         pods = wait_ready_pods(cluster, hostile, "loud", 3, timeout=120)
-        standins = HealthStandIns(local=False)  # the pods are the stand-ins
+        standins = HealthStandIns(local=not cluster.real_node)  # a real node: the pods are the stand-ins
         for pod, mode in zip(pods, ("endless", "huge", "deep")):
             standins.at(pod["status"]["podIP"]).hostile(mode)
         until(lambda: "0 of 3 polled replicas answered" in

@@ -1,4 +1,4 @@
-"""Tests for the gateway pod launcher (operator/gateway_operator/launcher.py).
+"""Tests for the gateway pod launcher (operator/gateway_operator/pod/launcher.py).
 
 These run the REAL gateway (praisonai-bot 0.1.16, started through launcher.py
 as a subprocess, exactly as the pod runs it) against a REAL ``redis-server``
@@ -37,12 +37,13 @@ pytest.importorskip("redis", reason="redis-py (a praisonai-bot dependency) is no
 if shutil.which("redis-server") is None:
     pytest.skip("redis-server is not installed", allow_module_level=True)
 
+from harness.cluster import REPO  # noqa: E402
 from harness.llm_standin import API_KEY as LLM_API_KEY, StandInLLM  # noqa: E402
 from harness.processes import free_port, terminate  # noqa: E402
 from harness.redis_server import RedisServer  # noqa: E402
 from harness.wait import until  # noqa: E402
 
-LAUNCHER_PATH = Path(__file__).resolve().parents[1] / "operator" / "gateway_operator" / "launcher.py"
+LAUNCHER_PATH = REPO / "operator" / "gateway_operator" / "pod" / "launcher.py"
 # Strong enough for the gateway's weak-secret check; fake, test-only values.
 AUTH_TOKEN = "test-gw-token-4f9c2e7a1b8d4c6e9f0a3b5c7d9e1f2a"
 # Characters that must be URL-quoted when embedded in redis://:pw@host.

@@ -3,7 +3,7 @@
 Runs against the real kube-apiserver, etcd and kube-controller-manager built by
 hack/build-binaries.sh (or GWOP_TEST_KUBECONFIG). Pods land on the SIMULATED node
 (kwok, hack/cluster.sh), which reports them Running with loopback IPs and runs nothing; the
-real node is tests/test_node.py's.
+real node is tests/node/test_node.py's.
 """
 from __future__ import annotations
 
@@ -17,7 +17,6 @@ from harness.cluster import Cluster
 from harness.redis_server import RedisServer
 from harness.wait import until
 
-pytestmark = pytest.mark.cluster
 
 WIDGET_CRD = """
 apiVersion: apiextensions.k8s.io/v1

@@ -138,7 +138,7 @@ CASES = {
     # spec.expose (issue 12): the CRD admits any Ingress annotation (the tenancy policy decides)
     "ingress with its own annotations": (gateway_deployment("a", expose={"ingress": {
         "host": "bot.example.com", "annotations": {"nginx.ingress.kubernetes.io/proxy-body-size": "1m"}}}), None),
-    # edge annotations are the administrator's tenancy policy (tests/test_tenancy.py), not the CRD's
+    # edge annotations are the administrator's tenancy policy (tests/sim/test_tenancy.py), not the CRD's
     "blank image": (gateway_deployment("a", image="   "), validation.MSG_IMAGE_BLANK),
     "image with a tab only": (gateway_deployment("a", image="\t"), validation.MSG_IMAGE_BLANK),
     "ingress host with a scheme": (gateway_deployment("a", expose={"ingress": {"host": "https://bot.example.com"}}),
@@ -281,7 +281,6 @@ def test_offline_check(case: str) -> None:
         assert any(expected in e for e in errors), errors
 
 
-@pytest.mark.cluster
 @pytest.mark.parametrize("case", CASES)
 def test_api_server_agrees_with_offline_check(cluster: Cluster, namespace: str, case: str) -> None:
     install_crd(cluster)
@@ -313,7 +312,6 @@ def test_committed_crd_is_generated_from_code() -> None:
     assert yaml.safe_load(chart_copy.read_text()) == committed, "regenerate: make crds"
 
 
-@pytest.mark.cluster
 def test_pod_schemas_are_generated_from_the_api_server(cluster: Cluster) -> None:
     """pod_schemas.json is what hack/gen-pod-schemas.py makes of the running API server's OpenAPI."""
     result = subprocess.run([sys.executable, str(REPO / "hack/gen-pod-schemas.py"), "--check",

@@ -13,6 +13,7 @@ import yaml
 from gateway_operator import reasons, validation
 from gateway_operator.redis_probe import Allowlist, ProbeResult, Prober
 from gateway_operator.redis_target import RedisTarget
+from harness.cluster import REPO
 from harness.operator import gateway_deployment, redis_store
 from harness.redis_server import RedisServer
 
@@ -121,7 +122,7 @@ def test_every_reason_is_documented_and_in_the_crd() -> None:
     """Reasons are named once (reasons.py); the README and `kubectl explain` list them all."""
     from gateway_operator.crd import crd
     from gateway_operator.health import Idempotency
-    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    readme = (REPO / "README.md").read_text()
     described = crd()["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["status"]["properties"][
         "conditions"]["items"]["properties"]["reason"]["description"]
     assert {s.value for s in Idempotency} - {"Healthy", "Unreachable"} <= set(reasons.ALL)
@@ -140,7 +141,7 @@ def test_check_takes_directories_and_prints_the_warn_warning(tmp_path: Path) -> 
 
 
 def test_the_chart_warns_in_the_same_words() -> None:
-    template = (Path(__file__).resolve().parents[1] / "charts/gateway-operator/templates/admission-policy.yaml")
+    template = (REPO / "charts/gateway-operator/templates/admission-policy.yaml")
     text = " ".join(template.read_text().split())
     head, tail = validation.warn_message(7).split(" 7 ", 1)
     assert f"'{head} ' + string(object.spec.replicas) + ' {tail}'" in text

@@ -11,14 +11,10 @@ from __future__ import annotations
 
 from typing import Any
 
-import pytest
-
 from harness import fuzz
 from harness.cluster import Cluster
 from harness.operator import OperatorProcess
 from harness.redis_server import RedisServer
-
-pytestmark = pytest.mark.cluster
 
 SEED = 20260407
 RANDOM = 30

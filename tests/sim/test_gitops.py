@@ -22,7 +22,6 @@ from harness.cluster import CACHE_BIN, REPO, Cluster
 from harness.operator import install_crd
 from harness.wait import until
 
-pytestmark = pytest.mark.cluster
 
 GITOPS = REPO / "examples/gitops"
 CRDS = (CACHE_BIN / "gitops-crds").resolve()  # kubectl -f does not follow a symlinked directory

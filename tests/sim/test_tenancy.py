@@ -250,7 +250,6 @@ def _ingress_of(cluster: Cluster, namespace: str, name: str) -> dict[str, Any] |
     return json.loads(result.stdout) if result.returncode == 0 else None
 
 
-@pytest.mark.cluster
 def test_the_older_claim_keeps_its_host_and_the_younger_gets_none(
         cluster: Cluster, operator: OperatorProcess) -> None:
     first, second = cluster.new_namespace(), cluster.new_namespace()
@@ -275,7 +274,6 @@ def test_the_older_claim_keeps_its_host_and_the_younger_gets_none(
             cluster.kubectl("delete", "namespace", ns, "--wait=false", check=False)
 
 
-@pytest.mark.cluster
 def test_an_ingress_the_operator_did_not_write_holds_its_host(cluster: Cluster, operator: OperatorProcess,
                                                               namespace: str) -> None:
     host = f"{namespace}.foreign.gateway.test"
@@ -294,7 +292,6 @@ def test_an_ingress_the_operator_did_not_write_holds_its_host(cluster: Cluster, 
 RACE_ROUNDS = int(os.environ.get("TENANCY_RACE_ROUNDS", "3"))
 
 
-@pytest.mark.cluster
 def test_two_tenants_claiming_one_host_at_once_the_older_wins_every_time(
         cluster: Cluster, operator: OperatorProcess) -> None:
     """TENANCY_RACE_ROUNDS rounds (3 in make test; 20 for the issue's figure)."""
@@ -324,7 +321,6 @@ def test_two_tenants_claiming_one_host_at_once_the_older_wins_every_time(
                 cluster.kubectl("delete", "namespace", ns, "--wait=false", check=False)
 
 
-@pytest.mark.cluster
 def test_the_operator_stalls_on_what_the_policy_forbids_when_admission_let_it_in(
         cluster: Cluster, operator: OperatorProcess, namespace: str) -> None:
     apply_gateway(cluster, namespace, gateway_deployment("greedy", priorityClassName="system-node-critical"))
@@ -333,7 +329,6 @@ def test_the_operator_stalls_on_what_the_policy_forbids_when_admission_let_it_in
     assert cluster.kubectl("get", "deployment", "greedy", "-n", namespace, check=False).returncode != 0
 
 
-@pytest.mark.cluster
 def test_a_pod_the_api_server_refuses_reaches_the_resource(cluster: Cluster, operator: OperatorProcess,
                                                            namespace: str) -> None:
     cluster.apply(json.dumps({"apiVersion": "v1", "kind": "ResourceQuota", "metadata": {"name": "no-pods"},
@@ -343,7 +338,6 @@ def test_a_pod_the_api_server_refuses_reaches_the_resource(cluster: Cluster, ope
     assert "exceeded quota" in stalled["message"], stalled
 
 
-@pytest.mark.cluster
 def test_a_gateway_pointed_at_another_ones_managed_redis_is_never_probed_there(
         cluster: Cluster, operator: OperatorProcess, namespace: str) -> None:
     """By Service name or by its pod's address: never connected to, and told like any target that
@@ -399,7 +393,6 @@ def _render_policy(namespace: str, policy: TenancyPolicy) -> list[dict[str, Any]
     return docs
 
 
-@pytest.mark.cluster
 def test_the_admission_policy_refuses_with_the_operators_message(cluster: Cluster, namespace: str) -> None:
     from harness.operator import install_crd
     install_crd(cluster)
@@ -426,10 +419,9 @@ def test_the_admission_policy_refuses_with_the_operators_message(cluster: Cluste
             cluster.kubectl("delete", d["kind"], d["metadata"]["name"], check=False)
 
 
-@pytest.mark.cluster
 def test_the_gateway_network_policy_is_written_and_goes_with_the_field(
         cluster: Cluster, operator: OperatorProcess, namespace: str) -> None:
-    """What it admits is proven where a plugin enforces it (tests/test_node.py); here: it is the
+    """What it admits is proven where a plugin enforces it (tests/node/test_node.py); here: it is the
     resource's, said in status, and removed when the field goes."""
     apply_gateway(cluster, namespace, gateway_deployment("fenced", networkPolicy={
         "enabled": True, "fromNamespaces": ["gwop-edge"]}))
