@@ -1,13 +1,20 @@
 """The GatewayDeployment API: names, defaults and the typed view of ``spec``.
 
+Each field of the spec is declared once, here, in its dataclass field's metadata (fields.py):
+JSON name, type, default, bounds or allowed values, description. The CRD's schema (crd.py),
+``parse`` with its defaults, and the README's reference table (hack/api-reference.py) all come
+from those declarations.
+
 The operator reads a few fields of the user's ``gateway.yaml`` (the idempotency store, the
 turn lock) and keeps everything else as given; those typed reads live here so the rest of
 the code never digs through raw dicts.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Mapping
+
+from . import fields
 
 GROUP = "gateway-operator.dev"
 VERSION = "v1alpha1"
@@ -36,6 +43,7 @@ REDIS_USERNAME_ENV = "GATEWAY_REDIS_USERNAME"  # spec.redis.usernameSecretRef: a
 # where a gateway pod finds spec.redis.tls.caSecretRef's PEM bundle (a read-only Secret volume)
 REDIS_CA_DIR = "/etc/gateway-operator/redis-ca"
 REDIS_CA_FILE = "ca.crt"
+MAX_HOST_LENGTH = 253  # a DNS name: spec.redis.host, a URL's host, spec.redis.tls.serverName
 # spec.expose: how long the edge lets a request or a WebSocket run, and its affinity cookie
 DEFAULT_EDGE_TIMEOUT_SECONDS = 3600
 DEFAULT_AFFINITY_COOKIE = "gateway-replica"
@@ -66,6 +74,43 @@ class SecretKeyRef:
         return cls(name=str(raw["name"]), key=str(raw.get("key") or default_key))
 
 
+def _or_none(value: Any) -> Any:
+    return value or None
+
+
+def _str_or_none(value: Any) -> str | None:
+    return str(value) if value else None
+
+
+def _secret(name: str, what: str, key: str, default: str = "none") -> fields.Prop:
+    """A Secret reference (same namespace): ``what`` it holds, its key's default, what applies without it."""
+    return fields.built(name, "secret", what, lambda raw: SecretKeyRef.parse(raw, key), secret_key=key,
+                        secret_default=default)
+
+
+QUANTITIES = "quantities such as '500m', '0.5', 1 or '256Mi' (a string or an integer: quote a fraction)"
+_SIZE = fields.scalar("size", "string", "Requested size, a quantity such as 1Gi. Default {default}.", "1Gi",
+                      convert=str)
+
+
+@dataclass(frozen=True)
+class RedisTLSSpec(fields.Section):
+    """spec.redis.tls as written; ``RedisSpec.tls`` and ``tls_options`` are what the rest reads."""
+
+    enabled: bool = fields.api(fields.scalar("enabled", "boolean", "Connect with TLS (rediss://). Default {default}.",
+                                             False, convert=bool))
+    ca_ref: SecretKeyRef | None = fields.api(_secret(
+        "caSecretRef", "the PEM bundle of the CA that signed the Redis server's certificate, mounted read-only into "
+        "the gateway pods", REDIS_CA_FILE, "the system's CAs"))
+    server_name: str | None = fields.api(fields.scalar(
+        "serverName", "string", "The DNS name the server's certificate must carry, and the SNI sent, when it differs "
+        "from the host (e.g. a Redis reached by IP address). Default: the host.", convert=_str_or_none,
+        max_length=MAX_HOST_LENGTH))
+    insecure_skip_verify: bool = fields.api(fields.scalar(
+        "insecureSkipVerify", "boolean", "Accept any server certificate (no CA, no name checked). Reported as "
+        "RedisTLSVerified=False and a Warning Event. Default {default}.", False, convert=bool))
+
+
 @dataclass(frozen=True)
 class TLSOptions:
     """How a TLS connection to Redis checks the server (spec.redis.tls): against the CA bundle
@@ -76,29 +121,92 @@ class TLSOptions:
     server_name: str | None = None
     insecure_skip_verify: bool = False
 
-    @classmethod
-    def parse(cls, raw: Mapping[str, Any] | None) -> "TLSOptions":
-        raw = raw or {}
-        return cls(ca_ref=SecretKeyRef.parse(raw.get("caSecretRef"), REDIS_CA_FILE),
-                   server_name=str(raw["serverName"]) if raw.get("serverName") else None,
-                   insecure_skip_verify=bool(raw.get("insecureSkipVerify", False)))
+
+@dataclass(frozen=True)
+class PersistenceSpec(fields.Section):
+    """spec.persistence: the single replica's SQLite state directory on a PVC."""
+
+    enabled: bool = fields.api(fields.scalar("enabled", "boolean", "Keep the SQLite store on a PVC. Default {default}.",
+                                             False, convert=bool))
+    size: str = fields.api(_SIZE)
+    storage_class: str | None = fields.api(fields.scalar("storageClassName", "string",
+                                                         "Storage class. Default: the cluster's default class."))
+
+
+@dataclass(frozen=True)
+class ManagedPersistenceSpec(fields.Section):
+    """spec.redis.managed.persistence as written (``enabled`` None: by the replica count)."""
+
+    enabled: bool | None = fields.api(fields.scalar(
+        "enabled", "boolean", "AOF on a PVC. Default: true when spec.replicas > 1 (several replicas share the "
+        "records), false for one replica; false opts out.", convert=lambda v: None if v is None else bool(v)))
+    size: str = fields.api(_SIZE)
+    storage_class: str | None = fields.api(fields.scalar(
+        "storageClassName", "string", "Storage class. Default: the cluster's default.", max_length=253))
+
+
+@dataclass(frozen=True)
+class ManagedRedisSpec(fields.Section):
+    """spec.redis.managed as written; RedisSpec.managed, managed_image, ... are what the rest reads."""
+
+    enabled: bool = fields.api(fields.scalar("enabled", "boolean", "Create and wire a Redis. Default {default}.",
+                                             False, convert=bool))
+    image: str | None = fields.api(fields.scalar(   # None: the operator's default (OperatorIdentity)
+        "image", "string", "Redis image, at most {max_length} characters. Default: the operator's "
+        f"--managed-redis-image (chart value managedRedis.image, {DEFAULT_MANAGED_REDIS_IMAGE} unless set).",
+        convert=_str_or_none, max_length=1024))
+    resources: Mapping[str, Any] = fields.api(fields.built(
+        "resources", "resources", f"Resources of the Redis container: requests and limits, {QUANTITIES}. Default none.",
+        lambda raw: dict(raw or {})))
+    persistence: ManagedPersistenceSpec = fields.api(fields.section(
+        "persistence", ManagedPersistenceSpec, "Keep the managed Redis's data (the 24-hour dedup records) across a "
+        "Redis pod restart: append-only file on a PersistentVolumeClaim. Without it a restarted managed Redis forgets "
+        "admitted webhooks (reported as DedupHistoryLost). Default: on when spec.replicas > 1."))
 
 
 @dataclass(frozen=True)
 class RedisSpec:
-    url: str | None = None
-    host: str | None = None
-    port: int = 6379
-    db: int = 0
-    password_ref: SecretKeyRef | None = None
-    username_ref: SecretKeyRef | None = None   # an ACL user (with password_ref)
-    prefix: str | None = None
-    tls: bool = False
-    tls_options: "TLSOptions" = field(default_factory=lambda: TLSOptions())
-    managed: bool = False
-    managed_image: str | None = None   # None: the operator's default (OperatorIdentity)
-    managed_resources: Mapping[str, Any] = field(default_factory=dict)
-    managed_persistence: "PersistenceSpec | None" = None   # AOF on a PVC when set
+    url: str | None = fields.api(fields.scalar(
+        "url", "string", "redis://host:port/db or rediss://host:port/db (port 1-65535, db 0-15), without credentials; "
+        "at most {max_length} characters. Default: none.", convert=_or_none, max_length=2048))
+    host: str | None = fields.api(fields.scalar(
+        "host", "string", "Redis host (DNS name or IP address), instead of url; at most {max_length} characters. "
+        "Default: none.", convert=_or_none, max_length=MAX_HOST_LENGTH))
+    port: int = fields.api(fields.scalar("port", "integer", "Redis port (with host), {range}. Default {default}.",
+                                         6379, convert=int, minimum=1, maximum=65535))
+    db: int = fields.api(fields.scalar("db", "integer", "Redis database number (with host), {range}. Default "
+                                       "{default}.", 0, convert=int, minimum=0, maximum=15))
+    password_ref: SecretKeyRef | None = fields.api(_secret("passwordSecretRef", "the Redis password", "password"))
+    prefix: str | None = fields.api(fields.scalar(
+        "prefix", "string", "Key prefix: letters, digits and . _ : -, 1-{max_length} characters. Default "
+        "gwop:<namespace>:<name>: so environments sharing one Redis never collide.", convert=_or_none,
+        max_length=100))
+    username_ref: SecretKeyRef | None = fields.api(_secret(   # an ACL user (with password_ref)
+        "usernameSecretRef", "the Redis ACL user name (with passwordSecretRef; url or host only)", "username"))
+    tls_spec: RedisTLSSpec = fields.api(fields.section("tls", RedisTLSSpec, "TLS to Redis (url or host). Default: off."))
+    managed_spec: ManagedRedisSpec = fields.api(fields.section(
+        "managed", ManagedRedisSpec, "An operator-managed Redis for this gateway. Default: off."))
+    managed_persistence: "PersistenceSpec | None" = None   # AOF on a PVC when set (by parse, from replicas)
+
+    @property
+    def tls(self) -> bool:
+        return self.tls_spec.enabled
+
+    @property
+    def tls_options(self) -> TLSOptions:
+        return TLSOptions(self.tls_spec.ca_ref, self.tls_spec.server_name, self.tls_spec.insecure_skip_verify)
+
+    @property
+    def managed(self) -> bool:
+        return self.managed_spec.enabled
+
+    @property
+    def managed_image(self) -> str | None:
+        return self.managed_spec.image
+
+    @property
+    def managed_resources(self) -> Mapping[str, Any]:
+        return self.managed_spec.resources
 
     @property
     def configured(self) -> bool:
@@ -107,101 +215,80 @@ class RedisSpec:
     @classmethod
     def parse(cls, raw: Mapping[str, Any] | None, replicas: int = 1) -> "RedisSpec":
         """``replicas``: a managed Redis persists by default when more than one replica shares it."""
-        raw = raw or {}
-        managed = raw.get("managed") or {}
-        persistence = managed.get("persistence") or {}
-        persist = persistence.get("enabled")
-        persist = replicas > 1 if persist is None else bool(persist)
-        return cls(
-            url=raw.get("url") or None,
-            host=raw.get("host") or None,
-            port=int(raw.get("port", 6379)),
-            db=int(raw.get("db", 0)),
-            password_ref=SecretKeyRef.parse(raw.get("passwordSecretRef"), "password"),
-            username_ref=SecretKeyRef.parse(raw.get("usernameSecretRef"), "username"),
-            prefix=raw.get("prefix") or None,
-            tls=bool((raw.get("tls") or {}).get("enabled", False)),
-            tls_options=TLSOptions.parse(raw.get("tls")),
-            managed=bool(managed.get("enabled", False)),
-            managed_image=str(managed["image"]) if managed.get("image") else None,
-            managed_resources=dict(managed.get("resources") or {}),
-            managed_persistence=PersistenceSpec.parse({**persistence, "enabled": True}) if persist else None,
-        )
+        spec = fields.parse(cls, raw)
+        persistence = spec.managed_spec.persistence
+        persist = replicas > 1 if persistence.enabled is None else persistence.enabled
+        return replace(spec, managed_persistence=PersistenceSpec(True, persistence.size, persistence.storage_class)
+                       if persist else None)
 
 
 @dataclass(frozen=True)
-class HealthSpec:
-    interval_seconds: float = 10.0
-    timeout_seconds: float = 2.0
-    max_concurrency: int = 8
-    restart_stale_replicas: bool = True
-    restart_cooldown_seconds: float = 60.0
-
-    @classmethod
-    def parse(cls, raw: Mapping[str, Any] | None) -> "HealthSpec":
-        raw = raw or {}
-        return cls(
-            interval_seconds=float(raw.get("intervalSeconds", 10)),
-            timeout_seconds=float(raw.get("timeoutSeconds", 2)),
-            max_concurrency=int(raw.get("maxConcurrency", 8)),
-            restart_stale_replicas=bool(raw.get("restartStaleReplicas", True)),
-            restart_cooldown_seconds=float(raw.get("restartCooldownSeconds", 60)),
-        )
-
-
-@dataclass(frozen=True)
-class PersistenceSpec:
-    enabled: bool = False
-    size: str = "1Gi"
-    storage_class: str | None = None
-
-    @classmethod
-    def parse(cls, raw: Mapping[str, Any] | None) -> "PersistenceSpec":
-        raw = raw or {}
-        return cls(enabled=bool(raw.get("enabled", False)), size=str(raw.get("size", "1Gi")),
-                   storage_class=raw.get("storageClassName"))
-
-
-DEFAULT_SESSION_MESSAGES = 50
-DEFAULT_SESSION_TTL_SECONDS = 7 * 24 * 3600
+class HealthSpec(fields.Section):
+    interval_seconds: float = fields.api(fields.scalar(
+        "intervalSeconds", "integer", "Seconds between polls, {range}. Default {default}.", 10, convert=float,
+        minimum=1, maximum=3600))
+    timeout_seconds: float = fields.api(fields.scalar(
+        "timeoutSeconds", "integer", "Timeout of one poll in seconds, {range}. Default {default}.", 2, convert=float,
+        minimum=1, maximum=60))
+    max_concurrency: int = fields.api(fields.scalar(
+        "maxConcurrency", "integer", "Replicas polled at once, {range}. Default {default}.", 8, convert=int,
+        minimum=1, maximum=100))
+    restart_stale_replicas: bool = fields.api(fields.scalar(
+        "restartStaleReplicas", "boolean", "Restart, one at a time, replicas stuck on the build-time SQLite fallback "
+        "while Redis answers. Default {default}.", True, convert=bool))
+    restart_cooldown_seconds: float = fields.api(fields.scalar(
+        "restartCooldownSeconds", "integer", "Minimum seconds between two such restarts, {range}. Default {default}.",
+        60, convert=float, minimum=0))
 
 
 @dataclass(frozen=True)
-class SessionsSpec:
+class SessionsSpec(fields.Section):
     """Where webhook session history lives: ``redis`` (one history per session, shared by every
     replica; the default whenever spec.redis is set) or ``replica`` (each replica keeps one
     history per session in its memory; 0.1.16 alone keeps one agent history for every session)."""
 
-    store: str | None = None    # None: redis when spec.redis is set, else replica
-    max_messages: int = DEFAULT_SESSION_MESSAGES
-    ttl_seconds: int = DEFAULT_SESSION_TTL_SECONDS
-    key_ref: SecretKeyRef | None = None  # None: a key the operator generates once
+    store: str | None = fields.api(fields.scalar(   # None: redis when spec.redis is set, else replica
+        "store", "string", "redis: one history per session in the GatewayDeployment's Redis (<prefix>session:<hash>), "
+        "shared by every replica, turns of one session run one after another; replica: each replica keeps one history "
+        "per session in its memory (lost when the pod restarts; a conversation that reaches two replicas splits). "
+        "Default: redis when spec.redis is set, else replica.", convert=_or_none, enum=["redis", "replica"]))
+    max_messages: int = fields.api(fields.scalar(
+        "maxMessages", "integer", "Messages kept per session, {range}. Default {default}.", 50, convert=int,
+        format="int32", minimum=2, maximum=10000))
+    key_ref: SecretKeyRef | None = fields.api(_secret(   # None: a key the operator generates once
+        "encryptionKeySecretRef", "the Fernet key (32 url-safe base64-encoded bytes) the session history is encrypted "
+        "with at rest (praisonaiagents' EncryptedSessionStore: message content is encrypted; roles, the session key's "
+        "hash and the list order are not)", "key", "a key the operator generates once in the Secret <name>-session-key"))
+    ttl_seconds: int = fields.api(fields.scalar(
+        "ttlSeconds", "integer", "How long an idle session's history is kept, {range} seconds. Default {default}.",
+        7 * 24 * 3600, convert=int, format="int32", minimum=60, maximum=31536000))
 
     def effective(self, redis_configured: bool) -> str:
         return self.store or ("redis" if redis_configured else "replica")
 
-    @classmethod
-    def parse(cls, raw: Mapping[str, Any] | None) -> "SessionsSpec":
-        raw = raw or {}
-        return cls(store=raw.get("store") or None,
-                   max_messages=int(raw.get("maxMessages", DEFAULT_SESSION_MESSAGES)),
-                   ttl_seconds=int(raw.get("ttlSeconds", DEFAULT_SESSION_TTL_SECONDS)),
-                   key_ref=SecretKeyRef.parse(raw.get("encryptionKeySecretRef"), "key"))
+
+@dataclass(frozen=True)
+class ServiceSpec(fields.Section):
+    """spec.service: the Service in front of the replicas."""
+
+    type: str = fields.api(fields.scalar("type", "string", "{default} (default), NodePort or LoadBalancer.",
+                                         "ClusterIP", convert=str, enum=["ClusterIP", "NodePort", "LoadBalancer"]))
+    port: int = fields.api(fields.scalar("port", "integer", "Service port, {range}. Default {default}.", GATEWAY_PORT,
+                                         convert=int, minimum=1, maximum=65535))
 
 
 @dataclass(frozen=True)
-class NetworkPolicySpec:
+class NetworkPolicySpec(fields.Section):
     """An optional NetworkPolicy for the gateway pods: only the listed namespaces (the edge's), the
     operator's health polls and the Service's clients in the same namespace reach port 8765."""
 
-    enabled: bool = False
-    from_namespaces: tuple[str, ...] = ()
-
-    @classmethod
-    def parse(cls, raw: Mapping[str, Any] | None) -> "NetworkPolicySpec":
-        raw = raw or {}
-        return cls(enabled=bool(raw.get("enabled", False)),
-                   from_namespaces=tuple(str(n) for n in raw.get("fromNamespaces") or ()))
+    enabled: bool = fields.api(fields.scalar("enabled", "boolean", "Write the policy. Default {default}.", False,
+                                             convert=bool))
+    from_namespaces: tuple[str, ...] = fields.api(fields.array(
+        "fromNamespaces", "Namespaces whose pods may reach the gateways too, e.g. the ingress controller's. "
+        "Default none.", fields.scalar("", "string", "A namespace name.", min_length=1, max_length=63,
+                                       pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"),
+        lambda raw: tuple(str(n) for n in raw or ()), max_items=32))
 
 
 @dataclass(frozen=True)
@@ -258,27 +345,89 @@ class ExposeSpec:
         )
 
 
+def _pod(name: str, description: str) -> fields.Prop:
+    """A pod field, typed as the pinned Kubernetes publishes it (crd.py: pod_schemas.py)."""
+    return fields.built(name, name, description, fields.as_written)
+
+
 @dataclass(frozen=True)
 class GatewaySpec:
-    """The typed, defaulted view of a GatewayDeployment's spec."""
+    """The typed, defaulted view of a GatewayDeployment's spec (its fields in the CRD's order)."""
 
-    replicas: int
-    policy: str
-    image: str
-    image_pull_policy: str | None
-    image_pull_secrets: tuple[str, ...]
-    config: Mapping[str, Any]
-    redis: RedisSpec
-    auth_token_ref: SecretKeyRef | None
-    health: HealthSpec
-    persistence: PersistenceSpec
-    service_type: str
-    service_port: int
-    pod: Mapping[str, Any] = field(default_factory=dict)  # resources, env, nodeSelector, ...
-    expose: ExposeSpec = field(default_factory=ExposeSpec)
-    network_policy: NetworkPolicySpec = field(default_factory=NetworkPolicySpec)
-    drain_seconds: int = DEFAULT_DRAIN_SECONDS
-    sessions: SessionsSpec = field(default_factory=SessionsSpec)
+    replicas: int = fields.api(fields.scalar(
+        "replicas", "integer", "Number of gateway replicas, {range}. Default {default}. More than one needs "
+        "config.hooks.idempotency.store_backend: redis under replicaPolicy Refuse.", 1, convert=int, format="int32",
+        minimum=0, maximum=100))
+    policy: str = fields.api(fields.scalar(
+        "replicaPolicy", "string", "{default} (default): refuse replicas > 1 without a shared Redis idempotency store. "
+        "Warn: run them and report that exactly-once webhook admission is not held.", Policy.REFUSE, convert=str,
+        enum=[Policy.REFUSE, Policy.WARN]))
+    sessions: SessionsSpec = fields.api(fields.section(
+        "sessions", SessionsSpec, "Where the history of webhook sessions (the hook's session_key) lives. Default: "
+        "store redis when spec.redis is set, else replica."))
+    drain_seconds: int = fields.api(fields.scalar(
+        "drainSeconds", "integer", "How long a stopping replica (rolling update, scale-in, eviction, drain) lets its "
+        "in-flight webhook turns finish, {range} seconds. It first leaves the Service and the edge "
+        f"({PRESTOP_SECONDS} s preStop pause), then stops taking requests, waits for the turns, and releases the "
+        "dedup claim of any turn it could not finish so that the provider's retry runs it on another replica. The "
+        f"pods' terminationGracePeriodSeconds is this plus {PRESTOP_SECONDS + EXIT_MARGIN_SECONDS}. Default "
+        "{default}.", DEFAULT_DRAIN_SECONDS, convert=int, format="int32", minimum=1, maximum=3600))
+    image: str = fields.api(fields.scalar(
+        "image", "string", "Required. Gateway container image (praisonai-bot[gateway] 0.1.16 with python3); "
+        "1-{max_length} characters.", convert=lambda v: str(v or ""), required=True, min_length=1, max_length=1024))
+    image_pull_policy: str | None = fields.api(fields.scalar(
+        "imagePullPolicy", "string", "Always, IfNotPresent or Never. Default: Kubernetes' (Always for :latest, "
+        "IfNotPresent otherwise).", enum=["Always", "IfNotPresent", "Never"]))
+    image_pull_secrets: tuple[str, ...] = fields.api(fields.built(
+        "imagePullSecrets", "imagePullSecrets", "Secrets (in the same namespace) for pulling the image, as in a pod "
+        "spec: [{name}], names unique. Default none.",
+        lambda raw: tuple(s["name"] for s in raw or [] if s.get("name"))))
+    # the gateway's own gateway.yaml: crd.config_schema() types it and says what it is (with validation's limits)
+    config: Mapping[str, Any] = fields.api(fields.built("config", "config", "", lambda raw: dict(raw or {}),
+                                                        required=True))
+    redis: RedisSpec = fields.api(fields.section(
+        "redis", RedisSpec, "Redis for the shared idempotency store and turn lock; the operator writes it into "
+        "push.redis. Set exactly one of url, host or managed.enabled. Default: none.", validations="spec.redis"))
+    auth_token_ref: SecretKeyRef | None = fields.api(_secret(
+        "authTokenSecretRef", f"the gateway auth token ({AUTH_TOKEN_ENV}), which the gateway needs to bind beyond "
+        "loopback", "token", "a token the operator generates once in the Secret <name>-gateway-auth"))
+    health: HealthSpec = fields.api(fields.section(
+        "health", HealthSpec, "How the operator polls each ready replica's GET /health. Defaults below."))
+    persistence: PersistenceSpec = fields.api(fields.section(
+        "persistence", PersistenceSpec, "A PersistentVolumeClaim for the single replica's SQLite state directory "
+        "(one replica only). Default: off."))
+    service: ServiceSpec = fields.api(fields.section("service", ServiceSpec, "The Service in front of the replicas. "
+                                                     "Defaults below."))
+    # Ingress and HTTPRoute: crd._expose_schema() and ExposeSpec.parse (their defaults named above)
+    expose: ExposeSpec = fields.api(fields.built("expose", "expose", "", lambda raw: ExposeSpec.parse(raw)))
+    network_policy: NetworkPolicySpec = fields.api(fields.section(
+        "networkPolicy", NetworkPolicySpec, "A NetworkPolicy for the gateway pods (<name>-gateway): port 8765 only "
+        "from pods of this namespace (the Service's clients), the operator's pods (its health polls) and the "
+        "namespaces listed (the edge's). Binds where the network plugin enforces NetworkPolicy. Default: off (no "
+        "policy for the gateway pods)."))
+    pod: Mapping[str, Any] = fields.api(fields.group(  # those set, as written
+        dict,
+        _pod("resources", f"Gateway container resources: requests and limits, {QUANTITIES}. Default none."),
+        fields.built("env", "env", "", fields.as_written),  # crd._env(): with validation's reserved names and limits
+        _pod("nodeSelector", "Pod node selector: labels a node must carry. Default none."),
+        _pod("tolerations", "Pod tolerations (key, operator Equal or Exists, value, effect NoSchedule, "
+             "PreferNoSchedule or NoExecute, tolerationSeconds). Default none."),
+        _pod("affinity", "Pod scheduling constraints: nodeAffinity, podAffinity, podAntiAffinity. Default none."),
+        _pod("topologySpreadConstraints", "How the replicas spread across topology domains (maxSkew >= 1, "
+             "topologyKey, whenUnsatisfiable DoNotSchedule or ScheduleAnyway), unique by topologyKey and "
+             "whenUnsatisfiable. Default none."),
+        _pod("priorityClassName", "PriorityClass of the gateway pods. Default: none (the cluster's global default, "
+             "else priority 0)."),
+        fields.built("podAnnotations", "map", "Extra pod annotations. Default none.", fields.as_written),
+        fields.built("podLabels", "map", "Extra pod labels (the operator's own labels win). Default none.", fields.as_written)))
+
+    @property
+    def service_type(self) -> str:
+        return self.service.type
+
+    @property
+    def service_port(self) -> int:
+        return self.service.port
 
     @property
     def sessions_store(self) -> str:
@@ -303,28 +452,9 @@ class GatewaySpec:
         for section in ("gateway", "push", "turn_lock", "hooks"):
             if config.get(section) is not None and not isinstance(config[section], Mapping):
                 raise ValueError(f"spec.config.{section} must be a mapping")
-        service = spec.get("service") or {}
-        return cls(
-            replicas=int(spec.get("replicas", 1)),
-            policy=str(spec.get("replicaPolicy", Policy.REFUSE)),
-            image=str(spec.get("image") or ""),
-            image_pull_policy=spec.get("imagePullPolicy"),
-            image_pull_secrets=tuple(s["name"] for s in spec.get("imagePullSecrets") or [] if s.get("name")),
-            config=dict(spec.get("config") or {}),
-            redis=RedisSpec.parse(spec.get("redis"), int(spec.get("replicas", 1))),
-            auth_token_ref=SecretKeyRef.parse(spec.get("authTokenSecretRef"), "token"),
-            health=HealthSpec.parse(spec.get("health")),
-            persistence=PersistenceSpec.parse(spec.get("persistence")),
-            service_type=str(service.get("type", "ClusterIP")),
-            service_port=int(service.get("port", GATEWAY_PORT)),
-            pod={k: spec[k] for k in ("resources", "env", "nodeSelector", "tolerations", "affinity",
-                                       "topologySpreadConstraints", "priorityClassName",
-                                       "podAnnotations", "podLabels") if spec.get(k)},
-            expose=ExposeSpec.parse(spec.get("expose")),
-            network_policy=NetworkPolicySpec.parse(spec.get("networkPolicy")),
-            drain_seconds=int(spec.get("drainSeconds", DEFAULT_DRAIN_SECONDS)),
-            sessions=SessionsSpec.parse(spec.get("sessions")),
-        )
+        parsed = fields.parse(cls, spec)
+        # a managed Redis persists by default when more than one replica shares it
+        return replace(parsed, redis=RedisSpec.parse(spec.get("redis"), parsed.replicas))
 
 
 def store_backend_of(config: Mapping[str, Any]) -> str:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from .api import RedisSpec, SecretKeyRef, TLSOptions, default_prefix
+from .api import MAX_HOST_LENGTH, RedisSpec, SecretKeyRef, TLSOptions, default_prefix
 
 _LABEL = r"[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
 DNS_NAME = rf"{_LABEL}(\.{_LABEL})*\.?"
@@ -27,7 +27,6 @@ HOST_PATTERN = rf"^({DNS_NAME}|{IPV6})$"
 URL_PATTERN = rf"^rediss?://({DNS_NAME}|\[{IPV6}\])(:{PORT})?(/{DB})?$"
 _URL_RE = re.compile(URL_PATTERN)
 _HOST_RE = re.compile(HOST_PATTERN)
-MAX_HOST_LENGTH = 253
 
 
 class InvalidRedisURL(ValueError):

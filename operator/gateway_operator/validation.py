@@ -4,7 +4,7 @@ Each rule is written twice on purpose, side by side: as a CEL expression that th
 carries (so the API server refuses a bad object at ``kubectl apply``), and as a Python
 predicate with the same message (so the operator refuses to act on a bad object even when
 the CRD's rule is missing - defence in depth - and so ``gateway-operator check`` gives the
-API server's message offline). tests/test_crd_admission.py proves both say the same.
+API server's message offline). tests/sim/test_crd_admission.py proves both say the same.
 
 ``LIMITS`` are the bounds CEL cannot express (it cannot see inside free-form config): the
 operator and ``check`` apply them, and an object over them is Stalled, never acted on.
@@ -16,7 +16,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, NamedTuple
 
-from . import api
+from . import api, fields
 from .api import Policy, store_backend_of
 from .redis_target import DNS_NAME, HOST_PATTERN, MAX_HOST_LENGTH, URL_PATTERN, valid_host
 
@@ -112,13 +112,15 @@ MSG_MANAGED_OWN_CREDENTIALS = (
     "spec.redis.managed runs the operator's own Redis (plain TCP inside the namespace, its own password): "
     "usernameSecretRef and tls.caSecretRef, serverName and insecureSkipVerify apply to url or host only."
 )
-MSG_PREFIX_FORMAT = "spec.redis.prefix may hold only letters, digits and . _ : - (at most 100)."
+MAX_PREFIX_LENGTH = fields.prop_of(api.RedisSpec, "prefix").keywords["maxLength"]
+MSG_PREFIX_FORMAT = f"spec.redis.prefix may hold only letters, digits and . _ : - (at most {MAX_PREFIX_LENGTH})."
 MSG_IMAGE_BLANK = "spec.image must name an image: it is empty or only white space."
 
 _NAME_RE = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
 _URL_RE = re.compile(URL_PATTERN)
 _URL_CREDENTIALS_RE = re.compile(r"^rediss?://[^/]*@")
-_PREFIX_RE = re.compile(r"^[A-Za-z0-9._:-]{1,100}$")
+_PREFIX_RE = re.compile(rf"^[A-Za-z0-9._:-]{{1,{MAX_PREFIX_LENGTH}}}$")
+_DEFAULTS = api.GatewaySpec()  # the spec nobody wrote: what an absent field reads as
 
 
 def cel_string(text: str) -> str:
@@ -152,8 +154,8 @@ def _redis_sources(spec: Spec) -> int:
 
 
 def _replicas(spec: Spec) -> int:
-    value = spec.get("replicas", 1)
-    return value if isinstance(value, int) else 1
+    value = spec.get("replicas", _DEFAULTS.replicas)
+    return value if isinstance(value, int) else _DEFAULTS.replicas
 
 
 def idempotency_form_paths(config: Mapping[str, Any]) -> list[str]:
@@ -218,7 +220,7 @@ RULES: tuple[Rule, ...] = (
     Rule("spec",
          f"self.replicaPolicy == 'Warn' || self.replicas <= 1 || {_HAS_REDIS_BACKEND}",
          MSG_REPLICAS_NEED_REDIS,
-         lambda s: s.spec.get("replicaPolicy", Policy.REFUSE) == Policy.WARN
+         lambda s: s.spec.get("replicaPolicy", _DEFAULTS.policy) == Policy.WARN
          or _replicas(s.spec) <= 1 or store_backend_of(_config(s.spec)) == "redis"),
     Rule("spec",
          f"!{_HAS_REDIS_BACKEND} || {_REDIS_SOURCES} >= 1",
@@ -285,7 +287,7 @@ RULES: tuple[Rule, ...] = (
          lambda s: not _managed(s.spec) or not ("usernameSecretRef" in _redis(s.spec) or _tls_checks(s.spec)
                                                  or _tls(s.spec).get("insecureSkipVerify"))),
     Rule("spec.redis",
-         "!has(self.prefix) || self.prefix.matches('^[A-Za-z0-9._:-]{1,100}$')",
+         f"!has(self.prefix) || self.prefix.matches({cel_string(_PREFIX_RE.pattern)})",
          MSG_PREFIX_FORMAT,
          lambda s: not _redis(s.spec).get("prefix") or bool(_PREFIX_RE.match(str(_redis(s.spec)["prefix"])))),
     Rule("spec.config",
