@@ -193,14 +193,17 @@ def cmd_run(args: argparse.Namespace) -> int:
     if not args.redis_allow:
         logging.getLogger(__name__).warning(
             "the Redis probe may connect to any host:port a GatewayDeployment names (no --redis-allow)")
+    election = None
     if args.leader_election:
         from .kube import load_config
         from .leader import ElectionSettings, default_identity, wait_for_leadership
         load_config(args.kubeconfig)  # the elector's client
-        wait_for_leadership(ElectionSettings(
+        election = ElectionSettings(
             f"{args.operator_instance}-leader", args.operator_namespace, args.leader_identity or default_identity(),
-            args.lease_duration, args.renew_deadline, args.retry_period),
-            (args.bind_address, args.liveness_port) if args.liveness_port else None)
+            args.lease_duration, args.renew_deadline, args.retry_period)
+        wait_for_leadership(election, (args.bind_address, args.liveness_port) if args.liveness_port else None)
+    memo.watch_check = handlers.WatchCheck(args.watch_check_seconds, args.watch_stall_seconds,
+                                           tuple(args.namespace or ()), election)
     liveness = f"http://{args.bind_address}:{args.liveness_port}/healthz" if args.liveness_port else None
     kopf.run(standalone=True, namespaces=args.namespace or [], clusterwide=not args.namespace,
              liveness_endpoint=liveness, memo=memo)
@@ -217,6 +220,10 @@ def parser() -> argparse.ArgumentParser:
     run.add_argument("--kubeconfig", help="kubeconfig path (default: in-cluster, then ~/.kube/config)")
     run.add_argument("--metrics-port", type=int, default=8080, help="Prometheus /metrics port (0: off)")
     run.add_argument("--liveness-port", type=int, default=8081, help="liveness /healthz port (0: off)")
+    run.add_argument("--watch-check-seconds", type=float, default=60.0,
+                     help="list the watched objects this often to find a stalled watch (0: off)")
+    run.add_argument("--watch-stall-seconds", type=float, default=90.0,
+                     help="a listed change the watch has not delivered for this long: give up the Lease and exit")
     run.add_argument("--bind-address", default="0.0.0.0", help="address of the metrics and liveness servers")
     run.add_argument("--log-format", choices=["plain", "full", "json"], default="full")
     run.add_argument("--log-level", choices=["debug", "info", "warning", "error"], default="info")

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Iterable
 
 import kopf
 
-from . import api, expose, pods, reasons
+from . import api, expose, pods, reasons, watch_liveness
 from .controller import ControllerSettings
 from .kube import Kube, load_config
 from .inputs import LiveDeployment, Observed, live_deployment
@@ -75,6 +76,45 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, gateway_po
                       (managed_redis_services, managed_redis_pods))
     memo.supervisor = Supervisor(kube, memo.get("controller_settings") or ControllerSettings(), indices.pods_of,
                                  indices.deployment_of, indices.claims_of, indices.foreign_managed_redis)
+    check: WatchCheck = memo.get("watch_check") or WatchCheck()
+    memo.watches = watch_liveness.Watches(bound=check.stall_seconds)
+    if check.period:
+        memo.watch_checker = asyncio.create_task(watch_liveness.check_forever(
+            memo.watches, lambda v, kind, selector: kube.resource_versions(v, kind, check.namespaces, selector),
+            check.period, lambda why: _restart(memo, why)))
+
+
+@dataclass(frozen=True)
+class WatchCheck:
+    """How the watches are checked (watch_liveness.py); cli.py fills it from its flags."""
+
+    period: float = 60.0         # seconds between lists; 0: no check
+    stall_seconds: float = 90.0  # a listed change the watch has not delivered for this long: stalled
+    namespaces: tuple[str, ...] = ()  # the operator's (--namespace); empty: all
+    leader: Any = None           # leader.ElectionSettings when elected: given up before the exit
+
+
+async def _restart(memo: kopf.Memo, why: str) -> None:
+    """A stalled watch: give up the Lease (a standby takes over now), then exit; the Deployment
+    restarts the pod with fresh watches. Until the exit, /healthz fails (watch_probe)."""
+    check: WatchCheck = memo.get("watch_check") or WatchCheck()
+    if check.leader is not None:
+        from .leader import give_up
+        try:
+            await asyncio.to_thread(give_up, check.leader)
+        except Exception as e:  # noqa: BLE001 - exit anyway: the Lease then expires on its own
+            logging.getLogger(__name__).warning("could not give up the Lease: %s", type(e).__name__)
+    logging.shutdown()
+    os._exit(1)
+
+
+@kopf.on.probe(id="watches")
+def watch_probe(memo: kopf.Memo, **_: Any) -> str:
+    """/healthz: fails once a watch is found stalled."""
+    watches = memo.get("watches")
+    if watches is not None and watches.stalled:
+        raise kopf.PermanentError(watches.stalled)
+    return "delivering"
 
 
 @kopf.index("", "v1", "services", labels={**OWNED, api.LABEL_COMPONENT: "redis"})
@@ -95,6 +135,8 @@ def managed_redis_pods(namespace: str, labels: Any, status: Any, **_: Any) -> di
 
 @kopf.on.cleanup()
 async def shutdown(memo: kopf.Memo, **_: Any) -> None:
+    if "watch_checker" in memo:
+        memo.watch_checker.cancel()
     if "supervisor" in memo:
         await memo.supervisor.stop_all()
 
@@ -157,6 +199,7 @@ def route_host_claims(body: kopf.Body, meta: Any, labels: Any, **_: Any) -> dict
 
 @kopf.on.event(api.GROUP, api.VERSION, api.PLURAL)
 async def gateway_deployment_changed(type: str | None, body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
+    _delivered(memo, type, body)
     memo.supervisor.observe(type, body)
     meta = body["metadata"]
     _nudge_claimants(memo, memo.supervisor.hosts_seen((meta["namespace"], meta["name"]), spec_hosts(body.get("spec")),
@@ -184,7 +227,16 @@ def _nudge_claimants(memo: kopf.Memo, hosts: Any, own: tuple[str, str] | None) -
 @kopf.on.event("apps", "v1", "deployments", labels=OWNED)
 @kopf.on.event("", "v1", "configmaps", labels=OWNED)
 @kopf.on.event("", "v1", "services", labels=OWNED)
-async def owned_object_changed(namespace: str, labels: Any, memo: kopf.Memo, **_: Any) -> None:
+async def owned_object_changed(namespace: str, labels: Any, memo: kopf.Memo, type: str | None, body: kopf.Body,
+                               **_: Any) -> None:
     """Drift or progress of something the operator owns: reconcile its gateway soon."""
+    _delivered(memo, type, body)
     if "supervisor" in memo:
         memo.supervisor.nudge(namespace, labels.get(api.LABEL_INSTANCE))
+
+
+def _delivered(memo: kopf.Memo, event_type: str | None, body: kopf.Body) -> None:
+    if "watches" in memo:
+        meta = body.get("metadata") or {}
+        memo.watches.delivered(body.get("kind", ""), (meta.get("namespace") or "", meta.get("name") or ""),
+                               meta.get("resourceVersion"), deleted=event_type == "DELETED")

@@ -8,7 +8,7 @@ import base64
 import json
 import logging
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 from kubernetes import client, config
 from kubernetes.client.rest import ApiException
@@ -189,6 +189,25 @@ class Kube:
             return base64.b64decode(data[key]).decode(), version
         except (UnicodeDecodeError, ValueError):
             raise SecretUndecodable(name) from None
+
+    def resource_versions(self, api_version: str, kind: str, namespaces: Sequence[str] = (),
+                          selector: str = "") -> dict[tuple[str, str], int]:
+        """Every object's resourceVersion, by (namespace, name), from a metadata-only list (across
+        all namespaces, or in each of ``namespaces``): what the watch liveness check compares."""
+        resource = self._kind(api_version, kind)
+        found: dict[tuple[str, str], int] = {}
+        for namespace in namespaces or (None,):
+            response = self.dynamic.request(
+                "get", resource.path(namespace=namespace), label_selector=selector or None, serialize=False,
+                header_params={"Accept": "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1"},
+                _request_timeout=REQUEST_TIMEOUT)
+            for item in json.loads(response.data).get("items") or []:
+                meta = item.get("metadata") or {}
+                try:
+                    found[(meta.get("namespace") or "", meta["name"])] = int(meta.get("resourceVersion"))
+                except (KeyError, TypeError, ValueError):
+                    continue
+        return found
 
     def patch_status(self, namespace: str, name: str, status: Mapping[str, Any]) -> dict[str, Any]:
         return self.custom.patch_namespaced_custom_object_status(

@@ -94,6 +94,18 @@ class _StandbyLiveness:
         self.server.server_close()
 
 
+def give_up(settings: ElectionSettings) -> None:
+    """Release the Lease if this process holds it (holderIdentity cleared): a standby takes over
+    at its next retry, not a lease duration later. The caller exits right after, before its own
+    elector renews."""
+    leases = _BoundedLeases((2.0, 5.0))
+    lease = leases.read_namespaced_lease(settings.lease_name, settings.namespace)
+    if lease.spec is not None and lease.spec.holder_identity == settings.identity:
+        lease.spec.holder_identity = None  # an update (the RBAC the elector has), checked by resourceVersion
+        leases.replace_namespaced_lease(settings.lease_name, settings.namespace, lease)
+        log.info("gave up the Lease %s/%s", settings.namespace, settings.lease_name)
+
+
 def wait_for_leadership(settings: ElectionSettings, liveness: tuple[str, int] | None) -> None:
     """Block until this process holds the Lease; keep renewing it in a thread; exit the
     process the moment it is lost."""

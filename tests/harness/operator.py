@@ -52,10 +52,14 @@ def install_rbac(cluster: Cluster, release: str = RELEASE, namespaces: Sequence[
     cluster.apply(render_rbac(release, namespaces))  # every namespaced object names its namespace
 
 
-def service_account_kubeconfig(cluster: Cluster, directory: Path, release: str = RELEASE) -> Path:
+def service_account_kubeconfig(cluster: Cluster, directory: Path, release: str = RELEASE,
+                               server: tuple[str, Path] | None = None) -> Path:
+    """``server``: another address (URL) and the CA that checks it, e.g. a proxy in between."""
     token = cluster.kubectl("-n", SYSTEM_NAMESPACE, "create", "token", release, "--duration=6h").stdout.strip()
     admin = json.loads(cluster.kubectl("config", "view", "--raw", "--minify", "-o", "json").stdout)
     cluster_entry = admin["clusters"][0]["cluster"]
+    if server is not None:
+        cluster_entry = {"server": server[0], "certificate-authority": str(server[1])}
     config = {
         "apiVersion": "v1", "kind": "Config", "current-context": "operator",
         "clusters": [{"name": "c", "cluster": cluster_entry}],
@@ -73,12 +77,14 @@ class OperatorProcess:
     chart's Roles for them and a ServiceAccount of its own (NAMESPACED_RELEASE)."""
 
     def __init__(self, cluster: Cluster, resync_seconds: float = 5.0, namespaces: Sequence[str] = (),
-                 lease: tuple[int, int, int] = (4, 3, 1), extra_args: Sequence[str] = ()) -> None:
+                 lease: tuple[int, int, int] = (4, 3, 1), extra_args: Sequence[str] = (),
+                 server: tuple[str, Path] | None = None) -> None:
         """``lease``: duration, renew deadline and retry period of its leader election (short,
         so that a restarted operator leads again within seconds). ``extra_args``: more of the
         CLI's flags, as chart values add them (e.g. ``--redis-allow``)."""
         self.cluster = cluster
         self.extra_args = list(extra_args)
+        self.server = server  # (URL, CA) of an API server address other than the cluster's (a proxy)
         self.namespaces = list(namespaces)
         self.release = NAMESPACED_RELEASE if namespaces else RELEASE
         self.identity = identity(self.release)
@@ -95,7 +101,7 @@ class OperatorProcess:
     def start(self) -> "OperatorProcess":
         install_crd(self.cluster)
         install_rbac(self.cluster, self.release, self.namespaces)
-        kubeconfig = service_account_kubeconfig(self.cluster, self.dir, self.release)
+        kubeconfig = service_account_kubeconfig(self.cluster, self.dir, self.release, self.server)
         cmd = [sys.executable, "-m", "gateway_operator.cli", "run", "--kubeconfig", str(kubeconfig),
                "--metrics-port", str(self.metrics_port), "--liveness-port", str(self.liveness_port),
                "--bind-address", "127.0.0.1", "--resync-seconds", str(self.resync_seconds),

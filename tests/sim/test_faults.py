@@ -2,21 +2,25 @@
 in the middle of a rollout, kube-apiserver and etcd restarted, a Redis that hangs."""
 from __future__ import annotations
 
+import base64
 import json
+import os
 import signal
 import subprocess
 import time
+import urllib.parse
+from pathlib import Path
 
 import pytest
 
 from gateway_operator import reasons
 from harness.cluster import REPO, Cluster
-from harness.gateways import apply_gateway, create_password_secret, wait_condition
-from harness.operator import OperatorProcess, gateway_deployment, redis_store
+from harness.gateways import apply_gateway, conditions, create_password_secret, wait_condition
+from harness.operator import SYSTEM_NAMESPACE, OperatorProcess, gateway_deployment, redis_store
 from harness.redis_server import RedisServer
-from harness.wait import until
-
-pytestmark = pytest.mark.cluster
+from harness.stall_proxy import StallProxy
+from harness.tls import make_ca, server_cert
+from harness.wait import stays, until
 
 
 def restart(cluster: Cluster, component: str) -> None:
@@ -116,3 +120,119 @@ def test_a_hung_redis_flips_the_conditions_within_the_bound(own_cluster: Cluster
     finally:
         op.stop()
         redis.close()
+
+
+def test_a_namespace_being_deleted_flips_nothing_and_logs_no_refusal(own_cluster: Cluster) -> None:
+    """Deleting a namespace, the namespace controller removes the gateway's objects, and the API
+    server refuses to create anything there again (403, NamespaceTerminating). The operator's
+    re-creation attempts must not flip Stalled=True ApplyFailed, post Events, or log warnings.
+    The namespace controller (kube-controller-manager) is paused (SIGSTOP) to hold the namespace
+    in Terminating while the gateway's ConfigMap is gone: the moment a real deletion passes
+    through."""
+    cluster = own_cluster
+    namespace = cluster.new_namespace()
+    op = OperatorProcess(cluster).start()
+    assert cluster.directory is not None
+    controller_manager = int((cluster.directory / "run/kube-controller-manager.pid").read_text())
+    try:
+        apply_gateway(cluster, namespace, gateway_deployment("leaving"))
+        wait_condition(cluster, namespace, "leaving", "Ready", "True")
+        os.kill(controller_manager, signal.SIGSTOP)
+        try:
+            cluster.kubectl("delete", "namespace", namespace, "--wait=false")
+            until(lambda: cluster.get_json("namespace", namespace)["status"].get("phase") == "Terminating",
+                  timeout=30, what="the namespace to be Terminating")
+            cluster.kubectl("-n", namespace, "delete", "configmap", "leaving-gateway-config")
+            touch(cluster, namespace, "leaving", "again")    # a full pass at once: it re-applies the ConfigMap
+            until(lambda: "leaving-gateway-config" in op.log_text() or observed(cluster, namespace, "leaving"),
+                  timeout=30, what="a full pass after the ConfigMap went")
+            try:
+                stays(lambda: conditions(cluster, namespace, "leaving")["Stalled"]["status"] == "False", 8,
+                      what="Stalled=False while the namespace terminates")
+            except AssertionError:
+                raise AssertionError(f"{conditions(cluster, namespace, 'leaving')['Stalled']}\n{op.log_tail()}")
+        finally:
+            os.kill(controller_manager, signal.SIGCONT)
+        until(lambda: cluster.kubectl("get", "namespace", namespace, check=False).returncode != 0, timeout=120,
+              what="the namespace to go")
+        mine = [line for line in op.log_text().splitlines() if namespace in line]
+        assert not [line for line in mine if "WARNING" in line or "ApplyFailed" in line], mine
+        # the kubelet's probes of /healthz (every few seconds in a pod) are no access lines
+        assert "GET /healthz" not in op.log_text()
+    finally:
+        os.kill(controller_manager, signal.SIGCONT)
+        op.stop()
+
+
+def _upstream(cluster: Cluster, directory: Path) -> tuple[tuple[str, int], Path]:
+    entry = json.loads(cluster.kubectl("config", "view", "--raw", "--minify", "-o", "json").stdout)["clusters"][0]
+    url = urllib.parse.urlsplit(entry["cluster"]["server"])
+    ca = entry["cluster"].get("certificate-authority")
+    if ca is None:
+        ca = directory / "apiserver-ca.crt"
+        ca.write_bytes(base64.b64decode(entry["cluster"]["certificate-authority-data"]))
+    return (url.hostname or "127.0.0.1", url.port or 443), Path(ca)
+
+
+def test_a_frozen_watch_is_found_and_the_leader_hands_over(own_cluster: Cluster, tmp_path: Path) -> None:
+    """A watch stream that stays open and delivers nothing (a proxy between the operator and the
+    API server stops forwarding the GatewayDeployment watch): without the check nothing is
+    reconciled; with it the leader gives up its Lease and exits, and a successor reconciles the
+    change made during the freeze."""
+    cluster = own_cluster
+    namespace = cluster.new_namespace()
+    ca = make_ca(tmp_path / "proxy-ca")
+    upstream, upstream_ca = _upstream(cluster, tmp_path)
+    frozen = (lambda path: "gatewaydeployments" in path and "watch=true" in path)
+    proxies = []
+
+    def through_proxy(*flags: str, lease: tuple[int, int, int]) -> OperatorProcess:
+        proxy = StallProxy(upstream, upstream_ca, server_cert(ca, tmp_path / f"proxy-{len(proxies)}"))
+        proxies.append(proxy)
+        return OperatorProcess(cluster, lease=lease, extra_args=flags,
+                               server=(f"https://127.0.0.1:{proxy.port}", ca.cert_path)).start()
+
+    ops: list[OperatorProcess] = []
+    try:
+        # 1. the freeze is real: an operator without the check reconciles nothing behind it
+        ops.append(through_proxy("--watch-check-seconds", "0", lease=(4, 3, 1)))
+        apply_gateway(cluster, namespace, gateway_deployment("watched"))
+        wait_condition(cluster, namespace, "watched", "Ready", "True")
+        proxies[0].freeze(frozen)
+        touch(cluster, namespace, "watched", "unchecked")
+        stays(lambda: not observed(cluster, namespace, "watched"), 12, what="the change unreconciled (frozen watch)")
+        assert proxies[0].frozen_paths, "the proxy froze no stream"
+        ops[0].stop()
+        # 2. with the check (2 s period, 6 s bound): found, the Lease given up, the process gone
+        ops.append(through_proxy("--watch-check-seconds", "2", "--watch-stall-seconds", "6", lease=(15, 10, 2)))
+        until(lambda: observed(cluster, namespace, "watched"), timeout=60, what="the checked operator reconciling")
+        proxies[1].freeze(frozen)
+        frozen_at = time.monotonic()
+        touch(cluster, namespace, "watched", "checked")
+        process = ops[1].proc
+        assert process is not None
+        until(lambda: process.poll() is not None, timeout=60, what="the operator with a frozen watch to exit")
+        detected = time.monotonic() - frozen_at
+        assert process.returncode == 1
+        log = ops[1].log_text()
+        assert f"the GatewayDeployment watch delivered no change of {namespace}/watched" in log
+        assert "gave up the Lease" in log
+        lease = cluster.get_json("-n", SYSTEM_NAMESPACE, "lease", f"{ops[1].release}-leader")
+        assert not lease["spec"].get("holderIdentity")
+        # 3. a successor (its own lease duration 15 s: it leads at once only because the Lease was given up)
+        successor = OperatorProcess(cluster, lease=(15, 10, 2))
+        ops.append(successor)
+        exited_at = time.monotonic()
+        successor.start()
+        until(lambda: observed(cluster, namespace, "watched"), timeout=60, what="the successor reconciling")
+        handed_over = time.monotonic() - exited_at
+        print(f"frozen watch: detected and exited in {detected:.1f}s, reconciled by the successor "
+              f"{handed_over:.1f}s later")
+        assert handed_over < 15, handed_over
+    except AssertionError:
+        raise AssertionError("\n\n".join(op.log_tail(25) for op in ops)) from None
+    finally:
+        for op in ops:
+            op.stop()
+        for proxy in proxies:
+            proxy.close()
