@@ -48,6 +48,7 @@ from typing import Any, Callable, Iterable, NamedTuple
 
 from .operator import gateway_deployment, redis_store
 from .processes import rss_mib
+from .wait import WaitTimeout, until
 
 DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
 SECRET_REDIS = "fuzz-redis-auth"
@@ -1047,14 +1048,18 @@ class Bystander:
         self.namespace = self.cluster.new_namespace()
         self.cluster.kubectl("create", "-n", self.namespace, "-f", "-",
                              input=json.dumps(gateway_deployment(self.NAME)))
-        t0 = time.monotonic()
-        while time.monotonic() - t0 < ready_timeout:
-            body = self._get()
+        t0, last = time.monotonic(), {}
+
+        def ready() -> bool:
+            body = last["body"] = self._get()
             state = settled_state(body["metadata"].get("generation"), body.get("status")) if body else None
-            if state and state[:2] == ("Ready", "Available"):
-                return time.monotonic() - t0
-            time.sleep(0.3)
-        raise AssertionError(f"bystander never became Ready: {describe_status(None, (body or {}).get('status'))}")
+            return bool(state and state[:2] == ("Ready", "Available"))
+        try:
+            until(ready, timeout=ready_timeout, interval=0.3, what="the bystander Ready", tolerate=())
+        except WaitTimeout:
+            raise AssertionError("bystander never became Ready: "
+                                 f"{describe_status(None, (last.get('body') or {}).get('status'))}") from None
+        return time.monotonic() - t0
 
     def _get(self) -> dict[str, Any]:
         return self.api.get_namespaced_custom_object("gateway-operator.dev", "v1alpha1", self.namespace,
@@ -1252,13 +1257,13 @@ class FuzzRun:
                       f"+{log['tracebacks']} tracebacks; rss peak {self.watch.peak_rss:.0f} MiB")
 
     def _wait_namespace_gone(self, ns: str, timeout: float) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
+        def gone() -> bool:
             proc = self._kubectl("get", "namespace", ns, "--ignore-not-found", "-o", "name")
-            if proc is not None and proc.returncode == 0 and not proc.stdout.strip():
-                return
-            time.sleep(1)
-        self.harness_errors.append(f"namespace {ns} still there after {timeout:.0f}s")
+            return proc is not None and proc.returncode == 0 and not proc.stdout.strip()
+        try:
+            until(gone, timeout=timeout, interval=1, what=f"namespace {ns} gone", tolerate=())
+        except WaitTimeout:
+            self.harness_errors.append(f"namespace {ns} still there after {timeout:.0f}s")
 
     def _fixture_secrets(self, ns: str) -> None:
         def secret(name: str, data: dict[str, bytes]) -> dict[str, Any]:

@@ -11,7 +11,6 @@ from __future__ import annotations
 import base64
 import json
 import socket
-import time
 from typing import Iterator
 
 import pytest
@@ -22,7 +21,7 @@ from harness.gateways import apply_gateway, conditions, reconcile_latency, runna
 from harness.operator import OperatorProcess, gateway_deployment, redis_store
 from harness.processes import rss_mib
 from harness.standins import HealthStandIns
-from harness.wait import until
+from harness.wait import stays, until
 
 
 def operator_rss_mib(operator: OperatorProcess) -> float:
@@ -92,7 +91,9 @@ def test_hostile_health_bodies_are_capped(cluster: Cluster, operator: OperatorPr
     until(lambda: "0 of 3 polled replicas answered" in
           conditions(cluster, namespace, "loud")["IdempotencyDegraded"]["message"], timeout=30,
           what="three unanswered polls")
-    time.sleep(10)  # several poll intervals of hostile answers
+    # several poll intervals of hostile answers: never Stalled
+    stays(lambda: conditions(cluster, namespace, "loud")["Stalled"]["status"] == "False", 10, interval=1,
+          what="loud not Stalled under hostile /health answers")
     grown = operator_rss_mib(operator) - before
     print(f"\noperator RSS before hostile /health bodies {before:.0f} MiB, after 10 s of them {before + grown:.0f} MiB")
     assert grown < 40, f"operator RSS grew {grown:.0f} MiB on hostile /health bodies"
@@ -109,14 +110,17 @@ def test_a_same_named_object_of_someone_else_is_never_taken(cluster: Cluster, op
     apply_gateway(cluster, namespace, gateway_deployment("taken"))
     stalled = wait_condition(cluster, namespace, "taken", "Stalled", "True", reasons.OBJECT_NOT_OWNED)
     assert "Service taken" in stalled["message"] and "not controlled by this GatewayDeployment" in stalled["message"]
-    time.sleep(3)  # further passes must not touch it either
+    # further passes must not touch it either
+    stays(lambda: cluster.get_json("-n", namespace, "service/taken")["metadata"]["resourceVersion"]
+          == before["metadata"]["resourceVersion"], 3, what="the foreign Service untouched")
     after = cluster.get_json("-n", namespace, "service/taken")
     assert after["spec"]["selector"] == {"app": "web"} and after["spec"]["ports"][0]["port"] == 80
     assert after["metadata"]["resourceVersion"] == before["metadata"]["resourceVersion"]
     assert not after["metadata"].get("ownerReferences")
     cluster.kubectl("-n", namespace, "delete", "gatewaydeployment", "taken")
-    time.sleep(3)  # the garbage collector would have removed it by now had it been adopted
-    assert cluster.kubectl("-n", namespace, "get", "service", "taken", check=False).returncode == 0
+    # the garbage collector would have removed it by now had it been adopted
+    stays(lambda: cluster.kubectl("-n", namespace, "get", "service", "taken", check=False).returncode == 0, 3,
+          what="the foreign Service still there")
 
 
 def test_undecodable_secret_stalls_once_without_a_hot_loop(cluster: Cluster, operator: OperatorProcess,
@@ -128,9 +132,10 @@ def test_undecodable_secret_stalls_once_without_a_hot_loop(cluster: Cluster, ope
     apply_gateway(cluster, namespace, gateway_deployment("binary", authTokenSecretRef={"name": "binary-token"}))
     stalled = wait_condition(cluster, namespace, "binary", "Stalled", "True", reasons.SECRET_VALUE_INVALID)
     assert "not UTF-8" in stalled["message"]
-    time.sleep(8)  # a hot loop would log several lines a second
-    lines = [line for line in operator.log_text().splitlines() if f"{namespace}/binary" in line]
-    assert len([line for line in lines if "stalled" in line]) == 1, lines
+    # a hot loop would log several lines a second
+    stays(lambda: len([line for line in operator.log_text().splitlines()
+                       if f"{namespace}/binary" in line and "stalled" in line]) == 1, 8,
+          what="one 'stalled' line for binary")
     assert_operator_healthy(operator, pid)
 
 

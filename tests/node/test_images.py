@@ -28,6 +28,7 @@ import pytest
 from harness.cluster import REPO
 from harness.node import unavailable
 from harness.processes import free_port
+from harness.wait import stays, until
 
 T = TypeVar("T")
 
@@ -116,28 +117,27 @@ def rootfs():
 def pid1_of(unshare: subprocess.Popen, program: str) -> int:
     """Host pid of the namespace's PID 1 (the child unshare forked), once it has become `program`
     (before that it is the set-up shell, which as PID 1 ignores SIGTERM)."""
-    deadline = time.monotonic() + 20
-    while time.monotonic() < deadline:
+    def became() -> int | None:
         assert unshare.poll() is None, unshare.stdout.read()
         children = Path(f"/proc/{unshare.pid}/task/{unshare.pid}/children").read_text().split()
         if children:
             argv0 = Path(f"/proc/{children[0]}/cmdline").read_bytes().split(b"\0")[0].decode()
             if Path(argv0.split(" ")[0]).name == program:  # redis-server retitles itself
                 return int(children[0])
-        time.sleep(0.05)
-    raise AssertionError(f"PID 1 never became {program}")
+        return None
+    return until(became, timeout=20, interval=0.05, what=f"PID 1 to become {program}", tolerate=())
 
 
 def first_answer(server: subprocess.Popen, probe: Callable[[], T], seconds: float = 20) -> T:
     """What ``probe`` returns once the server answers (it raises OSError until then); the server
     must keep running meanwhile."""
-    deadline = time.monotonic() + seconds
-    while True:
+    def answered() -> tuple[T] | None:
+        assert server.poll() is None, server.stdout.read()
         try:
-            return probe()
+            return (probe(),)  # a tuple: a falsy answer is an answer too
         except OSError:
-            assert server.poll() is None and time.monotonic() < deadline, server.stdout.read()
-            time.sleep(0.2)
+            return None
+    return until(answered, timeout=seconds, interval=0.2, what="the server's first answer", tolerate=())[0]
 
 
 def stop_within(proc: subprocess.Popen, program: str, seconds: float) -> tuple[int, float]:
@@ -196,7 +196,9 @@ def test_gateway_image_runs_praisonai_as_10001_under_tini(images, rootfs, tmp_pa
     assert Path(gw.mnt + "/var/lib/gateway/home/.praisonai/state").stat().st_uid == 10001
     # SIGTERM to PID 1 (what the kubelet sends) stops the pod at once, not after the grace period
     sleeper = gw.start(["tini", "--", "python3", "-c", "import time; time.sleep(600)"], read_only=True)
-    time.sleep(1)  # python started under tini
+    tini = pid1_of(sleeper, "tini")
+    until(lambda: Path(f"/proc/{tini}/task/{tini}/children").read_text().split(), timeout=20, interval=0.05,
+          what="python started under tini", tolerate=())
     code, took = stop_within(sleeper, "tini", 10)
     assert code == 128 + signal.SIGTERM and took < 5, (code, took, sleeper.stdout.read())
 
@@ -250,8 +252,7 @@ def test_pause_image_sleeps_until_sigterm(images, rootfs) -> None:
     pause = rootfs(archive)
     assert archive.stat().st_size < 5_000_000
     proc = pause.start(pause.config["Entrypoint"], read_only=True)
-    time.sleep(1)
-    assert proc.poll() is None, "it sleeps"
+    stays(lambda: proc.poll() is None, 1, interval=0.1, what="pause sleeping")
     code, took = stop_within(proc, "pause", 5)
     assert code == 0 and took < 2
 

@@ -25,7 +25,7 @@ from harness.gateways import (apply_gateway, conditions, create_password_secret,
 from harness.operator import IDENTITY, OperatorProcess, gateway_deployment
 from harness.redis_server import RedisServer
 from harness.standins import BUILD_TIME, RUNTIME, HealthStandIns, idempotency_owner
-from harness.wait import until
+from harness.wait import stays, until
 
 
 CONDITION_TYPES = {"Ready", "Reconciling", "Stalled", "RedisReachable", "IdempotencyDegraded",
@@ -118,9 +118,8 @@ def test_refuse_holds_one_replica_even_without_the_crd_rule(cluster: Cluster, op
         until(lambda: apply_gateway(cluster, namespace, gateway_deployment("sneaky", replicas=3),
                                     check=False).returncode == 0, timeout=30, what="CRD without rules in effect")
         wait_condition(cluster, namespace, "sneaky", "Stalled", "True", "ReplicaPolicyViolation")
-        assert cluster.get_json("-n", namespace, "deployment/sneaky")["spec"]["replicas"] == 1
-        time.sleep(2)
-        assert cluster.get_json("-n", namespace, "deployment/sneaky")["spec"]["replicas"] == 1
+        stays(lambda: cluster.get_json("-n", namespace, "deployment/sneaky")["spec"]["replicas"] == 1, 2,
+              what="one replica without the CRD's rule")
     finally:
         cluster.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(REPO / "crds"))
 
@@ -181,8 +180,8 @@ def test_scale_out_waits_for_the_redis_probe(cluster: Cluster, operator: Operato
     redis_cond = wait_condition(cluster, namespace, "gated", "RedisReachable", "False", "ConnectionFailed")
     assert redis_server.password not in redis_cond["message"]
     assert conditions(cluster, namespace, "gated")["Ready"]["reason"] == "WaitingForRedis"
-    time.sleep(3)
-    assert cluster.get_json("-n", namespace, "deployment/gated")["spec"]["replicas"] == 1
+    stays(lambda: cluster.get_json("-n", namespace, "deployment/gated")["spec"]["replicas"] == 1, 3,
+          what="one replica while the gate holds")
     wait_event(cluster, namespace, "gated", "RedisUnreachable", "Warning")
 
     redis_server.start()
@@ -302,12 +301,18 @@ def test_no_api_writes_while_idle(cluster: Cluster, operator: OperatorProcess, n
     serve_health(cluster, standins, namespace, "idle", 2)
     wait_condition(cluster, namespace, "idle", "ExactlyOnceAdmission", "True")
     cluster.kubectl("-n", namespace, "wait", "--for=condition=Ready", "gatewaydeployment/idle", "--timeout=60s")
-    time.sleep(3)  # let the last status write land
+    seen: dict[str, str] = {}
+
+    def settled() -> bool:  # the last status write landed: the same resourceVersion two looks running
+        rv = cluster.get_json("-n", namespace, "gatewaydeployment/idle")["metadata"]["resourceVersion"]
+        same, seen["rv"] = seen.get("rv") == rv, rv
+        return same
+    until(settled, timeout=30, interval=3, what="the last status write to land")
     since = audit.now()
     requests_before = sum(s.requests for s in standins.by_ip.values())
-    time.sleep(12)  # 12 polling intervals (1 s) and two full reconciles (resync 5 s)
-    writes = [w for w in audit.writes(cluster, IDENTITY, since) if w.namespace == namespace]
-    assert writes == [], writes
+    # 12 polling intervals (1 s) and two full reconciles (resync 5 s)
+    stays(lambda: not [w for w in audit.writes(cluster, IDENTITY, since) if w.namespace == namespace], 12,
+          interval=2, what="no API write while idle")
     assert sum(s.requests for s in standins.by_ip.values()) - requests_before >= 2 * 8  # it did keep polling
 
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import re
-import time
 from typing import Iterator
 
 import pytest
@@ -19,7 +18,7 @@ from harness.cluster import REPO, Cluster
 from harness.gateways import apply_gateway, conditions, events, wait_condition
 from harness.operator import OperatorProcess, gateway_deployment, redis_store
 from harness.redis_server import RedisServer
-from harness.wait import until
+from harness.wait import stays, until
 
 
 @pytest.fixture
@@ -61,10 +60,9 @@ def test_a_refused_apply_stays_visible_while_waiting_for_redis(cluster: Cluster,
     stalled = wait_condition(cluster, namespace, "frozen", "Stalled", "True", reasons.APPLY_FAILED)
     assert "deployments are frozen here" in stalled["message"]
     since = audit.now()
-    for _ in range(15):  # observation passes (every second here) must not clear it
-        found = conditions(cluster, namespace, "frozen")
-        assert (found["Stalled"]["status"], found["Ready"]["reason"]) == ("True", reasons.APPLY_FAILED), found
-        time.sleep(1)
+    # observation passes (every second here) must not clear it
+    stays(lambda: (lambda c: (c["Stalled"]["status"], c["Ready"]["reason"]))(conditions(cluster, namespace, "frozen"))
+          == ("True", reasons.APPLY_FAILED), 15, interval=1, what="Stalled=True ApplyFailed (and Ready's reason)")
     # retried with backoff (2, 4, 8 s ...), not once per observation pass
     tries = [r for r in audit.requests(cluster, operator.identity, since)
              if r.resource == "deployments" and r.name == "frozen" and r.verb == "patch"

@@ -45,7 +45,8 @@ def test_a_successor_converges_after_the_operator_is_killed_mid_rollout(own_clus
     names = [f"roll-{i}" for i in range(20)]
     for name in names:
         apply_gateway(cluster, namespace, gateway_deployment(name))
-    time.sleep(1.5)  # some reconciled, some not yet
+    until(lambda: any(observed(cluster, namespace, n) for n in names), timeout=60, interval=0.2,
+          what="the first GatewayDeployments reconciled (the rest not yet)")
     assert first.proc is not None
     first.proc.send_signal(signal.SIGKILL)
     first.proc.wait()
