@@ -10,13 +10,14 @@ fails: the table never has a blank row.
 """
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 from pathlib import Path
 from typing import Any
 
 import yaml
+
+from harness import generated
 
 REPO = Path(__file__).resolve().parents[1]
 CHART = REPO / "charts/gateway-operator"
@@ -97,30 +98,5 @@ def table() -> str:
     return "\n".join(lines)
 
 
-def render(readme: str) -> str:
-    if readme.count(BEGIN) != 1 or readme.count(END) != 1:
-        raise SystemExit(f"chart-readme: {README.relative_to(REPO)} needs exactly one pair of markers:\n{BEGIN}\n{END}")
-    head, rest = readme.split(BEGIN)
-    _, tail = rest.split(END)
-    return f"{head}{BEGIN}\n{table()}\n{END}{tail}"
-
-
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--check", action="store_true", help="exit 1 when the README's table is stale")
-    args = parser.parse_args()
-    current = README.read_text()
-    wanted = render(current)
-    if args.check:
-        if current != wanted:
-            print(f"{README.relative_to(REPO)} is stale: run `make chart-readme`", file=sys.stderr)
-            return 1
-        return 0
-    if current != wanted:
-        README.write_text(wanted)
-        print(f"wrote {README.relative_to(REPO)}")
-    return 0
-
-
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(generated.main(README, BEGIN, END, table, "chart-readme", __doc__.splitlines()[0]))

@@ -12,7 +12,7 @@ from .cluster import Cluster
 from .operator import PLACEHOLDER_IMAGE, gateway_deployment, redis_store
 from .redis_server import RedisServer
 from .standins import HealthStandIn, HealthStandIns
-from .wait import until
+from .wait import stays, until
 
 
 def conditions(cluster: Cluster, namespace: str, name: str) -> dict[str, dict[str, Any]]:
@@ -102,3 +102,15 @@ def serve_health(cluster: Cluster, standins: HealthStandIns, namespace: str, nam
     """Stand-ins at every ready pod's IP; returns them by pod name."""
     pods = wait_ready_pods(cluster, namespace, name, count)
     return {p["metadata"]["name"]: standins.at(p["status"]["podIP"]) for p in pods}
+
+
+def hostile_health(cluster: Cluster, standins: HealthStandIns, namespace: str, name: str,
+                   pods: list[dict[str, Any]], timeout: float = 30) -> None:
+    """Three replicas' stand-ins answer /health with an endless, a huge and a deep body, until
+    the operator reports none answered; then ten poll intervals more, never Stalled."""
+    for pod, mode in zip(pods, ("endless", "huge", "deep")):
+        standins.at(pod["status"]["podIP"]).hostile(mode)
+    until(lambda: "0 of 3 polled replicas answered" in conditions(cluster, namespace, name)["IdempotencyDegraded"]
+          ["message"], timeout=timeout, what=f"three unanswered polls on {name}")
+    stays(lambda: conditions(cluster, namespace, name)["Stalled"]["status"] == "False", 10, interval=1,
+          what=f"{name} not Stalled under hostile /health answers")

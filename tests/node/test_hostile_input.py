@@ -17,7 +17,8 @@ import pytest
 
 from gateway_operator import reasons
 from harness.cluster import Cluster
-from harness.gateways import apply_gateway, conditions, reconcile_latency, runnable, wait_condition, wait_ready_pods
+from harness.gateways import (apply_gateway, conditions, hostile_health, reconcile_latency, runnable, wait_condition,
+                              wait_ready_pods)
 from harness.operator import OperatorProcess, gateway_deployment, redis_store
 from harness.processes import rss_mib
 from harness.standins import HealthStandIns
@@ -86,14 +87,7 @@ def test_hostile_health_bodies_are_capped(cluster: Cluster, operator: OperatorPr
     pods = wait_ready_pods(cluster, namespace, "loud", 3)
     before = operator_rss_mib(operator)
 
-    for pod, mode in zip(pods, ("endless", "huge", "deep")):  # the stand-in server's hostile answers
-        standins.at(pod["status"]["podIP"]).hostile(mode)
-    until(lambda: "0 of 3 polled replicas answered" in
-          conditions(cluster, namespace, "loud")["IdempotencyDegraded"]["message"], timeout=30,
-          what="three unanswered polls")
-    # several poll intervals of hostile answers: never Stalled
-    stays(lambda: conditions(cluster, namespace, "loud")["Stalled"]["status"] == "False", 10, interval=1,
-          what="loud not Stalled under hostile /health answers")
+    hostile_health(cluster, standins, namespace, "loud", pods)  # the stand-in server's hostile answers
     grown = operator_rss_mib(operator) - before
     print(f"\noperator RSS before hostile /health bodies {before:.0f} MiB, after 10 s of them {before + grown:.0f} MiB")
     assert grown < 40, f"operator RSS grew {grown:.0f} MiB on hostile /health bodies"

@@ -30,12 +30,12 @@ from gateway_operator.render import OPERATOR_APP_NAME
 
 from harness import exactly_once, exactly_once_run, llm_pod, node
 from harness.cluster import REPO, Cluster
-from harness.gateways import (conditions, events, is_ready, ready_pods, reconcile_latency, wait_condition,
-                              wait_ready_pods)
+from harness.gateways import (conditions, events, hostile_health, is_ready, ready_pods, reconcile_latency,
+                              wait_condition, wait_ready_pods)
 from harness.node import unavailable
 from harness.operator import gateway_deployment
 from harness.standins import HealthStandIns
-from harness.wait import stays, until
+from harness.wait import until
 
 
 DIR = REPO / ".cluster/node-demo"
@@ -513,14 +513,7 @@ def test_a_tenant_image_answering_hostile_health_costs_the_operator_pod_nothing(
                                                     replicas=3, replicaPolicy="Warn")), "-n", hostile)
         pods = wait_ready_pods(cluster, hostile, "loud", 3, timeout=120)
         standins = HealthStandIns(local=not cluster.real_node)  # a real node: the pods are the stand-ins
-        for pod, mode in zip(pods, ("endless", "huge", "deep")):
-            standins.at(pod["status"]["podIP"]).hostile(mode)
-        until(lambda: "0 of 3 polled replicas answered" in
-              conditions(cluster, hostile, "loud")["IdempotencyDegraded"]["message"], timeout=60,
-              what="three unanswered polls on loud")
-        # ten more poll intervals of hostile answers: the loud one never stalls
-        stays(lambda: conditions(cluster, hostile, "loud")["Stalled"]["status"] == "False", 10, interval=1,
-              what="loud not Stalled under hostile /health answers")
+        hostile_health(cluster, standins, hostile, "loud", pods, timeout=60)
         latency = reconcile_latency(cluster, calm, "calm", "during-hostile-health")
         print(f"\nanother tenant's reconcile latency while 3 pods answer hostile /health: {latency:.2f} s")
         assert latency < 10
