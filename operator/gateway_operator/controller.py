@@ -1,14 +1,13 @@
-"""One long-lived task per GatewayDeployment: the I/O around the pass. Wait until the schedule
+"""One long-lived task per GatewayDeployment, the I/O around the pass: wait as the schedule
 says (schedule.py), run the pass (reconcile.py) beside the /health poll, summarize the facts
-(summarize.py), publish status and Events (publish.py), restart a replica stuck on the
-build-time fallback.
-
-A single sequential task per object means no two writers ever race on one status. An error
-of the loop's own backs off like a failed pass, and is logged once per change, not per try.
+(summarize.py), publish (publish.py), restart a replica stuck on the build-time fallback. One
+sequential task per object: no two writers race on one status. An error of the loop's own backs
+off like a failed pass and is logged once per change.
 """
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import random
 import time
@@ -83,10 +82,8 @@ class GatewayController:
                 self._errored(f"the API server refused a request: {e.status} {e.reason}")
             except Exception as e:  # noqa: BLE001 - never let one object's surprise kill its loop
                 self._errored(f"step failed: {type(e).__name__}", exc_info=True)
-            try:
+            with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(self.wake.wait(), timeout=self.schedule.sleep_for(time.monotonic()))
-            except asyncio.TimeoutError:
-                pass
             self.wake.clear()
 
     async def step(self) -> None:
@@ -119,9 +116,9 @@ class GatewayController:
             self._inputs = result.inputs  # None after a problem: observation passes read again until fixed
             metrics.reconcile_took(self.namespace, self.name, time.monotonic() - started)
             metrics.reconciled(self.namespace, self.name, outcome.writes)
-        outcome = outcome._replace(problem=self.schedule.settled(
-            time.monotonic(), outcome.applied, body["metadata"].get("generation"), outcome.problem,
-            result.requeue_after))
+        shown = self.schedule.settled(time.monotonic(), outcome.applied, body["metadata"].get("generation"),
+                                      outcome.problem, result.requeue_after)
+        outcome = outcome._replace(problem=shown)
         if outcome.error is not None:
             metrics.reconcile_failed(self.namespace, self.name)
         self.log.problem(outcome.problem, outcome.error)
