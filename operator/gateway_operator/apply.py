@@ -11,7 +11,7 @@ from kubernetes.client.rest import ApiException
 from . import expose, render
 from .api import GatewaySpec
 from .expose import Exposure
-from .kube import Kube, controlled_by
+from .kube import Kube, NotServed, controlled_by
 from .redis_target import RedisTarget
 
 #: the route kinds, and the spec field that asks for each

@@ -17,7 +17,6 @@ import json
 import os
 import re
 import subprocess
-import time
 import uuid
 from pathlib import Path
 from typing import Callable, Iterator, NamedTuple

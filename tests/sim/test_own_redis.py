@@ -14,7 +14,6 @@ import base64
 import json
 import time
 from datetime import datetime, timedelta, timezone
-from pathlib import Path
 from typing import Callable, Iterator
 
 import pytest

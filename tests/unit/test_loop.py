@@ -21,7 +21,7 @@ from gateway_operator import conditions as C
 from gateway_operator import reasons as R
 from gateway_operator import schedule, summarize
 from gateway_operator.conditions import Problem, Transition
-from gateway_operator.kube import ApplyResult, NotOwned, controlled_by
+from gateway_operator.kube import ApplyResult, NotOwned, NotServed, controlled_by
 from gateway_operator.pods import PodView
 from gateway_operator.reconcile import Observation, ReconcileSettings, reconcile
 from gateway_operator.redis_probe import ProbeResult
@@ -73,6 +73,8 @@ class ApiStandIn:
         return True
 
     def delete_if_present(self, api_version: str, kind: str, namespace: str, name: str, owner_uid: str) -> bool:
+        if kind == "HTTPRoute":  # a cluster without the Gateway API
+            raise NotServed(api_version, kind)
         live = self.get(api_version, kind, namespace, name)
         if live is None or not controlled_by(live, owner_uid):
             return False
@@ -142,6 +144,16 @@ def test_a_full_pass_applies_the_gateway_and_asks_for_the_resync() -> None:
     assert kube.deployment()["spec"]["replicas"] == 3   # the probe passed: the gate is open
     assert 54.0 <= result.requeue_after <= 60.0           # the resync less up to 10% jitter
     assert result.inputs is not None and result.inputs.password == "pw"  # kept for the observation passes
+
+
+def test_dropping_spec_expose_removes_the_route_and_status_expose_on_a_cluster_without_gateway_api() -> None:
+    ingress = {"ingress": {"className": "edge", "host": "bot.gateway.test"}}
+    kube = ApiStandIn()
+    result, _ = run(kube, gateway({"expose": ingress}))
+    assert result.outcome.problem is None and ("networking.k8s.io/v1", "Ingress", "ns", "bot") in kube.objects
+    result, _ = run(kube, gateway({}, expose={"message": "no address yet"}))   # status says routes were written
+    assert result.outcome.problem is None and result.outcome.exposure is None
+    assert ("networking.k8s.io/v1", "Ingress", "ns", "bot") not in kube.objects
 
 
 def test_the_scale_out_gate_holds_while_the_probe_fails() -> None:
