@@ -44,10 +44,7 @@ components=(etcd kube-apiserver kube-controller-manager)
 SIMULATED_NODE=kwok-0
 
 log() { echo "[cluster] $*" >&2; }
-source "$repo/hack/processes.sh"  # free_port, start, stop_pid, wait_for
-
-alive() { [[ -f $run/$1.pid ]] && kill -0 "$(cat "$run/$1.pid")" 2>/dev/null; }
-
+source "$repo/hack/processes.sh"  # free_port, start, alive, stop_pid, wait_for, sign_cert, write_kubeconfig
 
 readyz() { "$bin/kubectl" --kubeconfig "$kubeconfig" get --raw /readyz 2>/dev/null; }
 
@@ -61,16 +58,11 @@ status() {
 first_service_ip() { python3 -c 'import ipaddress, sys; print(ipaddress.ip_network(sys.argv[1])[1])' "$service_cidr"; }
 
 serving_cert() {  # the API server's serving certificate, for loopback and the first service IP
-  (
-    cd "$pki"
-    cat > serving.ext <<EXT
+  cat > "$pki/serving.ext" <<EXT
 subjectAltName=IP:127.0.0.1,IP:$(first_service_ip),IP:$NODE_ADDRESS,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local
 extendedKeyUsage=serverAuth
 EXT
-    openssl req -newkey rsa:2048 -nodes -subj "/CN=kube-apiserver" -keyout serving.key -out serving.csr 2>/dev/null
-    openssl x509 -req -in serving.csr -CA ca.crt -CAkey ca.key -CAcreateserial -days 3650 \
-      -extfile serving.ext -out serving.crt 2>/dev/null
-  )
+  sign_cert "$pki" "$pki/serving" "/CN=kube-apiserver" 3650 "$pki/serving.ext"
 }
 
 make_pki() {
@@ -87,27 +79,12 @@ make_pki() {
       -keyout ca.key -out ca.crt 2>/dev/null
   )
   serving_cert
+  sign_client_cert "$pki" "$pki/admin" "/O=system:masters/CN=local-admin" 3650
   (
     cd "$pki"
-    printf 'extendedKeyUsage=clientAuth\n' > client.ext
-    openssl req -newkey rsa:2048 -nodes -subj "/O=system:masters/CN=local-admin" -keyout admin.key -out admin.csr 2>/dev/null
-    openssl x509 -req -in admin.csr -CA ca.crt -CAkey ca.key -CAcreateserial -days 3650 \
-      -extfile client.ext -out admin.crt 2>/dev/null
     openssl genrsa -out sa.key 2048 2>/dev/null
     openssl rsa -in sa.key -pubout -out sa.pub 2>/dev/null
   )
-}
-
-write_kubeconfig() {
-  local port=$1 k=("$bin/kubectl" --kubeconfig "$kubeconfig.tmp")
-  rm -f "$kubeconfig.tmp"
-  "${k[@]}" config set-cluster local --server "https://$api_address:$port" \
-    --certificate-authority "$pki/ca.crt" --embed-certs >/dev/null
-  "${k[@]}" config set-credentials local-admin --client-certificate "$pki/admin.crt" \
-    --client-key "$pki/admin.key" --embed-certs >/dev/null
-  "${k[@]}" config set-context local --cluster local --user local-admin >/dev/null
-  "${k[@]}" config use-context local >/dev/null
-  chmod 600 "$kubeconfig.tmp"; mv "$kubeconfig.tmp" "$kubeconfig"
 }
 
 restart() {  # restart NAME: the same command line again, after the old process is gone
@@ -174,7 +151,7 @@ POLICY
     --service-account-issuer https://kubernetes.default.svc.cluster.local \
     --service-account-key-file "$pki/sa.pub" --service-account-signing-key-file "$pki/sa.key" \
     "${reconciler[@]}" --v 1
-  write_kubeconfig "$api_port"
+  write_kubeconfig "$kubeconfig" "https://$api_address:$api_port" "$pki/ca.crt" "$pki/admin" local-admin
   wait_for kube-apiserver 90 bash -c "[[ \$('$bin/kubectl' --kubeconfig '$kubeconfig' get --raw /readyz 2>/dev/null) == ok ]]"
 
   start kube-controller-manager "$bin/kube-controller-manager" \
