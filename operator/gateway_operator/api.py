@@ -33,6 +33,7 @@ LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
 ANNOTATION_CONFIG_HASH = f"{GROUP}/config-hash"
 ANNOTATION_APPLIED_HASH = f"{GROUP}/applied-hash"
 ANNOTATION_SECRETS_REVISION = f"{GROUP}/secrets-revision"
+ANNOTATION_TEMPLATE_HASH = f"{GROUP}/template-hash"  # on the Deployment: its pod template's fingerprint
 
 
 GATEWAY_PORT = 8765

@@ -4,7 +4,7 @@ spec.expose. Synchronous API calls; reconcile.py runs them in threads.
 """
 from __future__ import annotations
 
-from typing import Any, Mapping, NamedTuple
+from typing import Any, Collection, Mapping, NamedTuple, Sequence
 
 from kubernetes.client.rest import ApiException
 
@@ -12,7 +12,6 @@ from . import expose, render
 from .api import GatewaySpec
 from .expose import Exposure
 from .kube import Kube, NotServed, controlled_by
-from .redis_target import RedisTarget
 
 #: the route kinds, and the spec field that asks for each
 EXPOSE_FIELD = {expose.INGRESS_API[1]: "spec.expose.ingress", expose.ROUTE_API[1]: "spec.expose.httpRoute"}
@@ -21,22 +20,26 @@ EXPOSE_FIELD = {expose.INGRESS_API[1]: "spec.expose.ingress", expose.ROUTE_API[1
 class Applied(NamedTuple):
     writes: int
     routes: dict[str, dict[str, Any]]  # the Ingress and HTTPRoute as applied, by kind (their status included)
+    deployment_generation: int = 0     # the Deployment's metadata.generation after the apply
 
 
-def apply(kube: Kube, owner: render.Owner, spec: GatewaySpec, target: RedisTarget | None, replicas: int,
-           revision: str, operator: render.OperatorIdentity, before: tuple[bool, bool] = (False, False),
-           routes_allowed: bool = True, migration: str = "") -> Applied:
-    """``before``: whether status says routes (status.expose) and the gateway NetworkPolicy
-    (status.networkPolicy) were written, so that only then are they looked for to be removed.
-    ``routes_allowed`` False: a host is claimed by someone older, so no route of this
-    GatewayDeployment may stand (one written before the older claim was seen goes)."""
+def apply(kube: Kube, owner: render.Owner, spec: GatewaySpec, objects: Sequence[Mapping[str, Any]],
+          before: tuple[bool, bool] = (False, False), routes_allowed: bool = True,
+          held: Collection[str] = ()) -> Applied:
+    """``objects``: what render says should exist. ``before``: whether status says routes
+    (status.expose) and the gateway NetworkPolicy (status.networkPolicy) were written, so that
+    only then are they looked for to be removed. ``routes_allowed`` False: a host is claimed by
+    someone older, so no route of this GatewayDeployment may stand (one written before the older
+    claim was seen goes). ``held``: kinds left as they are (an operator-caused rollout waiting)."""
     exposed_before, policy_before = before
-    writes, routes = 0, {}
-    for manifest in render.desired_objects(owner, spec, target, replicas, revision, operator, migration):
-        if manifest["kind"] in EXPOSE_FIELD and not routes_allowed:
+    writes, routes, generation = 0, {}, 0
+    for manifest in objects:
+        if manifest["kind"] in EXPOSE_FIELD and not routes_allowed or manifest["kind"] in held:
             continue
         result = kube.apply(manifest, owner.uid)
         writes += result.written
+        if manifest["kind"] == "Deployment":
+            generation = int((result.live.get("metadata") or {}).get("generation") or 0)
         if manifest["kind"] in EXPOSE_FIELD:
             routes[manifest["kind"]] = result.live
     if spec.replicas <= 1:
@@ -52,7 +55,7 @@ def apply(kube: Kube, owner: render.Owner, spec: GatewaySpec, target: RedisTarge
                     writes += kube.delete_if_present(api_version, kind, owner.namespace, owner.name, owner.uid)
                 except NotServed:
                     pass  # never created here
-    return Applied(writes, routes)
+    return Applied(writes, routes, generation)
 
 
 def exposure(kube: Kube, owner: render.Owner, spec: GatewaySpec,

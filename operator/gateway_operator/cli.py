@@ -189,7 +189,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         raise InputError(f"--tenancy-policy: {e}") from None
     reconcile_settings = replace(reconcile_settings, tenancy=tenancy)
     memo = kopf.Memo(kubeconfig=args.kubeconfig, controller_settings=ControllerSettings(
-        reconcile=reconcile_settings, redis_allow=tuple(args.redis_allow or ())))
+        reconcile=reconcile_settings, redis_allow=tuple(args.redis_allow or ()),
+        max_concurrent_rollouts=args.max_concurrent_rollouts))
     if not args.redis_allow:
         logging.getLogger(__name__).warning(
             "the Redis probe may connect to any host:port a GatewayDeployment names (no --redis-allow)")
@@ -220,6 +221,9 @@ def parser() -> argparse.ArgumentParser:
     run.add_argument("--kubeconfig", help="kubeconfig path (default: in-cluster, then ~/.kube/config)")
     run.add_argument("--metrics-port", type=int, default=8080, help="Prometheus /metrics port (0: off)")
     run.add_argument("--liveness-port", type=int, default=8081, help="liveness /healthz port (0: off)")
+    run.add_argument("--max-concurrent-rollouts", type=int, default=2,
+                     help="GatewayDeployments rolling at a time for a change of the operator's own (a new launcher "
+                          "or default), not of their spec; 0: no cap")
     run.add_argument("--watch-check-seconds", type=float, default=60.0,
                      help="list the watched objects this often to find a stalled watch (0: off)")
     run.add_argument("--watch-stall-seconds", type=float, default=90.0,

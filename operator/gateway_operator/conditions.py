@@ -56,6 +56,7 @@ class Facts:
     migrating: bool = False      # one replica copies the single SQLite replica's records to Redis
     sessions_store: str = "replica"  # where webhook session history lives (spec.sessions)
     target: RedisTarget | None = None  # the Redis spec.redis resolves to (its TLS settings)
+    rollout: str = ""            # "queued" / "operator": a rollout the operator causes itself (rollouts.py)
 
     @property
     def dedup_lost(self) -> bool:
@@ -108,10 +109,15 @@ def _reconciling(f: Facts) -> Condition:
         return Condition(RECONCILING, "True", R.WAITING_FOR_REDIS,
                          f"holding {f.running_replicas} of {f.desired_replicas} replicas until the "
                          "operator's Redis probe passes")
+    if f.rollout == "queued":
+        return Condition(RECONCILING, "True", R.OPERATOR_UPGRADE_QUEUED,
+                         "the operator's new release changes these pods (not the spec): waiting for a rollout slot "
+                         "(--max-concurrent-rollouts roll at a time); the current replicas keep serving")
     if _rolling(f):
+        why = "; the operator's new release changed the pods, not the spec" if f.rollout == "operator" else ""
         return Condition(RECONCILING, "True", R.ROLLING_OUT,
                          f"{f.updated_replicas} of {f.running_replicas} replicas updated, "
-                         f"{f.ready_replicas} ready")
+                         f"{f.ready_replicas} ready{why}")
     return Condition(RECONCILING, "False", R.RECONCILE_COMPLETE, "all objects match the spec")
 
 

@@ -21,13 +21,14 @@ from . import api, health, metrics, render, summarize
 from .api import GatewaySpec, HealthSpec
 from .conditions import Facts, Problem
 from .expose import Exposure
-from .inputs import LiveDeployment, SecretInputs, kept, resource_version, spec_or_none
+from .inputs import SecretInputs, kept, resource_version, spec_or_none
 from .kube import Kube
-from .pods import PodView
+from .pods import LiveDeployment, PodView
 from .publish import ObjectLog, publish
 from .reconcile import Observation, Outcome, reconcile
 from .redis_probe import Prober
 from .replicas import stale_replica
+from .rollouts import RolloutGate
 from .schedule import Schedule
 from .steps import ControllerSettings
 from .tenancy import Claim
@@ -49,6 +50,7 @@ class GatewayController:
     body: Mapping[str, Any] = field(default_factory=dict)
     wake: asyncio.Event = field(default_factory=asyncio.Event)
     schedule: Schedule = field(default_factory=Schedule)  # when the next pass, poll and restart are due
+    rollouts: RolloutGate | None = None   # the operator-wide cap on the rollouts it causes itself
     _rv_floor: int = 0                    # the resourceVersion of our last status write
     _inputs: SecretInputs | None = None   # the last full pass's Secret inputs, reused until the next
     _exposure: Exposure | None = None     # status.expose as last read (spec.expose)
@@ -108,7 +110,7 @@ class GatewayController:
         started = time.monotonic()
         seen = Observation(self.deployment(), self._inputs, self._exposure, self.claims(hosts))
         result = await reconcile(self.kube, self.prober, self.settings.reconcile, body, list(self.pods()),
-                                 full, self.schedule.failures, seen)
+                                 full, self.schedule.failures, seen, self.rollouts)
         outcome = result.outcome
         if outcome.exposure is not None or (outcome.applied and outcome.problem is None):
             self._exposure = outcome.exposure

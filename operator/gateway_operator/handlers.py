@@ -14,8 +14,7 @@ import kopf
 from . import api, expose, pods, reasons, watch_liveness
 from .controller import ControllerSettings
 from .kube import Kube, load_config
-from .inputs import LiveDeployment, Observed, live_deployment
-from .pods import PodView
+from .pods import LiveDeployment, Observed, PodView, live_deployment
 from .supervisor import Supervisor
 from .tenancy import Claim, claim_of, route_hosts, spec_hosts
 

@@ -17,7 +17,7 @@ from . import api, reasons, render, summarize
 from .api import GatewaySpec, SecretKeyRef
 from .conditions import Problem
 from .kube import Kube, NotOwned, SecretUndecodable
-from .pods import serving
+from .pods import LiveDeployment, Observed, live_deployment, serving
 from .redis_probe import Credentials, ca_bundle_loads
 from .redis_target import InvalidRedisURL, RedisTarget, managed_redis_name, resolve
 from .tenancy import TenancyPolicy
@@ -25,41 +25,6 @@ from .tenancy import violations as tenancy_violations
 from .validation import MSG_REPLICAS_NEED_REDIS, limit_violations, violations
 
 
-class Observed(NamedTuple):
-    """The live Deployment, as far as it is ours."""
-
-    running: int = 0
-    ready: int = 0
-    updated: int = 0
-    rollout_observed: bool = False
-    failure: str = ""   # the Deployment's ReplicaFailure message (a pod the API server refused to create)
-
-
-class LiveDeployment(NamedTuple):
-    """A gateway Deployment as the watch last delivered it (kept in a kopf index), so that
-    observation passes read no API object at all."""
-
-    controller_uid: str | None
-    observed: Observed
-
-
-def live_deployment(deployment: Mapping[str, Any]) -> LiveDeployment:
-    owner = next((r.get("uid") for r in deployment["metadata"].get("ownerReferences") or []
-                  if r.get("controller")), None)
-    status = deployment.get("status") or {}
-    failure = next((str(c.get("message") or c.get("reason") or "")[:FAILURE_MESSAGE_LIMIT]
-                    for c in status.get("conditions") or []
-                    if c.get("type") == "ReplicaFailure" and c.get("status") == "True"), "")
-    return LiveDeployment(owner, Observed(
-        running=int((deployment.get("spec") or {}).get("replicas") or 0),
-        ready=int(status.get("readyReplicas") or 0),
-        updated=int(status.get("updatedReplicas") or 0),
-        rollout_observed=int(status.get("observedGeneration") or 0) >= int(deployment["metadata"].get("generation")
-                                                                           or 0),
-        failure=failure))
-
-
-FAILURE_MESSAGE_LIMIT = 500  # characters of the API server's refusal kept (it names the pod and the rule)
 
 
 class SecretInputs(NamedTuple):
@@ -207,14 +172,15 @@ def _managed_redis_ip(kube: Kube, owner: render.Owner, target: RedisTarget) -> s
     return ""
 
 
-def observe(kube: Kube, owner: render.Owner) -> Observed:
-    """The Deployment's counts; a same-named Deployment of someone else counts as nothing."""
+def observe(kube: Kube, owner: render.Owner) -> LiveDeployment | None:
+    """The Deployment as it is now (None: there is none)."""
     live = kube.get("apps/v1", "Deployment", owner.namespace, owner.name)
-    return Observed() if live is None else observed_if_ours(live_deployment(live), owner)
+    return None if live is None else live_deployment(live)
 
 
-def observed_if_ours(live: LiveDeployment, owner: render.Owner) -> Observed:
-    return live.observed if live.controller_uid == owner.uid else Observed()
+def observed_if_ours(live: LiveDeployment | None, owner: render.Owner) -> Observed:
+    """The Deployment's counts; a same-named Deployment of someone else counts as nothing."""
+    return live.observed if live is not None and live.controller_uid == owner.uid else Observed()
 
 
 # -- the GatewayDeployment as the loop keeps it ------------------------------------------------------

@@ -1,10 +1,13 @@
-"""What the operator knows of a gateway pod (``PodView``), and the one pod-ready check: the
-operator's pod index, its managed-Redis lookup, the benchmark and the test harness all read a
-pod's readiness here."""
+"""What the operator knows of a gateway's pods (``PodView``) and its Deployment
+(``LiveDeployment``), as the watches deliver them (kept in kopf indices; pure), and the one
+pod-ready check: the operator's pod index, its managed-Redis lookup, the benchmark and the test
+harness all read a pod's readiness here."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any, Mapping, NamedTuple
+
+from . import api
 
 
 @dataclass(frozen=True)
@@ -35,3 +38,56 @@ def serving(pod: Mapping[str, Any]) -> bool:
     """Ready, with an IP, and not being deleted: a pod that takes traffic (and is polled)."""
     status = pod.get("status") or {}
     return ready(status) and bool(status.get("podIP")) and not (pod.get("metadata") or {}).get("deletionTimestamp")
+
+
+# -- the gateway Deployment, as watched ------------------------------------------------------------
+
+class Observed(NamedTuple):
+    """The live Deployment, as far as it is ours."""
+
+    running: int = 0
+    ready: int = 0
+    updated: int = 0
+    rollout_observed: bool = False
+    failure: str = ""   # the Deployment's ReplicaFailure message (a pod the API server refused to create)
+    generation: int = 0  # the Deployment's status.observedGeneration
+
+    @property
+    def rolled_out(self) -> bool:
+        """Every replica updated to the latest template and ready."""
+        return self.rollout_observed and self.updated >= self.running and self.ready >= self.running
+
+
+class LiveDeployment(NamedTuple):
+    """A gateway Deployment as the watch last delivered it (kept in a kopf index), so that
+    observation passes read no API object at all."""
+
+    controller_uid: str | None
+    observed: Observed
+    template_hash: str = ""     # the operator's fingerprint of its pod template ("" : an older operator wrote it)
+    secrets_revision: str = ""  # the template's: the Secrets its pods read
+    config_hash: str = ""       # the template's: the ConfigMap its pods read
+
+
+def live_deployment(deployment: Mapping[str, Any]) -> LiveDeployment:
+    owner = next((r.get("uid") for r in deployment["metadata"].get("ownerReferences") or []
+                  if r.get("controller")), None)
+    status = deployment.get("status") or {}
+    pod_annotations = (((deployment.get("spec") or {}).get("template") or {}).get("metadata") or {}).get(
+        "annotations") or {}
+    failure = next((str(c.get("message") or c.get("reason") or "")[:FAILURE_MESSAGE_LIMIT]
+                    for c in status.get("conditions") or []
+                    if c.get("type") == "ReplicaFailure" and c.get("status") == "True"), "")
+    return LiveDeployment(owner, Observed(
+        running=int((deployment.get("spec") or {}).get("replicas") or 0),
+        ready=int(status.get("readyReplicas") or 0),
+        updated=int(status.get("updatedReplicas") or 0),
+        rollout_observed=int(status.get("observedGeneration") or 0) >= int(deployment["metadata"].get("generation")
+                                                                           or 0),
+        failure=failure, generation=int(status.get("observedGeneration") or 0)),
+        template_hash=str((deployment["metadata"].get("annotations") or {}).get(api.ANNOTATION_TEMPLATE_HASH, "")),
+        secrets_revision=str(pod_annotations.get(api.ANNOTATION_SECRETS_REVISION, "")),
+        config_hash=str(pod_annotations.get(api.ANNOTATION_CONFIG_HASH, "")))
+
+
+FAILURE_MESSAGE_LIMIT = 500  # characters of the API server's refusal kept (it names the pod and the rule)

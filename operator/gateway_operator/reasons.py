@@ -17,6 +17,8 @@ ROLLING_OUT = "RollingOut"                 #: the Deployment is rolling out the 
 MIGRATING_DEDUP_RECORDS = "MigratingDedupRecords"
 RECONCILE_COMPLETE = "ReconcileComplete"   #: every object matches the spec
 RECONCILE_STALLED = "Stalled"              #: blocked; the Stalled condition says why
+#: the operator's new release would roll these pods; it waits for a slot (--max-concurrent-rollouts)
+OPERATOR_UPGRADE_QUEUED = "OperatorUpgradeQueued"
 
 # -- Stalled (False) -----------------------------------------------------------------------
 NO_PROBLEMS = "NoProblems"                 #: the operator can act on the spec

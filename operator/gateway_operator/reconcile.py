@@ -11,12 +11,13 @@ from typing import Any, Mapping, NamedTuple, Sequence
 from . import schedule, summarize
 from .conditions import Problem
 from .expose import Exposure
-from .inputs import Observed, SecretInputs
+from .inputs import SecretInputs
 from .kube import Kube
-from .pods import PodView
+from .pods import Observed, PodView
 from .redis_probe import ProbeResult, Prober
 from .redis_target import RedisTarget
 from .replicas import Migration
+from .rollouts import RolloutGate
 from .steps import STEPS, Observation, Pass, ReconcileSettings  # noqa: F401 - the pass's inputs
 
 
@@ -30,6 +31,7 @@ class Outcome(NamedTuple):
     error: Exception | None = None  # an unforeseen error behind the problem (its traceback is logged)
     exposure: Exposure | None = None  # read this pass (spec.expose); None: not read, keep the last
     migration: Migration | None = None  # a single SQLite replica's records on their way to Redis
+    rollout: str = ""       # "queued" / "operator": a rollout the operator causes itself (rollouts.py)
 
 
 class Result(NamedTuple):
@@ -40,18 +42,18 @@ class Result(NamedTuple):
 
 async def reconcile(kube: Kube, prober: Prober, settings: ReconcileSettings, body: Mapping[str, Any],
                     pods: Sequence[PodView], full: bool, failures: int,
-                    seen: Observation = Observation()) -> Result:
+                    seen: Observation = Observation(), rollouts: RolloutGate | None = None) -> Result:
     """``full=False`` only observes: the cheap pass run every health interval between full ones.
     It reads nothing from the API server when ``seen`` has the Deployment's watched state and
     the last full pass's Secret inputs, so a Secret's change is noticed by the next full pass.
     ``failures``: consecutive passes that ended with a Problem (for the backoff)."""
-    p = Pass(kube, prober, settings, body, pods, full, seen)
+    p = Pass(kube, prober, settings, body, pods, full, seen, rollouts=rollouts)
     try:
         for step in STEPS:
             if not await step(p):
                 break
         outcome = Outcome(p.prepared.target, summarize.winner(p.problems), p.probe, p.observed, p.writes,
-                          p.apply_due, exposure=p.exposure, migration=p.migration)
+                          p.apply_due, exposure=p.exposure, migration=p.migration, rollout=p.rollout)
         read = p.prepared.inputs
     except Exception as e:  # noqa: BLE001 - the boundary: nothing escapes to the loop
         outcome, read = Outcome(problem=summarize.unexpected(e), applied=full, error=e), None

@@ -183,12 +183,16 @@ def deployment(owner: Owner, spec: GatewaySpec, redis: RedisTarget | None, repli
         pod_spec["topologySpreadConstraints"] = [
             {"labelSelector": {"matchLabels": api.selector_for(owner.name)}, **dict(c)}
             for c in spec.pod["topologySpreadConstraints"]]
-    return _object("apps/v1", "Deployment", owner.name, owner, spec={
+    template = {"metadata": {"labels": pod_labels, "annotations": annotations}, "spec": pod_spec}
+    manifest = _object("apps/v1", "Deployment", owner.name, owner, spec={
         "replicas": replicas,
         "selector": {"matchLabels": api.selector_for(owner.name)},
         "strategy": strategy,
-        "template": {"metadata": {"labels": pod_labels, "annotations": annotations}, "spec": pod_spec},
+        "template": template,
     })
+    # what an operator upgrade would change (rollouts.py): the pods, not the replica count
+    manifest["metadata"]["annotations"] = {api.ANNOTATION_TEMPLATE_HASH: digest(template)}
+    return manifest
 
 
 def auth_token_ref(name: str, spec: GatewaySpec) -> SecretKeyRef:

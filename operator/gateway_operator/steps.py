@@ -16,21 +16,23 @@ so a slow Redis never holds a thread that another namespace's reconcile needs.
 from __future__ import annotations
 
 import asyncio
+import time
 import secrets as token_source
 from dataclasses import dataclass, field
 from typing import Any, Awaitable, Callable, Mapping, NamedTuple, Sequence
 
 from kubernetes.client.rest import ApiException
 
-from . import api, apply, inputs, render, schedule, summarize
+from . import api, apply, inputs, render, rollouts, schedule, summarize
 from .api import GatewaySpec
 from .conditions import Problem
 from .expose import Exposure
-from .inputs import LiveDeployment, Observed, Prepared, SecretInputs
+from .inputs import Prepared, SecretInputs
 from .kube import Kube, NotOwned, NotServed
-from .pods import PodView
+from .pods import LiveDeployment, Observed, PodView
 from .redis_probe import ProbeResult, Prober
 from .replicas import Migration, migration_state, replicas_to_run
+from .rollouts import RolloutGate
 from .tenancy import Claim, TenancyPolicy, claim_of, claimed_elsewhere
 
 
@@ -46,6 +48,7 @@ class ReconcileSettings:
 class ControllerSettings:
     reconcile: ReconcileSettings = field(default_factory=ReconcileSettings)  # resync, backoff, identity
     redis_allow: tuple[str, ...] = ()        # the probe's allowlist (CIDRs, hosts, .domains); empty: open
+    max_concurrent_rollouts: int = rollouts.DEFAULT_LIMIT  # operator-caused rollouts at a time; 0: no cap
 
 
 class Observation(NamedTuple):
@@ -80,6 +83,9 @@ class Pass:
     writes: int = 0
     problems: list[Problem | None] = field(default_factory=list)
     terminating: bool = False     # the namespace is being deleted: the pass stops creating, and says nothing
+    rollouts: RolloutGate | None = None  # the operator-wide cap on the rollouts it causes itself
+    live: LiveDeployment | None = None   # the Deployment as read (full pass) or watched
+    rollout: str = ""             # "queued": an operator-caused rollout waits its turn; "operator": it runs
 
     @property
     def spec(self) -> GatewaySpec:
@@ -100,9 +106,10 @@ async def read_inputs(p: Pass) -> bool:
                                          p.settings.tenancy)
     p.writes, p.apply_due = p.prepared.writes, p.full
     if p.full or p.seen.deployment is None:
-        p.observed = await asyncio.to_thread(inputs.observe, p.kube, p.owner)
+        p.live = await asyncio.to_thread(inputs.observe, p.kube, p.owner)
     else:
-        p.observed = inputs.observed_if_ours(p.seen.deployment, p.owner)
+        p.live = p.seen.deployment
+    p.observed = inputs.observed_if_ours(p.live, p.owner)
     p.problems.append(p.prepared.problem)
     p.terminating = p.prepared.terminating
     return p.prepared.problem is None and p.prepared.spec is not None and not p.terminating
@@ -142,16 +149,36 @@ async def write(p: Pass) -> bool:
     # routes and the gateway NetworkPolicy are looked for (to remove) only once status said they were written
     before = ("expose" in status, "networkPolicy" in status)
     token = p.migration.token if p.migration and not p.migration.done else ""
+    objects = render.desired_objects(p.owner, p.spec, p.prepared.target, p.replicas, p.prepared.revision,
+                                     p.settings.operator, token)
+    held = _held_for_the_rollout_cap(p, next(o for o in objects if o["kind"] == "Deployment"))
     try:
-        applied = await asyncio.to_thread(apply.apply, p.kube, p.owner, p.spec, p.prepared.target, p.replicas,
-                                          p.prepared.revision, p.settings.operator, before, not p.claimed, token)
+        applied = await asyncio.to_thread(apply.apply, p.kube, p.owner, p.spec, objects, before, not p.claimed, held)
         p.writes, p.routes = p.writes + applied.writes, applied.routes
+        if p.rollout == "operator" and p.rollouts is not None:
+            p.rollouts.applied((p.owner.namespace, p.owner.name), applied.deployment_generation)
     except (NotOwned, NotServed, ApiException) as e:
         p.terminating = isinstance(e, ApiException) and summarize.namespace_terminating(e)
         if not p.terminating:
             p.problems.append(_write_problem(e))
-    p.observed = await asyncio.to_thread(inputs.observe, p.kube, p.owner)
+    p.live = await asyncio.to_thread(inputs.observe, p.kube, p.owner)
+    p.observed = inputs.observed_if_ours(p.live, p.owner)
     return True
+
+
+def _held_for_the_rollout_cap(p: Pass, deployment: Mapping[str, Any]) -> tuple[str, ...]:
+    """The kinds left as they are: a rollout the operator would cause itself waits for a slot
+    (rollouts.py), its pods and their ConfigMap untouched meanwhile."""
+    status = p.body.get("status") or {}
+    generation = int(p.body["metadata"].get("generation") or 0)
+    if p.rollouts is None or p.live is None or p.live.controller_uid != p.owner.uid or not rollouts.operator_caused(
+            generation, int(status.get("observedGeneration") or 0), p.live, deployment, p.prepared.revision):
+        return ()
+    if p.rollouts.admit((p.owner.namespace, p.owner.name), time.monotonic()):
+        p.rollout = "operator"
+        return ()
+    p.rollout = "queued"
+    return ("Deployment", "ConfigMap")
 
 
 async def read_exposure(p: Pass) -> bool:
@@ -173,6 +200,9 @@ async def read_exposure(p: Pass) -> bool:
 
 async def look_at_pods(p: Pass) -> bool:
     p.problems += [summarize.pod_problem(p.pods), summarize.deployment_problem(p.observed.failure)]
+    if p.rollouts is not None and p.rollouts.settle((p.owner.namespace, p.owner.name), p.observed.generation,
+                                                    p.observed.rolled_out):
+        p.rollout = p.rollout or "operator"  # its operator-caused rollout still runs
     return True
 
 #: the pass, in order; a step returning False ends it

@@ -191,7 +191,7 @@ def facts(body: Mapping[str, Any], spec: GatewaySpec | None, outcome: Any, repli
         rollout_observed=observed.rollout_observed, problem=outcome.problem, probe=outcome.probe,
         health=tuple(replicas), dedup=_dedup_history(body, outcome, now), now=now,
         migrating=bool(outcome.migration and not outcome.migration.done),
-        sessions_store=spec.sessions_store if spec else "replica", target=outcome.target)
+        sessions_store=spec.sessions_store if spec else "replica", target=outcome.target, rollout=outcome.rollout)
 
 
 def _dedup_history(body: Mapping[str, Any], outcome: Any, now: float) -> dedup_history.History:

@@ -15,9 +15,9 @@ from . import metrics
 from .controller import ControllerSettings, GatewayController
 from .health import Poller
 from .kube import Kube
-from .inputs import LiveDeployment
-from .pods import PodView
+from .pods import LiveDeployment, PodView
 from .redis_probe import Allowlist, ForeignCheck, Prober
+from .rollouts import RolloutGate
 from .tenancy import Claim
 
 log = logging.getLogger(__name__)
@@ -34,6 +34,7 @@ class Supervisor:
         self.claims_of = claims_of
         self.prober = Prober(Allowlist.parse(settings.redis_allow), foreign=foreign)  # one, so its limits hold across objects
         self.poller = Poller()  # one HTTP client for every /health poll
+        self.rollouts = RolloutGate(settings.max_concurrent_rollouts)  # operator-caused rollouts, a few at a time
         self._controllers: dict[Key, tuple[str, GatewayController, asyncio.Task[None]]] = {}
         # uids seen deleted: a late event of a deleted object (same name, re-created) must
         # neither start a loop for it nor stop the loop of its successor
@@ -63,7 +64,7 @@ class Supervisor:
             self.stop(key)
             controller = GatewayController(self.kube, key[0], key[1], lambda: self.pods_of(key),
                                            lambda: self.deployment_of(key), self.claims_of, self.settings,
-                                           self.prober, self.poller)
+                                           self.prober, self.poller, rollouts=self.rollouts)
             task = asyncio.get_running_loop().create_task(controller.run(), name=f"gateway {key[0]}/{key[1]}")
             task.add_done_callback(lambda _: self._finished(key, uid))
             entry = (uid, controller, task)
@@ -94,6 +95,7 @@ class Supervisor:
             return
         self._controllers.pop(key)
         entry[2].cancel()
+        self.rollouts.done(key)
         metrics.forget(*key)
 
     async def stop_all(self) -> None:

@@ -11,12 +11,14 @@ import ast
 import asyncio
 import base64
 import copy
+import time
 from pathlib import Path
 from typing import Any, Mapping
 
 import pytest
 from kubernetes.client.rest import ApiException
 
+from gateway_operator import api
 from gateway_operator import conditions as C
 from gateway_operator import reasons as R
 from gateway_operator import schedule, summarize
@@ -25,6 +27,7 @@ from gateway_operator.kube import ApplyResult, NotOwned, NotServed, controlled_b
 from gateway_operator.pods import PodView
 from gateway_operator.reconcile import Observation, ReconcileSettings, reconcile
 from gateway_operator.redis_probe import ProbeResult
+from gateway_operator.rollouts import RolloutGate
 
 UID = "uid-1"
 PACKAGE = Path(__file__).resolve().parents[2] / "operator/gateway_operator"
@@ -56,9 +59,10 @@ class ApiStandIn:
             raise NotOwned(manifest["kind"], meta["namespace"], meta["name"])
         if self.refuse_apply is not None:
             raise self.refuse_apply
-        self.objects[self._key(manifest["apiVersion"], manifest["kind"], meta["namespace"], meta["name"])] = \
-            copy.deepcopy(dict(manifest))
-        return ApplyResult(manifest["kind"], meta["name"], True, dict(manifest))
+        stored = copy.deepcopy(dict(manifest))
+        stored["metadata"]["generation"] = int(((live or {}).get("metadata") or {}).get("generation") or 0) + 1
+        self.objects[self._key(manifest["apiVersion"], manifest["kind"], meta["namespace"], meta["name"])] = stored
+        return ApplyResult(manifest["kind"], meta["name"], True, copy.deepcopy(stored))
 
     def create_if_absent(self, manifest: Mapping[str, Any], owner_uid: str) -> bool:
         meta = manifest["metadata"]
@@ -130,10 +134,11 @@ PROBE_OK = ProbeResult(True, R.PROBE_SUCCEEDED, "ok")
 
 
 def run(kube: ApiStandIn, body: Mapping[str, Any], full: bool = True, probe: ProbeResult = PROBE_OK,
-        pods: list[PodView] = (), failures: int = 0, seen: Observation = Observation()):  # type: ignore[assignment]
+        pods: list[PodView] = (), failures: int = 0, seen: Observation = Observation(),  # type: ignore[assignment]
+        rollouts: RolloutGate | None = None):
     prober = ProbeStandIn(probe)
     result = asyncio.run(reconcile(kube, prober, ReconcileSettings(), body, list(pods), full, failures,  # type: ignore[arg-type]
-                                   seen))
+                                   seen, rollouts))
     return result, prober
 
 
@@ -250,11 +255,67 @@ def test_an_unforeseen_error_becomes_a_problem_not_a_crash() -> None:
 
 
 def _watched(kube: ApiStandIn) -> Any:
-    from gateway_operator.inputs import live_deployment
+    from gateway_operator.pods import live_deployment
     d = copy.deepcopy(kube.deployment())
-    d["status"] = {"readyReplicas": 3, "updatedReplicas": 3, "observedGeneration": 1}
-    d["metadata"]["generation"] = 1
+    d.setdefault("status", {"readyReplicas": 3, "updatedReplicas": 3, "observedGeneration": d["metadata"]["generation"]})
     return live_deployment(d)
+
+
+# -- the rollouts the operator causes itself: a few at a time --------------------------------------
+
+def _upgraded(kube: ApiStandIn, rolled_out: bool = True) -> None:
+    """As if an older operator release had written the Deployment: another template."""
+    d = kube.deployment()
+    d["metadata"]["annotations"][api.ANNOTATION_TEMPLATE_HASH] = "from-an-older-release"
+    generation = d["metadata"]["generation"]
+    d["status"] = ({"observedGeneration": generation, "replicas": 3, "readyReplicas": 3, "updatedReplicas": 3}
+                   if rolled_out else {"observedGeneration": generation})
+
+
+def _template_hash(kube: ApiStandIn) -> str:
+    return kube.deployment()["metadata"]["annotations"][api.ANNOTATION_TEMPLATE_HASH]
+
+
+def test_an_operator_caused_rollout_waits_for_a_slot_and_a_spec_change_never_does() -> None:
+    kube = ApiStandIn([secret("redis-auth", password="pw")])
+    run(kube, gateway(REDIS_SPEC))
+    config_before = copy.deepcopy(kube.objects[("v1", "ConfigMap", "ns", "bot-gateway-config")])
+    _upgraded(kube)
+    gate = RolloutGate(limit=1)
+    assert gate.admit(("other", "gw"), time.monotonic())    # the one slot is taken
+    reconciled = gateway(REDIS_SPEC, observedGeneration=1)  # status: the spec did not change since
+    result, _ = run(kube, reconciled, rollouts=gate)
+    assert result.outcome.problem is None and result.outcome.rollout == "queued"
+    assert _template_hash(kube) == "from-an-older-release"  # the pods are left as they are ...
+    assert kube.objects[("v1", "ConfigMap", "ns", "bot-gateway-config")] == config_before  # ... and what they read
+    # the user's own change is never queued
+    changed = gateway(REDIS_SPEC, observedGeneration=1)
+    changed["metadata"]["generation"] = 2
+    result, _ = run(kube, changed, rollouts=gate)
+    assert result.outcome.rollout == "" and _template_hash(kube) != "from-an-older-release"
+    assert not gate.holds(("ns", "bot"))
+
+
+def test_a_slot_is_taken_then_given_back_once_the_new_template_is_ready() -> None:
+    kube = ApiStandIn([secret("redis-auth", password="pw")])
+    run(kube, gateway(REDIS_SPEC))
+    _upgraded(kube)
+    gate, key = RolloutGate(limit=1), ("ns", "bot")
+    reconciled = gateway(REDIS_SPEC, observedGeneration=1)
+    result, _ = run(kube, reconciled, rollouts=gate)
+    assert result.outcome.rollout == "operator" and gate.holds(key)
+    assert _template_hash(kube) != "from-an-older-release"
+    assert not gate.admit(("other", "gw"), time.monotonic())  # the next one waits
+    # the watch still shows the Deployment as it was before the apply: not done yet
+    stale = _watched(kube)._replace(observed=_watched(kube).observed._replace(generation=1))
+    result, _ = run(kube, reconciled, full=False, rollouts=gate, seen=Observation(deployment=stale))
+    assert result.outcome.rollout == "operator" and gate.holds(key)
+    d = kube.deployment()
+    d["status"] = {"observedGeneration": d["metadata"]["generation"], "replicas": 3, "readyReplicas": 3,
+                   "updatedReplicas": 3}
+    result, _ = run(kube, reconciled, full=False, rollouts=gate, seen=Observation(deployment=_watched(kube)))
+    assert result.outcome.rollout == "" and not gate.holds(key)
+    assert gate.admit(("other", "gw"), time.monotonic())
 
 
 # -- the precedence table ----------------------------------------------------------------------------
