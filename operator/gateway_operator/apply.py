@@ -25,20 +25,22 @@ class Applied(NamedTuple):
 
 def apply(kube: Kube, owner: render.Owner, spec: GatewaySpec, objects: Sequence[Mapping[str, Any]],
           before: tuple[bool, bool] = (False, False), routes_allowed: bool = True,
-          held: Collection[str] = ()) -> Applied:
+          held: Collection[tuple[str, str]] = ()) -> Applied:
     """``objects``: what render says should exist. ``before``: whether status says routes
     (status.expose) and the gateway NetworkPolicy (status.networkPolicy) were written, so that
     only then are they looked for to be removed. ``routes_allowed`` False: a host is claimed by
     someone older, so no route of this GatewayDeployment may stand (one written before the older
-    claim was seen goes). ``held``: kinds left as they are (an operator-caused rollout waiting)."""
+    claim was seen goes). ``held``: (kind, name) of objects left as they are (an operator-caused
+    rollout waiting for its slot)."""
     exposed_before, policy_before = before
     writes, routes, generation = 0, {}, 0
     for manifest in objects:
-        if manifest["kind"] in EXPOSE_FIELD and not routes_allowed or manifest["kind"] in held:
+        if manifest["kind"] in EXPOSE_FIELD and not routes_allowed or \
+                (manifest["kind"], manifest["metadata"]["name"]) in held:
             continue
         result = kube.apply(manifest, owner.uid)
         writes += result.written
-        if manifest["kind"] == "Deployment":
+        if manifest["kind"] == "Deployment" and manifest["metadata"]["name"] == owner.name:
             generation = int((result.live.get("metadata") or {}).get("generation") or 0)
         if manifest["kind"] in EXPOSE_FIELD:
             routes[manifest["kind"]] = result.live

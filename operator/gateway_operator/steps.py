@@ -151,7 +151,8 @@ async def write(p: Pass) -> bool:
     token = p.migration.token if p.migration and not p.migration.done else ""
     objects = render.desired_objects(p.owner, p.spec, p.prepared.target, p.replicas, p.prepared.revision,
                                      p.settings.operator, token)
-    held = _held_for_the_rollout_cap(p, next(o for o in objects if o["kind"] == "Deployment"))
+    held = _held_for_the_rollout_cap(p, next(o for o in objects if o["kind"] == "Deployment"
+                                             and o["metadata"]["name"] == p.owner.name))
     try:
         applied = await asyncio.to_thread(apply.apply, p.kube, p.owner, p.spec, objects, before, not p.claimed, held)
         p.writes, p.routes = p.writes + applied.writes, applied.routes
@@ -166,9 +167,9 @@ async def write(p: Pass) -> bool:
     return True
 
 
-def _held_for_the_rollout_cap(p: Pass, deployment: Mapping[str, Any]) -> tuple[str, ...]:
-    """The kinds left as they are: a rollout the operator would cause itself waits for a slot
-    (rollouts.py), its pods and their ConfigMap untouched meanwhile."""
+def _held_for_the_rollout_cap(p: Pass, deployment: Mapping[str, Any]) -> tuple[tuple[str, str], ...]:
+    """The objects (kind, name) left as they are: a rollout the operator would cause itself waits
+    for a slot (rollouts.py), the gateway's pods and their ConfigMap untouched meanwhile."""
     status = p.body.get("status") or {}
     generation = int(p.body["metadata"].get("generation") or 0)
     if p.rollouts is None or p.live is None or p.live.controller_uid != p.owner.uid or not rollouts.operator_caused(
@@ -178,7 +179,7 @@ def _held_for_the_rollout_cap(p: Pass, deployment: Mapping[str, Any]) -> tuple[s
         p.rollout = "operator"
         return ()
     p.rollout = "queued"
-    return ("Deployment", "ConfigMap")
+    return ("Deployment", p.owner.name), ("ConfigMap", render.config_map_name(p.owner.name))
 
 
 async def read_exposure(p: Pass) -> bool:

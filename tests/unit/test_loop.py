@@ -296,6 +296,20 @@ def test_an_operator_caused_rollout_waits_for_a_slot_and_a_spec_change_never_doe
     assert not gate.holds(("ns", "bot"))
 
 
+def test_the_managed_redis_is_never_held_behind_the_gateways_queue() -> None:
+    kube = ApiStandIn()
+    managed = {"replicas": 3, "redis": {"managed": {"enabled": True}}, "config": {"hooks": {"idempotency": {"store_backend": "redis"}}}}
+    run(kube, gateway(managed))
+    redis = next(k for k in kube.objects if k[1] == "Deployment" and k[3] != "bot")
+    _upgraded(kube)
+    kube.objects[redis]["spec"]["replicas"] = 0            # drifted: the pass puts it back
+    gate = RolloutGate(limit=1)
+    assert gate.admit(("other", "gw"), time.monotonic())
+    result, _ = run(kube, gateway(managed, observedGeneration=1), rollouts=gate)
+    assert result.outcome.rollout == "queued" and _template_hash(kube) == "from-an-older-release"
+    assert kube.objects[redis]["spec"]["replicas"] == 1
+
+
 def test_a_slot_is_taken_then_given_back_once_the_new_template_is_ready() -> None:
     kube = ApiStandIn([secret("redis-auth", password="pw")])
     run(kube, gateway(REDIS_SPEC))
