@@ -18,7 +18,7 @@
 #   hack/build-binaries.sh --monitoring
 #                                   prometheus and promtool (hack/prometheus) and the
 #                                   prometheus-operator CRDs ($GWOP_CACHE/crds/) for
-#                                   tests/test_monitoring.py (`make test` and CI pass it)
+#                                   tests/sim/test_monitoring.py (`make test` and CI pass it)
 #                                   (flags combine: --node --monitoring)
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)

@@ -12,10 +12,6 @@ import pytest
 from harness.cluster import Cluster
 from harness.redis_server import RedisServer
 
-# tests/test_monitoring.py is to move to tests/sim (a flake is being fixed in it first): until
-# then it gets tests/sim's own_cluster from here. Delete this import with that move.
-from sim.conftest import own_cluster  # noqa: E402,F401
-
 if TYPE_CHECKING:
     from harness.llm_standin import StandInLLM
     from harness.operator import OperatorProcess

@@ -449,7 +449,6 @@ def test_the_live_scenario_covers_every_alert_of_the_chart() -> None:
         == sorted(ALERTS)
 
 
-@pytest.mark.cluster
 @pytest.mark.parametrize("alert", ALERTS)
 def test_alert_fires_and_resolves_on_the_live_scenario(live: Live, alert: str) -> None:
     o = live.outcomes.get(alert)
@@ -471,7 +470,6 @@ def evaluate_panels(live: Live) -> list[tuple[dict[str, Any], dict[str, Any], li
             for panel, target in panel_targets(board)]
 
 
-@pytest.mark.cluster
 def test_every_dashboard_query_returns_series_for_the_scenario(live: Live) -> None:
     empty = []
     for panel, target, series in evaluate_panels(live):
@@ -521,10 +519,9 @@ def dashboard_figure(live: Live, path: Path) -> Path:
     ordered = [charts[k] for k in sorted(charts) if k] + [charts[0]]
     phases = ", ".join(f"{i} {label}" for i, (_, _, label) in enumerate(live.phases, 1))
     return write_figure(path, ordered, columns=2, title="gateway-operator dashboard, evaluated by a real Prometheus "
-                        f"(1 s scrape) over tests/test_monitoring.py's scenario\nphases: {phases}")
+                        f"(1 s scrape) over tests/sim/test_monitoring.py's scenario\nphases: {phases}")
 
 
-@pytest.mark.cluster
 def test_dashboard_picture_of_the_scenario(live: Live, tmp_path: Path) -> None:
     path = Path(os.environ.get("GWOP_DASHBOARD_PNG") or tmp_path / "dashboard.png")
     if not path.is_absolute():
