@@ -14,7 +14,7 @@ venv:
 binaries:
 	@hack/build-binaries.sh >/dev/null
 
-# prometheus, promtool and the prometheus-operator CRDs, for tests/test_monitoring.py
+# prometheus, promtool and the prometheus-operator CRDs, for tests/sim/test_monitoring.py
 monitoring-binaries:
 	@hack/build-binaries.sh --monitoring >/dev/null
 .PHONY: monitoring-binaries
@@ -70,7 +70,7 @@ crds: venv
 	$(VENV)/bin/gateway-operator tenancy-policy > charts/gateway-operator/templates/tenancy-policy.yaml
 .PHONY: crds
 
-# The GatewayDeployment reference table of README.md, generated from the CRD (whose fields are
+# The GatewayDeployment reference table of docs/reference.md, generated from the CRD (whose fields are
 # declared once in operator/gateway_operator/api.py); tests/unit/test_api_fields.py fails when the
 # committed one is stale.
 api-reference: venv
@@ -97,9 +97,9 @@ node-binaries:
 .PHONY: node-binaries
 
 # docs/img/dashboard.png: the Grafana dashboard's panels evaluated by a real Prometheus over the
-# live scenario of tests/test_monitoring.py (on its own control plane, .cluster/monitoring).
+# live scenario of tests/sim/test_monitoring.py (on its own control plane, .cluster/monitoring).
 dashboard-png: system-deps venv binaries monitoring-binaries
-	GWOP_DASHBOARD_PNG=docs/img/dashboard.png $(PY) -m pytest -q tests/test_monitoring.py -k picture
+	GWOP_DASHBOARD_PNG=docs/img/dashboard.png $(PY) -m pytest -q tests/sim/test_monitoring.py -k picture
 .PHONY: dashboard-png
 
 # The golden pod templates (tests/golden/, one file per example): written again from what render

@@ -2,7 +2,7 @@
 
     .venv/bin/python bench/operator_bench.py --gateways 200 --replicas 2 [--interval 10]
         [--timeout 1] [--idle 30] [--flips 20] [--soak 0] [--no-floor] [--json FILE]
-    .venv/bin/python bench/plot.py docs/img/bench.png FILE.json ...   (the README's figure)
+    .venv/bin/python bench/plot.py docs/img/bench.png FILE.json ...   (docs/development.md's figure)
 
 On its own control plane (.cluster/bench: etcd, kube-apiserver, kube-controller-manager),
 pods are SIMULATED by kwok (hack/cluster.sh's simulated node) and their ``/health`` answered by

@@ -1,4 +1,4 @@
-"""Plots of bench/operator_bench.py results (its --json files), as the README shows them.
+"""Plots of bench/operator_bench.py results (its --json files), as docs/development.md shows them.
 
     .venv/bin/python bench/plot.py docs/img/bench.png results/n50.json results/n200.json ...
 

@@ -1,6 +1,6 @@
 -- Argo CD resource health check for gateway-operator.dev/GatewayDeployment.
 -- Install: the argocd-cm key resource.customizations.health.gateway-operator.dev_GatewayDeployment
--- (README, "Readiness: kubectl wait, helm --wait, Argo CD"). It reads the resource the way
+-- (docs/operations.md, "Readiness: kubectl wait, helm --wait, Argo CD"). It reads the resource the way
 -- kstatus does (helm --wait, Flux):
 --   no status yet, or status.observedGeneration < metadata.generation -> Progressing
 --   Stalled=True     -> Degraded     (the operator cannot act until the spec or a Secret changes)

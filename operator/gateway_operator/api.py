@@ -2,7 +2,7 @@
 
 Each field of the spec is declared once, here, in its dataclass field's metadata (fields.py):
 JSON name, type, default, bounds or allowed values, description. The CRD's schema (crd.py),
-``parse`` with its defaults, and the README's reference table (hack/api-reference.py) all come
+``parse`` with its defaults, and docs/reference.md's table (hack/api-reference.py) all come
 from those declarations.
 
 The operator reads a few fields of the user's ``gateway.yaml`` (the idempotency store, the

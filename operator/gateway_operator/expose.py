@@ -5,7 +5,7 @@ What a WebSocket gateway needs from the edge, written for the controllers users 
 
 - long timeouts: a webhook's answer waits for a whole agent turn, and a WebSocket stays open;
   ingress-nginx reads them from Ingress annotations, Gateway API from the route rule's
-  ``timeouts.request`` (Traefik has no per-route timeout: its entry point's, see the README).
+  ``timeouts.request`` (Traefik has no per-route timeout: its entry point's, see docs/install.md).
 - with more than one replica, a cookie that pins a client to one replica (the Service's
   ClientIP affinity sees the controller's address, not the client's, so it would pin every
   client to one replica): ingress-nginx reads it from Ingress annotations, Traefik from the

@@ -6,7 +6,7 @@ allowed values and its description. From that one declaration come
 
 * the typed view and its defaults: ``parse`` (and the dataclass's own defaults),
 * the CRD's schema and descriptions: crd.py's ``object_schema``,
-* the README's reference table: hack/api-reference.py, from the CRD crd.py generates.
+* docs/reference.md's table: hack/api-reference.py, from the CRD crd.py generates.
 
 A description says ``{default}``, ``{range}`` and ``{max_length}`` where the declaration's
 default and bounds belong, so "Default 10." and "1-3600" are never written by hand beside them.

@@ -1,7 +1,7 @@
 """Condition reasons: every ``reason`` the operator writes, named once.
 
 The code, the CRD's description of ``status.conditions`` and the tests use these names;
-the README's table lists them. A reason is CamelCase and stable: dashboards and alerts
+docs/concepts.md's table lists them. A reason is CamelCase and stable: dashboards and alerts
 match on it.
 """
 from __future__ import annotations

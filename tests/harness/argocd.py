@@ -29,8 +29,8 @@ def health(obj: Mapping[str, Any], script: str | None = None) -> Health:
 
 
 def readme_argocd_cm() -> dict[str, Any]:
-    """The argocd-cm ConfigMap shown in the README's readiness section (its ```yaml block)."""
-    readme = (REPO / "README.md").read_text()
+    """The argocd-cm ConfigMap shown in docs/operations.md's readiness section (its ```yaml block)."""
+    readme = (REPO / "docs/operations.md").read_text()
     section = readme[readme.index(README_SECTION):]
     end = section.find("\n## ", 1)
     section = section if end < 0 else section[:end]

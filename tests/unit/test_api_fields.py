@@ -1,4 +1,4 @@
-"""The API declared once (fields.py): the CRD, parse's defaults, the README's reference table and
+"""The API declared once (fields.py): the CRD, parse's defaults, docs/reference.md's table and
 the launcher's copies all say what the field declarations of api.py say."""
 from __future__ import annotations
 
@@ -23,8 +23,8 @@ SECTIONS = (api.GatewaySpec, api.RedisSpec, api.RedisTLSSpec, api.ManagedRedisSp
             api.PersistenceSpec, api.SessionsSpec, api.ServiceSpec, api.NetworkPolicySpec)
 
 
-def test_readme_reference_table_is_generated_and_fresh() -> None:
-    """README.md's GatewayDeployment reference is hack/api-reference.py's output (the CRD's spec
+def test_reference_table_is_generated_and_fresh() -> None:
+    """docs/reference.md's GatewayDeployment reference is hack/api-reference.py's output (the CRD's spec
     schema): a field added or a description changed without `make api-reference` fails here."""
     result = subprocess.run([sys.executable, str(REPO / "hack/api-reference.py"), "--check"],
                             capture_output=True, text=True)

@@ -1,7 +1,7 @@
 """Golden pod templates: what every example GatewayDeployment's pods are made of, kept in
 tests/golden/. A change to a pod template rolls every GatewayDeployment like it when the new
 operator is installed (in-flight turns cut, replicas back cold), so it must be seen in review:
-this test fails until the golden files are written again (``make golden``), and the README's
+this test fails until the golden files are written again (``make golden``), and docs/upgrades.md's
 "Rollouts per release" says why the release rolls them.
 
 The ConfigMap is in the golden file too (its hash is the template's config-hash annotation),
@@ -66,4 +66,4 @@ def test_the_pod_template_is_the_golden_one(example: Path) -> None:
     assert yaml.safe_load(path.read_text()) == rendered, (
         f"the pods of {example.relative_to(REPO)} changed: an operator upgrade rolls every GatewayDeployment "
         f"like it. If that is intended, run `make golden`, review the diff of {path.relative_to(REPO)}, and say "
-        "why in the README's 'Rollouts per release'")
+        "why in docs/upgrades.md's 'Rollouts per release'")

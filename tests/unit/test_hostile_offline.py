@@ -119,10 +119,10 @@ def test_deep_config_is_refused_offline_too(tmp_path: Path) -> None:
 
 
 def test_every_reason_is_documented_and_in_the_crd() -> None:
-    """Reasons are named once (reasons.py); the README and `kubectl explain` list them all."""
+    """Reasons are named once (reasons.py); docs/concepts.md and `kubectl explain` list them all."""
     from gateway_operator.crd import crd
     from gateway_operator.health import Idempotency
-    readme = (REPO / "README.md").read_text()
+    readme = (REPO / "docs/concepts.md").read_text()
     described = crd()["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["status"]["properties"][
         "conditions"]["items"]["properties"]["reason"]["description"]
     assert {s.value for s in Idempotency} - {"Healthy", "Unreachable"} <= set(reasons.ALL)
