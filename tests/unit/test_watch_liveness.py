@@ -55,3 +55,16 @@ def test_kinds_are_apart_and_opaque_versions_are_not_compared() -> None:
     w.delivered(KIND, A, "not-a-number")
     w.delivered(KIND, A, "3")
     assert w.listed(KIND, {A: 3}, 50.0) == ""
+
+
+def test_the_liveness_probe_fails_once_a_watch_is_stalled() -> None:
+    import kopf
+    import pytest
+
+    from gateway_operator import handlers
+    memo = kopf.Memo(watches=Watches(bound=10))
+    assert handlers.watch_probe(memo=memo) == "delivering"
+    memo.watches.listed(KIND, {A: 3}, 0.0)
+    memo.watches.listed(KIND, {A: 3}, 11.0)
+    with pytest.raises(kopf.PermanentError, match="GatewayDeployment watch delivered no change"):
+        handlers.watch_probe(memo=memo)
