@@ -99,7 +99,6 @@ class Pass:
         return render.Owner(meta["name"], meta["namespace"], meta["uid"])
 
 
-
 async def read_inputs(p: Pass) -> bool:
     cached = None if p.full else p.seen.inputs
     p.prepared = await asyncio.to_thread(inputs.prepare, p.kube, p.owner, p.body.get("spec") or {}, p.full, cached,
@@ -149,8 +148,8 @@ async def write(p: Pass) -> bool:
     # routes and the gateway NetworkPolicy are looked for (to remove) only once status said they were written
     before = ("expose" in status, "networkPolicy" in status)
     token = p.migration.token if p.migration and not p.migration.done else ""
-    objects = render.desired_objects(p.owner, p.spec, p.prepared.target, p.replicas, p.prepared.revision,
-                                     p.settings.operator, token)
+    objects = await asyncio.to_thread(render.desired_objects, p.owner, p.spec, p.prepared.target, p.replicas,
+                                      p.prepared.revision, p.settings.operator, token)  # CPU: off the event loop
     held = _held_for_the_rollout_cap(p, next(o for o in objects if o["kind"] == "Deployment"
                                              and o["metadata"]["name"] == p.owner.name))
     try:
@@ -205,6 +204,7 @@ async def look_at_pods(p: Pass) -> bool:
                                                     p.observed.rolled_out):
         p.rollout = p.rollout or "operator"  # its operator-caused rollout still runs
     return True
+
 
 #: the pass, in order; a step returning False ends it
 STEPS: tuple[Callable[[Pass], Awaitable[bool]], ...] = (read_inputs, probe, decide, write, read_exposure, look_at_pods)
