@@ -25,8 +25,6 @@ from .tenancy import violations as tenancy_violations
 from .validation import MSG_REPLICAS_NEED_REDIS, limit_violations, violations
 
 
-
-
 class SecretInputs(NamedTuple):
     password: str | None = None   # the Redis password, for the operator's own probe
     revision: str = ""            # changes when a Secret the pods read changes
