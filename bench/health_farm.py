@@ -28,6 +28,11 @@ def _response(body: bytes) -> bytes:
             + str(len(body)).encode() + b"\r\n\r\n" + body)
 
 
+#: uvicorn's default timeout_keep_alive, which the gateway (praisonai_bot/gateway/server.py) keeps:
+#: an idle connection is closed this long after its last answer, so a poller cannot reuse one
+#: across a longer interval here either
+KEEP_ALIVE_S = 5.0
+
 _ANSWERS = {False: _response(json.dumps(health_body([])).encode()),
             True: _response(json.dumps(health_body([idempotency_owner(RUNTIME)])).encode())}
 
@@ -42,17 +47,24 @@ class Farm:
         farm = self
 
         class Replica(asyncio.Protocol):
-            """Minimal HTTP/1.1 with keep-alive: one answer per request head."""
+            """Minimal HTTP/1.1 with keep-alive (closed when idle for KEEP_ALIVE_S, as uvicorn
+            does): one answer per request head."""
 
             def connection_made(self, transport: asyncio.BaseTransport) -> None:
                 self.transport = transport  # type: ignore[assignment]
                 self.buffer = b""
+                self.idle = asyncio.get_running_loop().call_later(KEEP_ALIVE_S, transport.close)
+
+            def connection_lost(self, exc: Exception | None) -> None:
+                self.idle.cancel()
 
             def data_received(self, data: bytes) -> None:
                 self.buffer += data
                 while b"\r\n\r\n" in self.buffer:
                     head, self.buffer = self.buffer.split(b"\r\n\r\n", 1)
                     farm.requests += 1
+                    self.idle.cancel()
+                    self.idle = asyncio.get_running_loop().call_later(KEEP_ALIVE_S, self.transport.close)
                     self.transport.write(_ANSWERS[ip in farm.degraded])  # type: ignore[attr-defined]
                     if b"connection: close" in head.lower():
                         self.transport.close()

@@ -21,7 +21,8 @@ from . import api, health, metrics, render, summarize
 from .api import GatewaySpec, HealthSpec
 from .conditions import Facts, Problem
 from .expose import Exposure
-from .inputs import SecretInputs, kept, resource_version, spec_or_none
+from . import inputs
+from .inputs import Checked, SecretInputs, kept, resource_version
 from .kube import Kube
 from .pods import LiveDeployment, PodView
 from .publish import ObjectLog, publish
@@ -46,7 +47,7 @@ class GatewayController:
     claims: Callable[[Sequence[str]], Mapping[str, Sequence[Claim]]] = lambda _: {}  # claimants of these hosts
     settings: ControllerSettings = field(default_factory=ControllerSettings)
     prober: Prober = field(default_factory=Prober)
-    poller: health.Poller = field(default_factory=health.Poller)
+    poller: health.Poller = field(default_factory=health.Poller)  # its own: the connections to its replicas
     body: Mapping[str, Any] = field(default_factory=dict)
     wake: asyncio.Event = field(default_factory=asyncio.Event)
     schedule: Schedule = field(default_factory=Schedule)  # when the next pass, poll and restart are due
@@ -54,6 +55,8 @@ class GatewayController:
     _rv_floor: int = 0                    # the resourceVersion of our last status write
     _inputs: SecretInputs | None = None   # the last full pass's Secret inputs, reused until the next
     _exposure: Exposure | None = None     # status.expose as last read (spec.expose)
+    _health: dict[str, health.ReplicaHealth] = field(default_factory=dict)  # each replica's last answer, by pod
+    _checked: Checked | None = None       # the spec as checked, kept while its generation is the same
 
     def __post_init__(self) -> None:
         self.log = ObjectLog(log, {"object": f"{self.namespace}/{self.name}"})
@@ -73,6 +76,12 @@ class GatewayController:
 
     async def run(self) -> None:
         """Until cancelled, or until the GatewayDeployment is found gone."""
+        try:
+            await self._loop()
+        finally:
+            self.poller.close()
+
+    async def _loop(self) -> None:
         while True:
             try:
                 await self.step()
@@ -89,13 +98,14 @@ class GatewayController:
             self.wake.clear()
 
     async def step(self) -> None:
-        body, spec = self.body, spec_or_none(self.body)
+        body, checked = self.body, self._check(self.body)
+        spec = checked.spec if checked else None
         health_spec = spec.health if spec else HealthSpec()
-        full = self.schedule.begin(time.monotonic(), health_spec.interval_seconds, random.uniform(0.5, 1.0))
+        full, poll_due = self.schedule.begin(time.monotonic(), health_spec.interval_seconds, random.uniform(0.5, 1.0))
         # polling runs beside the reconcile, so a slow Redis probe never delays what the
         # replicas report: a fact shows within one interval plus the poll timeout
-        outcome, replicas = await asyncio.gather(self._pass(body, full, spec.expose.hosts if spec else ()),
-                                                 self._poll(health_spec))
+        outcome, replicas = await asyncio.gather(self._pass(body, checked, full, spec.expose.hosts if spec else ()),
+                                                 self._poll(health_spec, poll_due))
         facts = summarize.facts(body, spec, outcome, replicas, time.time())
         policy = render.gateway_network_policy_name(self.name) if spec and spec.network_policy.enabled else ""
         written = await publish(self.kube, body, facts, outcome, self._exposure, policy, self.log)
@@ -104,11 +114,25 @@ class GatewayController:
         if spec is not None:
             await self._restart_stale(spec, facts, outcome)
 
-    async def _pass(self, body: Mapping[str, Any], full: bool, hosts: Sequence[str]) -> Outcome:
+    def _check(self, body: Mapping[str, Any]) -> Checked | None:
+        """inputs.check, once per generation (a spec change bumps it; status writes do not)."""
+        meta, kept_one = body["metadata"], self._checked
+        generation = meta.get("generation")
+        if kept_one is None or generation is None or kept_one.generation != generation:
+            try:
+                kept_one = inputs.check(render.Owner(self.name, self.namespace, meta.get("uid", "")),
+                                        body.get("spec") or {}, generation, self.settings.reconcile.tenancy)
+            except Exception:  # noqa: BLE001 - the pass meets it again and reports it (ReconcileError)
+                kept_one = None
+            self._checked = kept_one
+        return kept_one
+
+    async def _pass(self, body: Mapping[str, Any], checked: Checked | None, full: bool,
+                    hosts: Sequence[str]) -> Outcome:
         """The pass, then what it leaves for the next ones: the Secret inputs and the exposure
         it read, and the schedule (the next full pass; a sticky problem survives observation)."""
         started = time.monotonic()
-        seen = Observation(self.deployment(), self._inputs, self._exposure, self.claims(hosts))
+        seen = Observation(self.deployment(), self._inputs, self._exposure, self.claims(hosts), checked)
         result = await reconcile(self.kube, self.prober, self.settings.reconcile, body, list(self.pods()),
                                  full, self.schedule.failures, seen, self.rollouts)
         outcome = result.outcome
@@ -131,11 +155,18 @@ class GatewayController:
         self.log.problem(Problem("StepError", message), exc_info, message)
         self.schedule.errored(time.monotonic(), self.settings.reconcile.problem_backoff)
 
-    async def _poll(self, health_spec: HealthSpec) -> list[health.ReplicaHealth]:
+    async def _poll(self, health_spec: HealthSpec, due: bool) -> list[health.ReplicaHealth]:
+        """Every serving replica's answer: polled when the poll is due, else the last one (a
+        replica without one, a new pod, is polled at once)."""
         targets = [health.Target(p.name, p.ip, api.GATEWAY_PORT) for p in self.pods() if p.serving and p.ip]
-        results = await self.poller.poll(targets, health_spec.timeout_seconds, health_spec.max_concurrency)
-        metrics.polled(self.namespace, self.name, (r.state.value for r in results))
-        return results
+        asked = [t for t in targets if due or t.pod not in self._health]
+        if asked:
+            answers = await self.poller.poll(asked, health_spec.timeout_seconds, health_spec.max_concurrency,
+                                             keep_alive=health_spec.interval_seconds < health.REUSE_WITHIN_S)
+            metrics.polled(self.namespace, self.name, (r.state.value for r in answers))
+            self._health.update((r.pod, r) for r in answers)
+        self._health = {t.pod: self._health[t.pod] for t in targets if t.pod in self._health}
+        return list(self._health.values())
 
     async def _restart_stale(self, spec: GatewaySpec, facts: Facts, outcome: Outcome) -> None:
         """replicas.stale_replica says which, the schedule when (its cooldown)."""

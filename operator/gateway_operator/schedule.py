@@ -18,6 +18,7 @@ from .conditions import Problem
 STICKY = (reasons.APPLY_FAILED, reasons.OBJECT_NOT_OWNED, reasons.RECONCILE_ERROR, reasons.EXPOSE_NOT_SERVED)
 PROBLEM_BACKOFF = (2.0, 4.0, 8.0, 16.0, 30.0, 60.0)  # retries while a problem persists
 MIN_SLEEP = 0.1
+POLL_SLACK = MIN_SLEEP  # a step this close before its poll is due polls now, not in a moment
 
 
 def backoff(failures: int, steps: tuple[float, ...] = PROBLEM_BACKOFF) -> float:
@@ -38,7 +39,7 @@ class Schedule:
     next_full: float = 0.0
     failures: int = 0                    # consecutive passes that ended with a problem or an error
     sticky: Problem | None = None        # a problem of the last full pass that observation cannot see
-    next_poll: float = 0.0               # polls keep a fixed cadence: one interval after the last began
+    next_poll: float = 0.0               # when the next /health poll is due (fixed cadence)
     last_restart: float = 0.0
 
     def spec_changed(self, generation: object) -> bool:
@@ -51,12 +52,21 @@ class Schedule:
     def nudge(self) -> None:
         self.dirty = True
 
-    def begin(self, now: float, poll_interval: float, first_poll_jitter: float) -> bool:
-        """A step starts: schedules the next poll and says whether this pass is a full one. The
+    def begin(self, now: float, poll_interval: float, first_poll_jitter: float) -> tuple[bool, bool]:
+        """A step starts: (is this pass a full one, is a /health poll due). Polls keep a fixed
+        cadence, one interval apart whatever else wakes the loop (a resync, a nudge, a spec change
+        reuse the last answers), so every ready replica is polled once per interval, no more. The
         second poll comes ``first_poll_jitter`` (0.5-1.0) of an interval after the first, so that
         gateways found together (an operator start) do not poll in one burst for ever."""
-        self.next_poll = now + poll_interval * (first_poll_jitter if not self.next_poll else 1.0)
-        return self.dirty or now >= self.next_full
+        poll = now >= self.next_poll - POLL_SLACK
+        if poll:
+            if not self.next_poll:
+                self.next_poll = now + poll_interval * first_poll_jitter
+            elif now - self.next_poll < poll_interval:
+                self.next_poll += poll_interval  # late by a little: the next one keeps the cadence
+            else:
+                self.next_poll = now + poll_interval  # late by more than an interval: no catching up
+        return self.dirty or now >= self.next_full, poll
 
     def settled(self, now: float, applied: bool, generation: object, problem: Problem | None,
                 requeue_after: float) -> Problem | None:

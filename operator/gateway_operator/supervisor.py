@@ -13,7 +13,6 @@ from typing import Any, Callable, Mapping, Sequence
 
 from . import metrics
 from .controller import ControllerSettings, GatewayController
-from .health import Poller
 from .kube import Kube
 from .pods import LiveDeployment, PodView
 from .redis_probe import Allowlist, ForeignCheck, Prober
@@ -33,7 +32,6 @@ class Supervisor:
         self.kube, self.settings, self.pods_of, self.deployment_of = kube, settings, pods_of, deployment_of
         self.claims_of = claims_of
         self.prober = Prober(Allowlist.parse(settings.redis_allow), foreign=foreign)  # one, so its limits hold across objects
-        self.poller = Poller()  # one HTTP client for every /health poll
         self.rollouts = RolloutGate(settings.max_concurrent_rollouts)  # operator-caused rollouts, a few at a time
         self._controllers: dict[Key, tuple[str, GatewayController, asyncio.Task[None]]] = {}
         # uids seen deleted: a late event of a deleted object (same name, re-created) must
@@ -64,7 +62,7 @@ class Supervisor:
             self.stop(key)
             controller = GatewayController(self.kube, key[0], key[1], lambda: self.pods_of(key),
                                            lambda: self.deployment_of(key), self.claims_of, self.settings,
-                                           self.prober, self.poller, rollouts=self.rollouts)
+                                           self.prober, rollouts=self.rollouts)
             task = asyncio.get_running_loop().create_task(controller.run(), name=f"gateway {key[0]}/{key[1]}")
             task.add_done_callback(lambda _: self._finished(key, uid))
             entry = (uid, controller, task)
@@ -104,4 +102,3 @@ class Supervisor:
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
-        await self.poller.close()

@@ -14,32 +14,52 @@ REDIS = Problem(reasons.REDIS_TARGET_NOT_ALLOWED, "outside the allowlist")
 
 def test_the_first_pass_is_full_and_the_next_full_one_comes_when_the_pass_asked() -> None:
     s, now = Schedule(), 1000.0
-    assert s.begin(now, INTERVAL, 0.5)
+    assert s.begin(now, INTERVAL, 0.5)[0]
     assert s.settled(now, True, 1, None, 60.0) is None
     assert not s.dirty and s.failures == 0 and s.next_full == now + 60
-    assert not s.begin(now + 30, INTERVAL, 0.5)   # an observation pass
-    assert s.begin(now + 60, INTERVAL, 0.5)       # the resync is due
+    assert not s.begin(now + 30, INTERVAL, 0.5)[0]   # an observation pass
+    assert s.begin(now + 60, INTERVAL, 0.5)[0]       # the resync is due
     s.settled(now + 60, True, 1, None, 60.0)
-    assert not s.begin(now + 61, INTERVAL, 0.5)
+    assert not s.begin(now + 61, INTERVAL, 0.5)[0]
     s.nudge()                                     # an owned object changed
-    assert s.begin(now + 61, INTERVAL, 0.5)
+    assert s.begin(now + 61, INTERVAL, 0.5)[0]
 
 
 def test_polls_keep_a_fixed_cadence_after_a_jittered_second_one() -> None:
     s = Schedule()
-    s.begin(100.0, INTERVAL, 0.7)
+    assert s.begin(100.0, INTERVAL, 0.7) == (True, True)
     assert s.next_poll == 107.0                   # 0.7 of an interval after the first
-    s.begin(107.0, INTERVAL, 0.7)
-    assert s.next_poll == 117.0                   # then one interval after each began
+    assert s.begin(107.0, INTERVAL, 0.7)[1]
+    assert s.next_poll == 117.0                   # then one interval after the last was due
     s.next_full = 500.0
     assert s.sleep_for(107.0) == 10.0
     assert s.sleep_for(116.99) == schedule.MIN_SLEEP  # never a busy loop
 
 
+def test_a_step_between_polls_does_not_poll_and_a_late_poll_keeps_the_cadence() -> None:
+    """The benchmark counted 15% more polls than replicas x 1/interval: every step polled, the
+    resync's and each nudge's too. Now only a due poll polls, and lateness does not shift the
+    cadence (so the rate stays one per interval)."""
+    s = Schedule()
+    s.begin(0.0, INTERVAL, 1.0)                   # the first poll; the next due at 10
+    s.settled(0.0, True, 1, None, 5.0)
+    assert s.begin(5.0, INTERVAL, 1.0) == (True, False)   # the resync: a full pass, no poll
+    s.nudge()
+    assert s.begin(7.0, INTERVAL, 1.0) == (True, False)   # a nudge: the same
+    assert s.begin(9.95, INTERVAL, 1.0)[1]        # within POLL_SLACK of due: polls now
+    assert s.next_poll == 20.0
+    assert s.begin(20.8, INTERVAL, 1.0)[1]        # late by 0.8 s (a busy loop) ...
+    assert s.next_poll == 30.0                    # ... the next one is still due at 30
+    assert s.begin(55.0, INTERVAL, 1.0)[1]        # late by more than an interval: no burst of catch-up polls
+    assert s.next_poll == 65.0
+    polls = sum(s.begin(t / 10, INTERVAL, 1.0)[1] for t in range(550, 6550, 7))  # a step every 0.7 s
+    assert polls == 60                            # 600 s: one poll per interval
+
+
 def test_a_persisting_problem_backs_off_and_a_spec_change_retries_at_once() -> None:
     s, now, waits = Schedule(), 0.0, []
     for _ in range(8):
-        assert s.begin(now, INTERVAL, 1.0)
+        assert s.begin(now, INTERVAL, 1.0)[0]
         requeue = schedule.backoff(s.failures)    # what reconcile asks for with the failures so far
         assert s.settled(now, True, 1, REDIS, requeue) == REDIS
         waits.append(s.next_full - now)
@@ -47,12 +67,12 @@ def test_a_persisting_problem_backs_off_and_a_spec_change_retries_at_once() -> N
     assert waits == [2, 4, 8, 16, 30, 60, 60, 60]
     assert not s.spec_changed(1)                  # the same generation: a status write's echo
     assert s.spec_changed(2) and s.dirty and s.failures == 0
-    assert s.begin(now - 59, INTERVAL, 1.0)       # not waiting out the backoff
+    assert s.begin(now - 59, INTERVAL, 1.0)[0]       # not waiting out the backoff
 
 
 def test_an_observation_pass_sees_a_problem_only_sooner_and_keeps_a_sticky_one() -> None:
     s = Schedule()
-    s.begin(0.0, INTERVAL, 1.0)
+    s.begin(0.0, INTERVAL, 1.0)[0]
     s.settled(0.0, True, 1, None, 60.0)
     # a problem an observation pass finds (a crash loop) brings the next full pass forward
     assert s.settled(5.0, False, 1, REDIS, 2.0) == REDIS and s.next_full == 7.0
