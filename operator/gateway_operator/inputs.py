@@ -60,32 +60,55 @@ class Prepared(NamedTuple):
         return self.inputs.revision if self.inputs else ""
 
 
-def prepare(kube: Kube, owner: render.Owner, raw_spec: Mapping[str, Any], full: bool,
-             cached: SecretInputs | None, tenancy: TenancyPolicy = TenancyPolicy()) -> Prepared:
-    """Parse and check the spec, create the generated Secrets (full passes), read the ones
-    the pods use (unless ``cached`` holds what the last full pass read). Every bad input
-    becomes a Problem."""
+class Checked(NamedTuple):
+    """The spec parsed and checked (pure): the same for as long as its generation is, so the
+    loop keeps it between passes instead of parsing every interval. ``spec`` is set whenever it
+    parses, even when a rule then refuses it (the loop still reads its health settings)."""
+
+    generation: object
+    spec: GatewaySpec | None = None
+    target: RedisTarget | None = None
+    problem: Problem | None = None
+
+
+def check(owner: render.Owner, raw_spec: Mapping[str, Any], generation: object,
+          tenancy: TenancyPolicy = TenancyPolicy()) -> Checked:
+    """Parse and check the spec: every bad input becomes a Problem."""
     try:
         spec = GatewaySpec.parse(raw_spec)
     except (TypeError, ValueError, KeyError, AttributeError) as e:
-        return Prepared(owner, problem=Problem(reasons.INVALID_SPEC, f"spec cannot be read: {e}"))
+        return Checked(generation, problem=Problem(reasons.INVALID_SPEC, f"spec cannot be read: {e}"))
     over = limit_violations(raw_spec)
     if over:
-        return Prepared(owner, problem=Problem(reasons.CONFIG_OVER_LIMITS, " ".join(over)))
+        return Checked(generation, spec, problem=Problem(reasons.CONFIG_OVER_LIMITS, " ".join(over)))
     # Defence in depth: the CRD's rules may be missing (an old CRD, a bypassed webhook).
     broken = [m for m in violations(owner.name, raw_spec) if m != MSG_REPLICAS_NEED_REDIS]
     if broken:
-        return Prepared(owner, problem=Problem(reasons.INVALID_SPEC, " ".join(broken)))
+        return Checked(generation, spec, problem=Problem(reasons.INVALID_SPEC, " ".join(broken)))
     if not spec.image:
-        return Prepared(owner, problem=Problem(reasons.INVALID_SPEC, "spec.image is required"))
+        return Checked(generation, spec, problem=Problem(reasons.INVALID_SPEC, "spec.image is required"))
     # the administrator's policy, which the chart's admission policy enforces too (it may be off)
     refused = tenancy_violations(owner.namespace, raw_spec, tenancy)
     if refused:
-        return Prepared(owner, problem=Problem(reasons.TENANCY_POLICY_VIOLATION, " ".join(refused)))
+        return Checked(generation, spec, problem=Problem(reasons.TENANCY_POLICY_VIOLATION, " ".join(refused)))
     try:
-        target = resolve(spec.redis, owner.namespace, owner.name)
+        return Checked(generation, spec, resolve(spec.redis, owner.namespace, owner.name))
     except InvalidRedisURL as e:
-        return Prepared(owner, problem=Problem(reasons.INVALID_REDIS_URL, str(e)))
+        return Checked(generation, spec, problem=Problem(reasons.INVALID_REDIS_URL, str(e)))
+
+
+def reads_the_api(checked: Checked, full: bool, cached: SecretInputs | None) -> bool:
+    """Whether ``prepare`` calls the API server (the loop runs it in a thread then): a full
+    pass, Secrets not read yet, or a managed Redis whose pod address is looked up."""
+    return checked.problem is None and (full or cached is None or bool(checked.target and checked.target.managed))
+
+
+def prepare(kube: Kube, owner: render.Owner, checked: Checked, full: bool, cached: SecretInputs | None) -> Prepared:
+    """Create the generated Secrets (full passes), read the ones the pods use (unless
+    ``cached`` holds what the last full pass read) and the managed Redis's address."""
+    if checked.problem is not None or checked.spec is None:
+        return Prepared(owner, problem=checked.problem)
+    spec, target = checked.spec, checked.target
     try:
         writes = _ensure_generated_secrets(kube, owner, spec) if full else 0
         inputs = cached or _secret_inputs(kube, owner, spec, target)
@@ -182,14 +205,6 @@ def observed_if_ours(live: LiveDeployment | None, owner: render.Owner) -> Observ
 
 
 # -- the GatewayDeployment as the loop keeps it ------------------------------------------------------
-
-def spec_or_none(body: Mapping[str, Any]) -> GatewaySpec | None:
-    """The typed spec, or None when it cannot be read (reconcile reports why)."""
-    try:
-        return GatewaySpec.parse(body.get("spec") or {})
-    except Exception:  # noqa: BLE001 - reconcile turns the same failure into InvalidSpec
-        return None
-
 
 def kept(body: Mapping[str, Any]) -> dict[str, Any]:
     """The object as the loop keeps it between passes: without metadata.managedFields, which

@@ -21,13 +21,22 @@ class Migration:
         return {"token": self.token, "state": "Done" if self.done else "Pending"}
 
 
+def reads_the_claim(spec: GatewaySpec, previous: Mapping[str, Any]) -> bool:
+    """Whether ``migration_state`` looks the state PVC up (an API read: the loop runs it in a thread)."""
+    return spec.store_backend == "redis" and spec.persistence.enabled and not _done(previous)
+
+
+def _done(previous: Mapping[str, Any]) -> bool:
+    return previous.get("state") == "Done" and bool(previous.get("token"))
+
+
 def migration_state(spec: GatewaySpec, previous: Mapping[str, Any], state_claim_exists: Callable[[], bool],
                     marker: str | None, new_token: Callable[[], str]) -> Migration | None:
     """None when there is nothing to carry over: not on Redis, no state PVC (an emptyDir's records
     died with its pod, which ExactlyOnceAdmission said: StoreNotPersistent)."""
     if spec.store_backend != "redis" or not spec.persistence.enabled:
         return None
-    if previous.get("state") == "Done" and previous.get("token"):
+    if _done(previous):
         return Migration(str(previous["token"]), True)
     if not state_claim_exists():
         return None

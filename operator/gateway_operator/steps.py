@@ -16,6 +16,7 @@ so a slow Redis never holds a thread that another namespace's reconcile needs.
 from __future__ import annotations
 
 import asyncio
+import functools
 import time
 import secrets as token_source
 from dataclasses import dataclass, field
@@ -27,11 +28,11 @@ from . import api, apply, inputs, render, rollouts, schedule, summarize
 from .api import GatewaySpec
 from .conditions import Problem
 from .expose import Exposure
-from .inputs import Prepared, SecretInputs
+from .inputs import Checked, Prepared, SecretInputs
 from .kube import Kube, NotOwned, NotServed
 from .pods import LiveDeployment, Observed, PodView
 from .redis_probe import ProbeResult, Prober
-from .replicas import Migration, migration_state, replicas_to_run
+from .replicas import Migration, migration_state, reads_the_claim, replicas_to_run
 from .rollouts import RolloutGate
 from .tenancy import Claim, TenancyPolicy, claim_of, claimed_elsewhere
 
@@ -59,6 +60,7 @@ class Observation(NamedTuple):
     inputs: SecretInputs | None = None
     exposure: Exposure | None = None  # the last one read: an observation pass reads again until it has an address
     host_claims: Mapping[str, Sequence[Claim]] = {}  # every known claimant of each host spec.expose names
+    checked: Checked | None = None  # the spec as checked for its generation (inputs.check)
 
 
 @dataclass
@@ -100,9 +102,15 @@ class Pass:
 
 
 async def read_inputs(p: Pass) -> bool:
+    generation = p.body["metadata"].get("generation")
+    checked = p.seen.checked
+    if checked is None or generation is None or checked.generation != generation:
+        checked = inputs.check(p.owner, p.body.get("spec") or {}, generation, p.settings.tenancy)
     cached = None if p.full else p.seen.inputs
-    p.prepared = await asyncio.to_thread(inputs.prepare, p.kube, p.owner, p.body.get("spec") or {}, p.full, cached,
-                                         p.settings.tenancy)
+    if inputs.reads_the_api(checked, p.full, cached):
+        p.prepared = await asyncio.to_thread(inputs.prepare, p.kube, p.owner, checked, p.full, cached)
+    else:  # nothing to read: no thread (an observation pass, every interval, of every object)
+        p.prepared = inputs.prepare(p.kube, p.owner, checked, p.full, cached)
     p.writes, p.apply_due = p.prepared.writes, p.full
     if p.full or p.seen.deployment is None:
         p.live = await asyncio.to_thread(inputs.observe, p.kube, p.owner)
@@ -128,11 +136,13 @@ async def decide(p: Pass) -> bool:
     p.problems += [summarize.policy_problem(spec),
                    summarize.target_problem(p.probe.reason, p.probe.message) if p.probe else None,
                    summarize.claim_problem(p.claimed)]
-    p.migration = await asyncio.to_thread(
-        migration_state, spec, (p.body.get("status") or {}).get("sqliteMigration") or {},
+    previous = (p.body.get("status") or {}).get("sqliteMigration") or {}
+    state = functools.partial(
+        migration_state, spec, previous,
         lambda: p.kube.get("v1", "PersistentVolumeClaim", owner.namespace,
                            render.state_claim_name(owner.name)) is not None,
         p.probe.store.migrated if p.probe and p.probe.store else None, lambda: token_source.token_hex(8))
+    p.migration = await asyncio.to_thread(state) if reads_the_claim(spec, previous) else state()
     p.replicas = replicas_to_run(spec, bool(p.probe and p.probe.ok), p.observed.running, p.migration)
     # the scale-out gate just opened: grow now rather than at the next full pass (only a
     # Deployment that exists grows this way; creating one waits for a full pass and its backoff)
