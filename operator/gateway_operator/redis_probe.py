@@ -29,7 +29,7 @@ import ssl
 from collections import defaultdict
 from dataclasses import dataclass
 import time
-from typing import Callable, Iterable, NamedTuple, Sequence
+from typing import Any, Callable, Iterable, NamedTuple, Sequence
 
 import redis
 import redis.asyncio as aioredis
@@ -221,7 +221,12 @@ class Prober:
 
 
 async def _addresses(target: RedisTarget, timeout: float) -> list[str] | None:
-    """Every address the target's host resolves to (None: it does not resolve)."""
+    """Every address the target's host resolves to (None: it does not resolve). An address
+    is its own answer: no resolver thread for it."""
+    try:
+        return [str(ipaddress.ip_address(target.host.strip("[]")))]
+    except ValueError:
+        pass
     try:
         infos = await asyncio.wait_for(asyncio.get_running_loop().getaddrinfo(
             target.host, target.port, type=socket.SOCK_STREAM), timeout)
@@ -252,7 +257,8 @@ def _client(target: RedisTarget, host: str, credentials: Credentials, timeout: f
     kwargs: dict[str, object] = dict(host=host, port=target.port, db=target.db,
                                      username=credentials.username or None, password=credentials.password or None,
                                      socket_timeout=timeout, socket_connect_timeout=timeout,
-                                     retry=Retry(NoBackoff(), 0))
+                                     retry=Retry(NoBackoff(), 0),
+                                     driver_info=None)  # no CLIENT SETINFO: it reads the package metadata each connection
     if target.tls:
         skip = target.tls_options.insecure_skip_verify
         kwargs.update(connection_class=_NamedSSLConnection, server_name=target.server_name,
@@ -267,16 +273,16 @@ async def _exchange(target: RedisTarget, host: str, credentials: Credentials, ti
     key = f"{target.prefix}operator-probe:{secrets.token_hex(8)}"
     try:
         token = secrets.token_hex(8)
-        if not await client.set(key, token, nx=True, px=10_000):
+        first = client.pipeline(transaction=False)  # one round trip: SET NX PX, then read it back
+        stored, read = _raised(await first.set(key, token, nx=True, px=10_000).get(key).execute(raise_on_error=False))
+        if not stored:
             return ProbeResult(False, reasons.PROBE_FAILED, f"SET NX PX under the prefix was refused at {where}")
-        if await client.get(key) != token.encode():
+        if read != token.encode():
             return ProbeResult(False, reasons.PROBE_FAILED, f"Redis at {where} did not return the probe value")
-        refused = await _refused_commands(client, key, target.prefix)
-        await client.delete(key, f"{key}:list", f"{key}:n")
+        refused, facts = await _checks(client, key, target.prefix)
         if refused:
             return _not_permitted(where, refused, credentials)
-        return ProbeResult(True, reasons.PROBE_SUCCEEDED, f"Redis at {where} answered a SET NX PX round trip",
-                           await _store_facts(client, target.prefix))
+        return ProbeResult(True, reasons.PROBE_SUCCEEDED, f"Redis at {where} answered a SET NX PX round trip", facts)
     except redis.AuthenticationError:
         return _refused_password(where, credentials)
     except redis.exceptions.NoPermissionError as e:
@@ -313,9 +319,19 @@ def _noperm(error: BaseException, prefix: str) -> str | None:
     return named.group(1).upper() if named else f"keys under {prefix}"
 
 
-async def _refused_commands(client: aioredis.Redis, key: str, prefix: str) -> list[str]:
-    """The commands of redis_acl.COMMANDS beyond SET and GET that the server refuses to this
-    user, each tried once on the probe's own keys (they expire in 10 s): two round trips."""
+def _raised(answers: list[Any]) -> list[Any]:
+    """A pipeline's answers, raising the first refusal among them (as the command alone would)."""
+    for answer in answers:
+        if isinstance(answer, BaseException):
+            raise answer
+    return answers
+
+
+async def _checks(client: aioredis.Redis, key: str, prefix: str) -> tuple[list[str], StoreFacts | None]:
+    """Two round trips: the commands of redis_acl.COMMANDS beyond SET and GET that the server
+    refuses to this user, each tried once on the probe's own keys (they expire in 10 s) and then
+    deleted; and the store's facts (``_store_facts``), read in the same pipeline. ``None`` facts
+    when a command was refused (they are not looked at then)."""
     refused: list[str] = []
     listing, counter = f"{key}:list", f"{key}:n"
     history = client.pipeline(transaction=True)  # as the shared session history appends
@@ -329,37 +345,50 @@ async def _refused_commands(client: aioredis.Redis, key: str, prefix: str) -> li
     others.ping().exists(key).execute_command("INCR", counter).pexpire(counter, 10_000).pttl(counter)
     others.lrange(listing, 0, -1)
     others.eval("return redis.call('get', KEYS[1])", 1, key).scan(0, match=f"{prefix}operator-probe:*", count=1)
-    for answer in await others.execute(raise_on_error=False):
+    others.delete(key, listing, counter)
+    tried = len(others.command_stack)
+    _facts_reads(others, prefix)
+    answers = await others.execute(raise_on_error=False)
+    for answer in answers[:tried]:
         if isinstance(answer, BaseException):
             refused.append(_noperm(answer, prefix) or "")
-    return [c for c in dict.fromkeys(refused) if c]
+    refused = [c for c in dict.fromkeys(refused) if c]
+    return refused, None if refused else await _store_facts(client, prefix, answers[tried:])
 
 
-async def _store_facts(client: aioredis.Redis, prefix: str) -> StoreFacts:
+def _facts_reads(pipeline: Any, prefix: str) -> None:
+    pipeline.get(f"{prefix}{CANARY_KEY}").info("server").info("persistence")
+    pipeline.config_get("maxmemory-policy").config_get("save").get(f"{prefix}{MIGRATED_KEY}")
+
+
+async def _store_facts(client: aioredis.Redis, prefix: str, answers: list[Any]) -> StoreFacts:
     """The canary (written when absent, with no TTL) and, where the server allows INFO and CONFIG
-    GET, its run_id, persistence and maxmemory-policy. A refused command (managed services often
-    refuse CONFIG) is noted, never a failure."""
+    GET, its run_id, persistence and maxmemory-policy: ``answers`` of ``_facts_reads``. A refused
+    INFO or CONFIG GET (managed services often refuse CONFIG) is noted, never a failure."""
     key = f"{prefix}{CANARY_KEY}"
-    value, created = await client.get(key), False
+    value, server, persistence, policy_answer, save_answer, migrated = answers
+    _raised([value, migrated])
+    created = False
     if value is None:
         fresh = f"{int(time.time())}-{secrets.token_hex(6)}"
         created = bool(await client.set(key, fresh, nx=True))
         value = fresh.encode() if created else (await client.get(key) or fresh.encode())
     refused: list[str] = []
     run_id, aof, save, policy = None, None, None, None
-    try:
-        server, persistence = await client.info("server"), await client.info("persistence")
+    if isinstance(server, redis.ResponseError) or isinstance(persistence, redis.ResponseError):
+        refused.append("INFO")
+    else:
         run_id = str(server.get("run_id") or "") or None
         aof = persistence.get("aof_enabled") in (1, "1")
-    except redis.ResponseError:
-        refused.append("INFO")
-    try:
-        policy = (await client.config_get("maxmemory-policy")).get("maxmemory-policy")
-        save = (await client.config_get("save")).get("save")
-    except redis.ResponseError:
+    if isinstance(policy_answer, redis.ResponseError):
         refused.append("CONFIG GET")
+    else:  # as when each was sent alone: the policy is kept when only CONFIG GET save is refused
+        policy = policy_answer.get("maxmemory-policy")
+        if isinstance(save_answer, redis.ResponseError):
+            refused.append("CONFIG GET")
+        else:
+            save = save_answer.get("save")
     persistent = True if aof else (bool(str(save).strip()) if save is not None and aof is not None else None)
-    migrated = await client.get(f"{prefix}{MIGRATED_KEY}")
     return StoreFacts(value.decode(errors="replace"), created, run_id, persistent, policy, tuple(refused),
                       migrated.decode(errors="replace") if migrated is not None else None)
 
