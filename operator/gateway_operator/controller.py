@@ -27,7 +27,7 @@ from .kube import Kube
 from .pods import LiveDeployment, PodView
 from .publish import ObjectLog, publish
 from .reconcile import Observation, Outcome, reconcile
-from .redis_probe import Prober
+from .redis_probe import ProbeResult, Prober
 from .replicas import stale_replica
 from .rollouts import RolloutGate
 from .schedule import Schedule
@@ -57,6 +57,7 @@ class GatewayController:
     _exposure: Exposure | None = None     # status.expose as last read (spec.expose)
     _health: dict[str, health.ReplicaHealth] = field(default_factory=dict)  # each replica's last answer, by pod
     _checked: Checked | None = None       # the spec as checked, kept while its generation is the same
+    _probe: ProbeResult | None = None     # the last Redis probe (an observation pass may reuse it)
 
     def __post_init__(self) -> None:
         self.log = ObjectLog(log, {"object": f"{self.namespace}/{self.name}"})
@@ -132,10 +133,12 @@ class GatewayController:
         """The pass, then what it leaves for the next ones: the Secret inputs and the exposure
         it read, and the schedule (the next full pass; a sticky problem survives observation)."""
         started = time.monotonic()
-        seen = Observation(self.deployment(), self._inputs, self._exposure, self.claims(hosts), checked)
+        seen = Observation(self.deployment(), self._inputs, self._exposure, self.claims(hosts), checked,
+                           self._probe)
         result = await reconcile(self.kube, self.prober, self.settings.reconcile, body, list(self.pods()),
                                  full, self.schedule.failures, seen, self.rollouts)
         outcome = result.outcome
+        self._probe = outcome.probe
         if outcome.exposure is not None or (outcome.applied and outcome.problem is None):
             self._exposure = outcome.exposure
         if outcome.applied:

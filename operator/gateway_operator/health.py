@@ -149,6 +149,7 @@ class _Exchange(asyncio.Protocol):
             self._chunks()
         elif self.length is not None:
             if len(self.buf) >= self.length:
+                self.keep = self.keep and len(self.buf) == self.length  # more than it said: not reused
                 self._finish(bytes(self.buf[:self.length]))
         elif len(self.buf) > MAX_BODY_BYTES:
             raise _Failed("body too big")

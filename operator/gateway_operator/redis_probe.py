@@ -163,11 +163,14 @@ class Prober:
         self._backoff: defaultdict[str, _Backoff] = defaultdict(_Backoff)
 
     async def probe(self, namespace: str, target: RedisTarget, credentials: Credentials | str | None,
-                    timeout: float, managed_ip: str | None = None, owner: str = "") -> ProbeResult:
+                    timeout: float, managed_ip: str | None = None, owner: str = "",
+                    wait: bool = True) -> ProbeResult | None:
         """``credentials``: a password alone may be given as a string. ``managed_ip``: the ready
         pod of the GatewayDeployment's own managed Redis (its Service name resolves only inside the
         cluster network); "" when none is ready yet. ``owner``: the GatewayDeployment's name (a
-        target must not be another one's managed Redis)."""
+        target must not be another one's managed Redis). ``wait=False``: None at once when the
+        namespace's (or the operator's) probes in flight are at their bound, rather than queueing
+        (an observation pass then keeps its last result: its /health poll must not wait)."""
         signed = credentials if isinstance(credentials, Credentials) else Credentials(credentials)
         timeout = max(0.1, min(timeout, self.timeout_ceiling))
         if managed_ip == "":  # an ordinary start, not a failure: no Warning for it
@@ -181,6 +184,8 @@ class Prober:
                 return backoff.last
             return unreachable(target.endpoint, timeout, f"not probed before {backoff.until - self.clock():.0f}s "
                                "more: the namespace's last probes failed")
+        if not wait and (self._per_namespace[namespace].locked() or self._total.locked()):
+            return None
         async with self._per_namespace[namespace], self._total:
             try:
                 result = await asyncio.wait_for(self._probe(namespace, owner, target, signed, timeout, managed_ip,

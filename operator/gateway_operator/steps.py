@@ -61,6 +61,7 @@ class Observation(NamedTuple):
     exposure: Exposure | None = None  # the last one read: an observation pass reads again until it has an address
     host_claims: Mapping[str, Sequence[Claim]] = {}  # every known claimant of each host spec.expose names
     checked: Checked | None = None  # the spec as checked for its generation (inputs.check)
+    probe: ProbeResult | None = None  # the last pass's Redis probe
 
 
 @dataclass
@@ -125,8 +126,12 @@ async def read_inputs(p: Pass) -> bool:
 async def probe(p: Pass) -> bool:
     spec, target = p.spec, p.prepared.target
     if target is not None:
+        # an observation pass does not queue for a probe slot (many gateways in one namespace):
+        # it keeps the last result, so that its step, and the next /health poll, are not held up
+        last = p.seen.probe
         p.probe = await p.prober.probe(p.owner.namespace, target, p.prepared.credentials,
-                                       spec.health.timeout_seconds, p.prepared.managed_ip, p.owner.name)
+                                       spec.health.timeout_seconds, p.prepared.managed_ip, p.owner.name,
+                                       wait=p.full or last is None) or last
     return True
 
 

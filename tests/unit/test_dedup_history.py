@@ -90,3 +90,27 @@ def test_redis_durable_says_what_can_lose_records() -> None:
     refused = StoreFacts("c", False, None, None, None, ("INFO", "CONFIG GET"))
     assert durable(refused) == ("Unknown", "RedisConfigNotReadable")
     assert "INFO and CONFIG GET" in facts(History(), refused, T0)["RedisDurable"].message
+
+
+def test_a_probe_that_must_not_wait_is_not_sent_while_the_namespaces_slots_are_taken(redis_server: RedisServer) -> None:
+    """Prober(per_namespace=1): while one probe of namespace ns is in flight (Redis paused, so it
+    hangs), a second that must not wait returns None at once; another namespace still probes."""
+    target = RedisTarget("127.0.0.1", redis_server.port, 0, False, "gwop:ns:bot:", None)
+
+    async def go() -> tuple[ProbeResult | None, ProbeResult | None, float]:
+        prober = Prober(per_namespace=1)
+        redis_server.pause()  # the first probe hangs until its timeout
+        try:
+            hanging = asyncio.create_task(prober.probe("ns", target, redis_server.password, 1))
+            await asyncio.sleep(0.2)
+            started = asyncio.get_running_loop().time()
+            skipped = await prober.probe("ns", target, redis_server.password, 1, wait=False)
+            took = asyncio.get_running_loop().time() - started
+            await hanging
+        finally:
+            redis_server.resume()
+        other = await prober.probe("other", target, redis_server.password, 2, wait=False)
+        return skipped, other, took
+    skipped, other, took = asyncio.run(go())
+    assert skipped is None and took < 0.1
+    assert other is not None and other.ok

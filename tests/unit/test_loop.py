@@ -178,6 +178,35 @@ def test_an_observation_pass_reads_nothing_from_the_api_server() -> None:
     assert not result.outcome.applied and result.outcome.observed.running == 3
 
 
+class BusyProber:
+    """REDIS PROBE STAND-IN whose namespace has every probe slot taken: None unless told to wait."""
+
+    def __init__(self) -> None:
+        self.waited = 0
+
+    async def probe(self, *_: Any, wait: bool = True, **__: Any) -> ProbeResult | None:
+        self.waited += wait
+        return ProbeResult(False, R.CONNECTION_FAILED, "waited") if wait else None
+
+
+def test_an_observation_pass_keeps_the_last_probe_rather_than_queue_for_a_slot() -> None:
+    """1,000 gateways in one namespace share its few probe slots: an observation pass that
+    queued for one held its step, and so its next /health poll (the benchmark polled 8% of
+    what it should). It keeps the last result instead; a full pass, or a first one, waits."""
+    kube = ApiStandIn([secret("redis-auth", password="pw")])
+    first, _ = run(kube, gateway(REDIS_SPEC))
+    seen = Observation(deployment=_watched(kube), inputs=first.inputs, probe=PROBE_OK)
+    prober = BusyProber()
+    result = asyncio.run(reconcile(kube, prober, ReconcileSettings(), gateway(REDIS_SPEC), [], False, 0,  # type: ignore[arg-type]
+                                   seen, None))
+    assert prober.waited == 0 and result.outcome.probe == PROBE_OK and result.outcome.problem is None
+    for full, last in ((True, PROBE_OK), (False, None)):
+        result = asyncio.run(reconcile(kube, prober, ReconcileSettings(), gateway(REDIS_SPEC), [], full, 0,  # type: ignore[arg-type]
+                                       seen._replace(probe=last), None))
+        assert result.outcome.probe is not None and result.outcome.probe.message == "waited"
+    assert prober.waited == 2
+
+
 def test_a_missing_secret_stops_the_pass_before_anything_is_written() -> None:
     kube = ApiStandIn()
     result, prober = run(kube, gateway(REDIS_SPEC), failures=2)
