@@ -89,6 +89,7 @@ class ProbeResult:
     reason: str   # a reasons.* RedisReachable reason
     message: str  # never holds the password
     store: StoreFacts | None = None  # the canary and what INFO/CONFIG GET said (a passed probe only)
+    reused: bool = False  # an earlier pass's result, kept (no probe was sent): says nothing new of the store
 
 
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network

@@ -16,6 +16,7 @@ so a slow Redis never holds a thread that another namespace's reconcile needs.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import functools
 import time
 import secrets as token_source
@@ -131,7 +132,9 @@ async def probe(p: Pass) -> bool:
         last = p.seen.probe
         p.probe = await p.prober.probe(p.owner.namespace, target, p.prepared.credentials,
                                        spec.health.timeout_seconds, p.prepared.managed_ip, p.owner.name,
-                                       wait=p.full or last is None) or last
+                                       wait=p.full or last is None)
+        if p.probe is None and last is not None:
+            p.probe = dataclasses.replace(last, reused=True)
     return True
 
 

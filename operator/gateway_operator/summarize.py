@@ -202,4 +202,5 @@ def _dedup_history(body: Mapping[str, Any], outcome: Any, now: float) -> dedup_h
     remembered = (body.get("status") or {}).get("redis") or {}
     same = remembered.get("endpoint") == target.endpoint and remembered.get("prefix") == target.prefix
     previous = dedup_history.History.from_status(remembered if same else None)
-    return dedup_history.assess(previous, outcome.probe.store if outcome.probe else None, now)
+    fresh = outcome.probe is not None and not outcome.probe.reused  # a kept result was assessed when it was new
+    return dedup_history.assess(previous, outcome.probe.store if fresh else None, now)

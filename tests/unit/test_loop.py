@@ -8,6 +8,7 @@ Events table. The same pass against the real API server and real Redis is tests/
 from __future__ import annotations
 
 import ast
+import dataclasses
 import asyncio
 import base64
 import copy
@@ -19,6 +20,7 @@ import pytest
 from kubernetes.client.rest import ApiException
 
 from gateway_operator import api
+from gateway_operator.api import GatewaySpec
 from gateway_operator import conditions as C
 from gateway_operator import reasons as R
 from gateway_operator import schedule, summarize
@@ -199,12 +201,34 @@ def test_an_observation_pass_keeps_the_last_probe_rather_than_queue_for_a_slot()
     prober = BusyProber()
     result = asyncio.run(reconcile(kube, prober, ReconcileSettings(), gateway(REDIS_SPEC), [], False, 0,  # type: ignore[arg-type]
                                    seen, None))
-    assert prober.waited == 0 and result.outcome.probe == PROBE_OK and result.outcome.problem is None
+    assert prober.waited == 0 and result.outcome.problem is None
+    assert result.outcome.probe == dataclasses.replace(PROBE_OK, reused=True)
     for full, last in ((True, PROBE_OK), (False, None)):
         result = asyncio.run(reconcile(kube, prober, ReconcileSettings(), gateway(REDIS_SPEC), [], full, 0,  # type: ignore[arg-type]
                                        seen._replace(probe=last), None))
         assert result.outcome.probe is not None and result.outcome.probe.message == "waited"
     assert prober.waited == 2
+
+
+def test_a_kept_probe_result_is_not_taken_for_a_redis_that_forgot() -> None:
+    """The first probe writes the canary (canary_created). Kept by the next observation pass, it
+    must not read as the canary vanishing: the benchmark's first cut of the reuse flipped
+    ExactlyOnceAdmission to DedupHistoryLost on a third of its gateways."""
+    from gateway_operator.dedup_history import StoreFacts
+    created = ProbeResult(True, R.PROBE_SUCCEEDED, "ok", StoreFacts("c-1", True, "run-1", True, "noeviction"))
+    kube = ApiStandIn([secret("redis-auth", password="pw")])
+    first, _ = run(kube, gateway(REDIS_SPEC), probe=created)
+    remembered = {"endpoint": first.outcome.target.endpoint, "prefix": first.outcome.target.prefix,
+                  "canary": "c-1", "runId": "run-1"}
+    body = gateway(REDIS_SPEC, redis=remembered)
+    seen = Observation(deployment=_watched(kube), inputs=first.inputs, probe=created)
+    result = asyncio.run(reconcile(kube, BusyProber(), ReconcileSettings(), body, [], False, 0, seen, None))  # type: ignore[arg-type]
+    assert result.outcome.probe is not None and result.outcome.probe.reused
+    facts = summarize.facts(body, GatewaySpec.parse(body["spec"]), result.outcome, [], time.time())
+    assert facts.dedup.lost_at is None
+    fresh = asyncio.run(reconcile(kube, ProbeStandIn(created), ReconcileSettings(), body, [], False, 0,  # type: ignore[arg-type]
+                                  seen._replace(probe=None), None))
+    assert summarize.facts(body, GatewaySpec.parse(body["spec"]), fresh.outcome, [], time.time()).dedup.lost_at
 
 
 def test_a_missing_secret_stops_the_pass_before_anything_is_written() -> None:
