@@ -65,6 +65,14 @@ def proc_stat(pid: int) -> tuple[float, float]:
     return rss, cpu
 
 
+def rss_peak_mib(pid: int) -> float:
+    """The process's RSS high-water mark (VmHWM): the start-up peak, whatever came down since."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
 def quantile(values: list[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(round(q * (len(ordered) - 1))))] if ordered else float("nan")
@@ -343,6 +351,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         print(f"operator pid {pid} (for a profiler: py-spy record -p {pid})", flush=True)
         out["rss_start_mib"] = round(proc_stat(pid)[0], 1)
         operator_s, ready_s = bench.operator_run(ns, pods, gateways)
+        out["rss_peak_start_mib"] = round(rss_peak_mib(pid), 1)  # creating every object: the start-up peak
         out["operator_s"], out["operator_ready_s"] = round(operator_s, 2), round(ready_s, 2)
         if "floor_s" in out:
             out["ratio"] = round(operator_s / out["floor_s"], 2)
@@ -367,6 +376,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         out["cpu_ms_per_poll"] = round(1000 * (cpu1 - cpu0) / max(1, polls), 3)
         out["cpu_share_idle"] = round((cpu1 - cpu0) / args.idle, 3)
         out["rss_mib"] = round(rss, 1)
+        out["polls_extra_pct"] = round(100 * (out["polls_achieved_per_s"] / out["polls_demanded_per_s"] - 1), 1)
+        # what each GatewayDeployment (and its replicas' pods, Deployment, connections) costs, settled
+        out["kib_per_gateway"] = round(1024 * (rss - out["rss_start_mib"]) / args.gateways, 1)
         print(f"idle {args.idle:.0f} s: polls {out['polls_achieved_per_s']}/s of {out['polls_demanded_per_s']}/s "
               f"demanded, writes {out['idle_writes']}, RSS {out['rss_mib']} MiB", flush=True)
 
@@ -404,10 +416,13 @@ def table(out: dict[str, Any]) -> str:
             ("operator: every resource Ready", f"{out['operator_ready_s']} s"),
             ("health polls achieved / demanded", f"{out['polls_achieved_per_s']} / {out['polls_demanded_per_s']} per s"
                                                  f"  (interval {out['interval_s']} s, timeout {out['timeout_s']} s)"),
+            ("polls beyond those demanded", f"{out['polls_extra_pct']} %"),
             ("operator CPU per poll (idle)", f"{out['cpu_ms_per_poll']} ms  ({out['cpu_share_idle']} of a core)"),
             ("idle API writes", f"{out['idle_writes']}  (plus {out['idle_lease_renewals']} leader Lease renewals)"),
             ("operator RSS", f"{out['rss_start_mib']} MiB at start, {out['rss_mib']} MiB with all Ready, "
-                             f"{out['rss_end_mib']} MiB at the end")]
+                             f"{out['rss_end_mib']} MiB at the end; peak {out['rss_peak_start_mib']} MiB while "
+                             "creating them"),
+            ("memory per GatewayDeployment (settled)", f"{out['kib_per_gateway']} KiB  ({out['replicas']} replicas)")]
     if "degraded_p50_s" in out:
         rows.append(("degraded fact on the resource", f"p50 {out['degraded_p50_s']} s, p99 {out['degraded_p99_s']} s, "
                      f"max {out['degraded_max_s']} s  (bound {out['bound_s']} s)"))
