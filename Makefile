@@ -36,8 +36,31 @@ cluster-down:
 # pods, then the other real-node modules share one (.cluster/node-session) (root; without root
 # they skip in one line, under CI they fail). PYTEST_ARGS=tests/unit runs one folder.
 # GWOP_TEST_KUBECONFIG=<path> runs the integration suite against an existing cluster instead.
-test: system-deps venv binaries monitoring-binaries node-binaries
+test: system-deps venv binaries monitoring-binaries node-binaries oldest-binaries
 	$(PY) -m pytest $(PYTEST_ARGS)
+
+# kube-apiserver, kube-controller-manager and kube-scheduler at the OLDEST supported Kubernetes
+# (hack/versions.env KUBE_OLDEST_VERSION, from hack/k8s-oldest) as <name>-<version>; the plain names
+# stay KUBE_VERSION's. tests/sim/test_oldest_end.py (part of `make test`) and `make test-oldest` use them.
+oldest-binaries:
+	@hack/build-binaries.sh --oldest >/dev/null
+.PHONY: oldest-binaries
+
+# The oldest supported end in full: the session's control plane (.cluster/oldest) at
+# KUBE_OLDEST_VERSION: the admission suite (CRD install, every CEL rule and its message), the
+# control-plane smoke tests, the chart (its kubeVersion, every template, its ValidatingAdmissionPolicies,
+# install/upgrade/uninstall) and operator tests that reconcile GatewayDeployments to Ready, then
+# the slice `make test` runs (tests/sim/test_oldest_end.py). PYTEST_ARGS adds to it.
+OLDEST_TESTS := tests/sim/test_crd_admission.py tests/sim/test_control_plane.py tests/sim/test_chart.py \
+	tests/sim/test_expose.py tests/sim/test_oldest_end.py \
+	tests/sim/test_tenancy.py::test_the_admission_policy_refuses_with_the_operators_message \
+	tests/sim/test_tenancy.py::test_a_pod_the_api_server_refuses_reaches_the_resource \
+	tests/sim/test_tenancy.py::test_the_gateway_network_policy_is_written_and_goes_with_the_field
+test-oldest: system-deps venv binaries monitoring-binaries oldest-binaries
+	GWOP_KUBE_VERSION=$$(sed -n 's/^KUBE_OLDEST_VERSION=//p' hack/versions.env) GWOP_TEST_CLUSTER_DIR=.cluster/oldest \
+	  $(PY) -m pytest $(OLDEST_TESTS) --deselect tests/sim/test_control_plane.py::test_server_reports_real_version \
+	  $(PYTEST_ARGS)
+.PHONY: test-oldest
 
 # The full fuzz run (issue 7): 500+ seeded adversarial GatewayDeployments through the real API
 # server and the operator, on its own control plane (.cluster/fuzz). FUZZ_SEED, FUZZ_CASES,

@@ -19,7 +19,12 @@
 #                                   prometheus and promtool (hack/prometheus) and the
 #                                   prometheus-operator CRDs ($GWOP_CACHE/crds/) for
 #                                   tests/sim/test_monitoring.py (`make test` and CI pass it)
-#                                   (flags combine: --node --monitoring)
+#   hack/build-binaries.sh --oldest kube-apiserver, kube-controller-manager and kube-scheduler at
+#                                   the OLDEST supported Kubernetes (KUBE_OLDEST_VERSION, hack/k8s-oldest)
+#                                   as $GWOP_CACHE/bin/<name>-<that version>, for clusters started with
+#                                   GWOP_KUBE_VERSION=<that version> (hack/cluster.sh; `make test-oldest`);
+#                                   the plain-name symlinks stay the newest (KUBE_VERSION)
+#                                   (flags combine: --node --monitoring --oldest)
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 source "$here/versions.env"
@@ -47,6 +52,32 @@ build_kube() {
   ld+=" -X $pkg.buildDate=1970-01-01T00:00:00Z"
   log "building $name $KUBE_VERSION (one-off, minutes)"
   (cd "$here/k8s" && go build -trimpath -ldflags "$ld" -o "$out.tmp" "k8s.io/kubernetes/cmd/$name" && mv "$out.tmp" "$out")
+}
+
+# The control plane at the oldest supported Kubernetes (KUBE_OLDEST_VERSION, from hack/k8s-oldest),
+# in ONE go build (-o DIR builds every command into DIR: the packages they share compile once),
+# timed; each kept as <name>-<version>, rebuilt only when one is missing. No plain-name symlink:
+# those stay KUBE_VERSION's (hack/cluster.sh picks these with GWOP_KUBE_VERSION).
+OLDEST_COMPONENTS=(kube-apiserver kube-controller-manager kube-scheduler)
+build_kube_oldest() {
+  local v=$KUBE_OLDEST_VERSION name missing=0
+  for name in "${OLDEST_COMPONENTS[@]}"; do [[ -x $bin/$name-$v ]] || missing=1; done
+  [[ $missing == 1 ]] || return 0
+  grep -q "^require k8s.io/kubernetes $v\$" "$here/k8s-oldest/go.mod" \
+    || { log "hack/k8s-oldest/go.mod does not pin k8s.io/kubernetes $v (versions.env KUBE_OLDEST_VERSION)"; return 1; }
+  local minor=${v#v1.}; minor=${minor%%.*}
+  local pkg=k8s.io/component-base/version
+  local ld="-s -w -X $pkg.gitVersion=$v -X $pkg.gitMajor=1 -X $pkg.gitMinor=$minor"
+  ld+=" -X $pkg.gitTreeState=clean -X $pkg.gitCommit=module-proxy-build"
+  ld+=" -X $pkg.buildDate=1970-01-01T00:00:00Z"
+  local tmp=$bin/.oldest-$v.tmp start=$SECONDS pkgs=()
+  for name in "${OLDEST_COMPONENTS[@]}"; do pkgs+=("k8s.io/kubernetes/cmd/$name"); done
+  log "building ${OLDEST_COMPONENTS[*]} $v (one go build; one-off, minutes)"
+  rm -rf "$tmp"; mkdir -p "$tmp"
+  (cd "$here/k8s-oldest" && go build -trimpath -ldflags "$ld" -o "$tmp/" "${pkgs[@]}")
+  for name in "${OLDEST_COMPONENTS[@]}"; do mv "$tmp/$name" "$bin/$name-$v"; done
+  rm -rf "$tmp"
+  log "built ${OLDEST_COMPONENTS[*]} $v in $((SECONDS - start))s"
 }
 
 # kwok and the stages it plays (kwok's own "fast" ones: a scheduled pod is Running and Ready at
@@ -253,6 +284,9 @@ for name in "${kube_components[@]}"; do
   build_kube "$name"
   ln -sf "$name-$KUBE_VERSION" "$bin/$name"
 done
+if [[ " $* " == *" --oldest "* ]]; then
+  build_kube_oldest
+fi
 
 build_kwok
 ln -sf "kwok-$KWOK_VERSION" "$bin/kwok"

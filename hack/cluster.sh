@@ -20,6 +20,11 @@
 # GWOP_KCM_QPS=<n>: the controller manager's client QPS (default 20; the scale benchmark
 # raises it so that creating thousands of pods does not hide the operator's own time).
 # GWOP_SIMULATED_NODE=0: no simulated node (pods stay Pending). Default 1.
+# GWOP_KUBE_VERSION=<version>: the control plane (kube-apiserver, kube-controller-manager,
+# kube-scheduler) at that version: hack/versions.env's KUBE_VERSION (the default) or
+# KUBE_OLDEST_VERSION (the oldest supported end: <name>-<version> binaries, hack/build-binaries.sh
+# --oldest, built when missing). etcd, kwok and kubectl stay the pinned ones. A cluster already up
+# at another version is taken down and started again.
 # GWOP_NODE=1: a REAL node (hack/node.sh: containerd, kubelet, kube-proxy, CoreDNS; root): no
 # simulated node, Services in 198.19.0.0/16, and the API server bound to and advertising the node's
 # bridge address (198.18.0.1) so that pods reach it through the `kubernetes` Service; the admin
@@ -38,6 +43,18 @@ if [[ $real_node == 1 ]]; then
   simulated=0
   service_cidr=${GWOP_SERVICE_CIDR:-198.19.0.0/16}
 fi
+source "$repo/hack/versions.env"
+kube_version=${GWOP_KUBE_VERSION:-$KUBE_VERSION}
+build_flags=()
+case $kube_version in
+  "$KUBE_VERSION") ;;
+  "$KUBE_OLDEST_VERSION") build_flags=(--oldest) ;;
+  *) echo "[cluster] GWOP_KUBE_VERSION=$kube_version: only $KUBE_VERSION (KUBE_VERSION) and $KUBE_OLDEST_VERSION" \
+       "(KUBE_OLDEST_VERSION) are built (hack/versions.env)" >&2; exit 2 ;;
+esac
+if [[ $kube_version != "$KUBE_VERSION" && ${GWOP_NODE:-0} == 1 ]]; then
+  echo "[cluster] GWOP_KUBE_VERSION=$kube_version: the real node runs $KUBE_VERSION only" >&2; exit 2
+fi
 NODE_ADDRESS=198.18.0.1  # hack/node.sh's bridge address (the serving certificate names it)
 components=(etcd kube-apiserver kube-controller-manager)
 [[ $simulated == 0 ]] || components+=(kube-scheduler kwok)
@@ -45,6 +62,16 @@ SIMULATED_NODE=kwok-0
 
 log() { echo "[cluster] $*" >&2; }
 source "$repo/hack/processes.sh"  # free_port, start, alive, stop_pid, wait_for, sign_cert, write_kubeconfig
+
+# A control-plane component's binary at GWOP_KUBE_VERSION (the plain name is KUBE_VERSION's).
+component() {  # component NAME
+  if [[ $kube_version == "$KUBE_VERSION" ]]; then echo "$bin/$1"; else echo "$bin/$1-$kube_version"; fi
+}
+
+server_version() {
+  "$bin/kubectl" --kubeconfig "$kubeconfig" version -o json 2>/dev/null \
+    | "$python" -c 'import json,sys; print(json.load(sys.stdin)["serverVersion"]["gitVersion"])'
+}
 
 readyz() { "$bin/kubectl" --kubeconfig "$kubeconfig" get --raw /readyz 2>/dev/null; }
 
@@ -93,15 +120,19 @@ restart() {  # restart NAME: the same command line again, after the old process 
   mapfile -d '' cmd < "$run/$name.cmd"
   stop_pid "$name"
   start "$name" "${cmd[@]}"
-  bin=$("$repo/hack/build-binaries.sh")
+  bin=$("$repo/hack/build-binaries.sh" "${build_flags[@]}")
   wait_for "$name" 90 bash -c "[[ \$('$bin/kubectl' --kubeconfig '$kubeconfig' get --raw /readyz 2>/dev/null) == ok ]]"
   log "restarted $name"
 }
 
 
 up() {
-  bin=$("$repo/hack/build-binaries.sh")
-  if status; then log "already up"; usage; return; fi
+  bin=$("$repo/hack/build-binaries.sh" "${build_flags[@]}")
+  if status; then
+    local running; running=$(server_version)
+    if [[ $running == "$kube_version" ]]; then log "already up"; usage; return; fi
+    log "up at $running, not $kube_version: starting it again"
+  fi
   down_quiet
   mkdir -p "$run" "$logs"
   for c in "${components[@]}"; do rm -f "$logs/$c.log"; done  # start appends (for restart)
@@ -136,7 +167,7 @@ rules:
   verbs: [create, update, patch, delete, deletecollection]
 - level: None
 POLICY
-  start kube-apiserver "$bin/kube-apiserver" \
+  start kube-apiserver "$(component kube-apiserver)" \
     --audit-policy-file "$dir/audit-policy.yaml" --audit-log-path "$logs/audit.log" \
     --audit-log-maxsize 200 --audit-log-maxbackup 1 \
     --etcd-servers "http://127.0.0.1:$etcd_port" \
@@ -154,7 +185,7 @@ POLICY
   write_kubeconfig "$kubeconfig" "https://$api_address:$api_port" "$pki/ca.crt" "$pki/admin" local-admin
   wait_for kube-apiserver 90 bash -c "[[ \$('$bin/kubectl' --kubeconfig '$kubeconfig' get --raw /readyz 2>/dev/null) == ok ]]"
 
-  start kube-controller-manager "$bin/kube-controller-manager" \
+  start kube-controller-manager "$(component kube-controller-manager)" \
     --kubeconfig "$kubeconfig" --authentication-kubeconfig "$kubeconfig" --authorization-kubeconfig "$kubeconfig" \
     --leader-elect=false --bind-address 127.0.0.1 --secure-port "$kcm_port" \
     --service-account-private-key-file "$pki/sa.key" --root-ca-file "$pki/ca.crt" \
@@ -180,7 +211,7 @@ kind: KubeSchedulerConfiguration
 clientConnection: {kubeconfig: "$kubeconfig", qps: 500, burst: 1000}
 leaderElection: {leaderElect: false}
 EOF
-  start kube-scheduler "$bin/kube-scheduler" --config "$dir/scheduler.yaml" --secure-port 0 --v 1
+  start kube-scheduler "$(component kube-scheduler)" --config "$dir/scheduler.yaml" --secure-port 0 --v 1
   start kwok "$bin/kwok" --kubeconfig "$kubeconfig" -c "$bin/kwok-stages.yaml" \
     --manage-all-nodes=false --manage-nodes-with-label-selector=type=kwok \
     --cidr "$pod_network" --node-ip 127.0.0.1 --server-address 127.0.0.1:0 \
@@ -201,7 +232,7 @@ EOF
 }
 
 usage() {
-  log "control plane up: $("$bin/kubectl" --kubeconfig "$kubeconfig" version -o json | "$python" -c 'import json,sys; print(json.load(sys.stdin)["serverVersion"]["gitVersion"])')"
+  log "control plane up: $(server_version)"
   log "  export KUBECONFIG=$kubeconfig"
   log "  kubectl binary: $bin/kubectl   (helm: $bin/helm)"
   echo "$kubeconfig"
@@ -219,7 +250,7 @@ down_quiet() {
 case ${1:-} in
   up) up ;;
   down) down_quiet; log "down ($dir)" ;;
-  status) bin=$("$repo/hack/build-binaries.sh" 2>/dev/null); status && log "up" || { log "not up"; exit 1; } ;;
+  status) bin=$("$repo/hack/build-binaries.sh" "${build_flags[@]}" 2>/dev/null); status && log "up" || { log "not up"; exit 1; } ;;
   kubeconfig) echo "$kubeconfig" ;;
   restart) restart "${2:?usage: $0 restart NAME}" ;;
   *) echo "usage: $0 up|down|status|kubeconfig|restart NAME" >&2; exit 2 ;;

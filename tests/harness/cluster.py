@@ -3,12 +3,16 @@
 By default the session starts its own local control plane (``hack/cluster.sh`` with a
 separate directory, so a running demo sandbox is never touched) and stops it at the end.
 ``GWOP_TEST_KUBECONFIG=<path>`` points the same suite at an existing cluster (kind, a real
-one) instead; the harness then neither starts nor stops anything.
+one) instead; the harness then neither starts nor stops anything. ``GWOP_KUBE_VERSION`` (one of
+hack/versions.env's KUBE_VERSION, the default, and KUBE_OLDEST_VERSION) is the version of the
+control planes it starts (hack/cluster.sh; `make test-oldest`).
 """
 from __future__ import annotations
 
+import functools
 import json
 import os
+import re
 import subprocess
 import uuid
 import zlib
@@ -21,6 +25,17 @@ CACHE_BIN = Path(os.environ.get("GWOP_CACHE", Path.home() / ".cache/gateway-oper
 
 
 MONITORING_TOOLS = ("prometheus", "promtool")  # built by hack/build-binaries.sh --monitoring
+
+
+def versions() -> dict[str, str]:
+    """hack/versions.env's NAME=value lines (comments dropped)."""
+    pairs = (line.split("#")[0].strip().split("=", 1) for line in (REPO / "hack/versions.env").read_text().splitlines())
+    return {p[0]: p[1] for p in pairs if len(p) == 2}
+
+
+def kube_version(env: dict[str, str] | None = None) -> str:
+    """The Kubernetes version of the control planes hack/cluster.sh starts under ``env``."""
+    return (env if env is not None else os.environ).get("GWOP_KUBE_VERSION") or versions()["KUBE_VERSION"]
 
 
 def tool(name: str) -> str:
@@ -42,6 +57,29 @@ def pod_network(path: Path) -> str:
     return f"127.{16 + zlib.crc32(path.name.encode()) % 224}.0.0/16"
 
 
+def field_errors_as_newest(text: str, server_minor: int) -> str:
+    """An API server's field errors as the newest Kubernetes words them (the rendering
+    ``gateway-operator check`` gives offline). The rule messages never differ; how the API server
+    prints the bad value does: up to 1.34 a CEL rule on an object or array says `Invalid value:
+    "object": <message>` (1.35 on: `Invalid value: <message>`, apiextensions-apiserver's
+    field.OmitValueType), and up to 1.33 a nil value prints as `"null"` and an object (a list-map's
+    duplicate entry) as Go's `map[string]interface {}{"k":"v", ...}` (1.34 on: JSON, `null`,
+    `{"k":"v",...}`)."""
+    if server_minor < 35:
+        text = text.replace('Invalid value: "object": ', "Invalid value: ").replace(
+            'Invalid value: "array": ', "Invalid value: ")
+    if server_minor < 34:
+        text = text.replace('Invalid value: "null": ', "Invalid value: null: ")
+        text = re.sub(r"map\[string\]interface \{\}\{([^{}]*)\}", _go_map_as_json, text)
+    return text
+
+
+def _go_map_as_json(match: re.Match[str]) -> str:
+    """Go's %#v of a map of scalars (keys sorted, ", " between entries) as encoding/json writes it."""
+    entries = re.findall(r'("(?:[^"\\]|\\.)*"):("(?:[^"\\]|\\.)*"|[^,]+)(?:, |$)', match.group(1))
+    return "{" + ",".join(f"{k}:{v}" for k, v in entries) + "}"
+
+
 @dataclass
 class Cluster:
     kubeconfig: Path
@@ -49,6 +87,7 @@ class Cluster:
     env: dict[str, str] = field(default_factory=dict)
     directory: Path | None = None  # hack/cluster.sh's directory (logs/audit.log) when owned
     real_node: bool = False  # pods run (hack/node.sh, or a cluster of GWOP_TEST_KUBECONFIG), not simulated
+    kube_version: str | None = None  # the control plane's version when owned (GWOP_KUBE_VERSION)
 
     @classmethod
     def from_environment(cls, directory: str | None = None) -> "Cluster":
@@ -61,14 +100,23 @@ class Cluster:
     @classmethod
     def start(cls, path: Path, **env: str) -> "Cluster":
         """`hack/cluster.sh up` in ``path`` (started unless it runs), with ``env`` on top
-        (GWOP_NODE="1": the real node). A simulated node's pod IPs come from ``pod_network(path)``
+        (GWOP_NODE="1": the real node; GWOP_KUBE_VERSION=<hack/versions.env's KUBE_OLDEST_VERSION>:
+        the oldest supported control plane). A simulated node's pod IPs come from ``pod_network(path)``
         unless GWOP_POD_NETWORK says otherwise."""
         env = dict(os.environ, GWOP_CLUSTER_DIR=str(path), **env)
         env.setdefault("GWOP_POD_NETWORK", pod_network(path))
         out = subprocess.run([str(REPO / "hack/cluster.sh"), "up"], env=env, check=True,
                              stdout=subprocess.PIPE, text=True).stdout
         return cls(Path(out.strip().splitlines()[-1]), owned=True, env=env, directory=path,
-                   real_node=env.get("GWOP_NODE") == "1")
+                   real_node=env.get("GWOP_NODE") == "1", kube_version=kube_version(env))
+
+    @functools.cached_property
+    def server_minor(self) -> int:
+        """The API server's minor version (its /version)."""
+        return int(re.match(r"\d+", self.get_json_raw("/version")["minor"]).group())
+
+    def get_json_raw(self, path: str) -> Any:
+        return json.loads(self.kubectl("get", "--raw", path).stdout)
 
     @property
     def audit_log(self) -> Path | None:
