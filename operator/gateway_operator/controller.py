@@ -17,11 +17,10 @@ from typing import Any, Callable, Mapping, Sequence
 import kopf
 from kubernetes.client.rest import ApiException
 
-from . import api, health, metrics, render, summarize
+from . import api, health, inputs, metrics, render, summarize
 from .api import GatewaySpec, HealthSpec
 from .conditions import Facts, Problem
 from .expose import Exposure
-from . import inputs
 from .inputs import Checked, SecretInputs, kept, resource_version
 from .kube import Kube
 from .pods import LiveDeployment, PodView
