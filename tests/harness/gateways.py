@@ -87,6 +87,19 @@ def apply_gateway(cluster: Cluster, namespace: str, manifest: dict[str, Any], ch
     return cluster.apply(json.dumps(manifest), "-n", namespace, check=check)
 
 
+def replica_warning(cluster: Cluster, namespace: str, timeout: float = 30) -> str:
+    """kubectl apply of a 3-replica ``Warn`` GatewayDeployment without Redis until the chart's
+    replica-warning admission policy answers with its warning (the policy takes a moment to be
+    enforced after helm install); returns kubectl's stderr. The object is deleted each time."""
+    manifest = gateway_deployment("warned", replicas=3, replicaPolicy="Warn")
+
+    def warned() -> str | None:
+        out = apply_gateway(cluster, namespace, manifest)
+        cluster.kubectl("-n", namespace, "delete", "gatewaydeployment", "warned", "--wait=false")
+        return out.stderr if "exactly-once admission is NOT held" in out.stderr else None
+    return until(warned, timeout=timeout, what="the replica-warning admission policy's warning")
+
+
 def create_password_secret(cluster: Cluster, namespace: str, name: str, password: str) -> None:
     cluster.kubectl("-n", namespace, "create", "secret", "generic", name, f"--from-literal=password={password}")
 

@@ -25,7 +25,7 @@ import yaml
 
 from gateway_operator.tenancy import TenancyPolicy
 from harness.cluster import REPO, Cluster, tool
-from harness.gateways import apply_gateway, wait_condition, wait_ready_pods
+from harness.gateways import apply_gateway, replica_warning, wait_condition, wait_ready_pods
 from harness.monitoring import install_prometheus_operator_crds
 from harness.operator import OperatorProcess, gateway_deployment, redis_store
 from harness.redis_server import RedisServer
@@ -557,13 +557,7 @@ def test_the_session_operator_runs_under_the_chart_service_account(operator: Ope
 def test_admission_policy_warns_at_kubectl_apply(cluster: Cluster, release: tuple[str, str], namespace: str) -> None:
     name, ns = release
     helm(cluster, "install", name, CHART, "-n", ns)
-    manifest = gateway_deployment("warned", replicas=3, replicaPolicy="Warn")
-
-    def warned() -> str | None:
-        out = apply_gateway(cluster, namespace, manifest)
-        cluster.kubectl("-n", namespace, "delete", "gatewaydeployment", "warned", "--wait=false")
-        return out.stderr if "exactly-once admission is NOT held" in out.stderr else None
-    stderr = until(warned, timeout=30, what="the admission policy's warning")
+    stderr = replica_warning(cluster, namespace)
     assert "Warning:" in stderr and "3 replicas" in stderr
     quiet = apply_gateway(cluster, namespace, gateway_deployment("fine"))
     assert "Warning" not in quiet.stderr

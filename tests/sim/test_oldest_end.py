@@ -28,7 +28,7 @@ import yaml
 import test_crd_admission as admission
 from gateway_operator import tenancy
 from harness.cluster import CACHE_BIN, REPO, Cluster, versions
-from harness.gateways import apply_gateway, wait_condition, wait_ready_pods
+from harness.gateways import apply_gateway, replica_warning, wait_condition, wait_ready_pods
 from harness.operator import OperatorProcess, gateway_deployment
 from harness.wait import until
 
@@ -82,13 +82,7 @@ def test_the_charts_admission_policies_warn_and_refuse(cluster: Cluster, namespa
     release, ns = f"oldest-{uuid.uuid4().hex[:6]}", cluster.new_namespace()
     cluster.helm("install", release, str(CHART), "-n", ns)  # Helm checks kubeVersion against the server
     try:
-        warn = gateway_deployment("warned", replicas=3, replicaPolicy="Warn")
-
-        def warned() -> str | None:
-            out = apply_gateway(cluster, namespace, warn)
-            cluster.kubectl("-n", namespace, "delete", "gatewaydeployment", "warned", "--wait=false")
-            return out.stderr if "exactly-once admission is NOT held" in out.stderr else None
-        stderr = until(warned, timeout=30, what="the replica-warning policy's warning")
+        stderr = replica_warning(cluster, namespace)
         assert "Warning:" in stderr and "3 replicas" in stderr  # its messageExpression
         refused = cluster.apply(json.dumps(gateway_deployment("greedy", priorityClassName="system-node-critical")),
                                 "-n", namespace, "--dry-run=server", check=False)
