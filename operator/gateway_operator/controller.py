@@ -26,7 +26,7 @@ from .kube import Kube
 from .pods import LiveDeployment, PodView
 from .publish import ObjectLog, publish
 from .reconcile import Observation, Outcome, reconcile
-from .redis_probe import ProbeResult, Prober
+from .redis_probe import KeptConnection, ProbeResult, Prober
 from .replicas import stale_replica
 from .rollouts import RolloutGate
 from .schedule import Schedule
@@ -57,6 +57,7 @@ class GatewayController:
     _health: dict[str, health.ReplicaHealth] = field(default_factory=dict)  # each replica's last answer, by pod
     _checked: Checked | None = None       # the spec as checked, kept while its generation is the same
     _probe: ProbeResult | None = None     # the last Redis probe (an observation pass may reuse it)
+    _probe_connection: KeptConnection = field(default_factory=KeptConnection)  # its own, left open by a probe
 
     def __post_init__(self) -> None:
         self.log = ObjectLog(log, {"object": f"{self.namespace}/{self.name}"})
@@ -80,6 +81,7 @@ class GatewayController:
             await self._loop()
         finally:
             self.poller.close()
+            await self._probe_connection.aclose()
 
     async def _loop(self) -> None:
         while True:
@@ -133,7 +135,7 @@ class GatewayController:
         it read, and the schedule (the next full pass; a sticky problem survives observation)."""
         started = time.monotonic()
         seen = Observation(self.deployment(), self._inputs, self._exposure, self.claims(hosts), checked,
-                           self._probe)
+                           self._probe, self._probe_connection)
         result = await reconcile(self.kube, self.prober, self.settings.reconcile, body, list(self.pods()),
                                  full, self.schedule.failures, seen, self.rollouts)
         outcome = result.outcome

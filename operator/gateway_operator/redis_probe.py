@@ -27,7 +27,7 @@ import secrets
 import socket
 import ssl
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 import time
 from typing import Any, Callable, Iterable, NamedTuple, Sequence
 
@@ -165,7 +165,8 @@ class Prober:
 
     async def probe(self, namespace: str, target: RedisTarget, credentials: Credentials | str | None,
                     timeout: float, managed_ip: str | None = None, owner: str = "",
-                    wait: bool = True) -> ProbeResult | None:
+                    wait: bool = True, kept: KeptConnection | None = None,
+                    base: StoreFacts | None = None) -> ProbeResult | None:
         """``credentials``: a password alone may be given as a string. ``managed_ip``: the ready
         pod of the GatewayDeployment's own managed Redis (its Service name resolves only inside the
         cluster network); "" when none is ready yet. ``owner``: the GatewayDeployment's name (a
@@ -190,7 +191,7 @@ class Prober:
         async with self._per_namespace[namespace], self._total:
             try:
                 result = await asyncio.wait_for(self._probe(namespace, owner, target, signed, timeout, managed_ip,
-                                                            privileged), 3 * timeout + 1)
+                                                            privileged, kept, base), 3 * timeout + 1)
             except asyncio.TimeoutError:
                 result = unreachable(target.endpoint, timeout)
         if privileged:
@@ -205,9 +206,10 @@ class Prober:
         return result
 
     async def _probe(self, namespace: str, owner: str, target: RedisTarget, credentials: Credentials,
-                     timeout: float, managed_ip: str | None, privileged: bool) -> ProbeResult:
+                     timeout: float, managed_ip: str | None, privileged: bool,
+                     kept: KeptConnection | None = None, base: StoreFacts | None = None) -> ProbeResult:
         if managed_ip:
-            return await _round_trip(target, managed_ip, credentials, timeout, privileged)
+            return await _round_trip(target, managed_ip, credentials, timeout, privileged, kept, base)
         if self.foreign(namespace, owner, target.host, ()):  # by Service name, before any lookup
             return unreachable(target.endpoint, timeout)
         addresses = await _addresses(target, timeout)
@@ -223,7 +225,7 @@ class Prober:
                                f"{target.host} is outside the operator's Redis allowlist; the probe did not connect")
         # the checked address is the one connected to (no second lookup to race with); TLS
         # verifies the name the spec expects there
-        return await _round_trip(target, addresses[0], credentials, timeout, privileged)
+        return await _round_trip(target, addresses[0], credentials, timeout, privileged, kept, base)
 
 
 async def _addresses(target: RedisTarget, timeout: float) -> list[str] | None:
@@ -242,12 +244,13 @@ async def _addresses(target: RedisTarget, timeout: float) -> list[str] | None:
 
 
 async def _round_trip(target: RedisTarget, host: str, credentials: Credentials, timeout: float,
-                      privileged: bool = True) -> ProbeResult:
+                      privileged: bool = True, kept: KeptConnection | None = None,
+                      base: StoreFacts | None = None) -> ProbeResult:
     """``privileged``: the GatewayDeployment's own managed Redis, or a target the allowlist names:
     its failures keep their detail. Otherwise a failure is one of three outcomes with fixed words:
     unreachable, not a usable Redis, or a refused password."""
     try:
-        result = await _exchange(target, host, credentials, timeout)
+        result = await _exchange(target, host, credentials, timeout, kept, base)
     except Exception as e:  # noqa: BLE001 - e.g. redis-py's HELLO handling fails on a server that says +OK to all
         result = ProbeResult(False, reasons.PROBE_FAILED,
                              f"Redis at {target.endpoint} answered unexpectedly: {type(e).__name__}")
@@ -256,6 +259,42 @@ async def _round_trip(target: RedisTarget, host: str, credentials: Credentials, 
     if result.reason == reasons.CONNECTION_FAILED:
         return unreachable(target.endpoint, timeout)
     return unusable(target.endpoint)
+
+
+class KeptConnection:
+    """One GatewayDeployment's connection for its observation probes (the controller owns it and
+    closes it when its loop ends).
+
+    A full pass probes on a fresh connection: connect, TLS, ``AUTH``/``HELLO`` and every command
+    the gateway needs, as a new gateway client would. Between full passes (``--resync-seconds``)
+    an observation probe goes over the connection the last probe left open and asks only what can
+    change without a spec change: the ``SET NX PX`` round trip, the canary, the ``run_id`` and the
+    migration marker (the commands and persistence of the last full probe stand until the next).
+    A kept connection that fails is retried once on a fresh one (the server may have closed it
+    while idle); it is kept only for the address, target and credentials it was opened with."""
+
+    def __init__(self) -> None:
+        self.key: tuple[Any, ...] | None = None
+        self.client: aioredis.Redis | None = None
+
+    def take(self, key: tuple[Any, ...]) -> aioredis.Redis | None:
+        """The open client, when it was opened for ``key``; any other is closed by the caller."""
+        return self.client if self.client is not None and self.key == key else None
+
+    async def swap(self, key: tuple[Any, ...] | None, client: aioredis.Redis | None) -> None:
+        old, self.key, self.client = self.client, key, client
+        if old is not None and old is not client:
+            await _close(old)
+
+    async def aclose(self) -> None:
+        await self.swap(None, None)
+
+
+async def _close(client: aioredis.Redis) -> None:
+    try:
+        await asyncio.wait_for(client.aclose(), 1.0)
+    except BaseException:  # noqa: BLE001 - closing a broken connection must not mask the result
+        pass
 
 
 def _client(target: RedisTarget, host: str, credentials: Credentials, timeout: float) -> aioredis.Redis:
@@ -273,18 +312,51 @@ def _client(target: RedisTarget, host: str, credentials: Credentials, timeout: f
     return aioredis.Redis.from_pool(aioredis.ConnectionPool(**kwargs))
 
 
-async def _exchange(target: RedisTarget, host: str, credentials: Credentials, timeout: float) -> ProbeResult:
+async def _exchange(target: RedisTarget, host: str, credentials: Credentials, timeout: float,
+                    kept: KeptConnection | None = None, base: StoreFacts | None = None) -> ProbeResult:
+    """``kept`` and ``base`` (the last full probe's store facts): an observation probe, over the
+    kept connection (see KeptConnection). Without them: a full probe on a fresh connection."""
+    light = kept is not None and base is not None
+    key = (host, target.port, target.db, target.tls, target.server_name, target.tls_options, credentials)
+    reused = kept.take(key) if light and kept is not None else None
+    client = reused or _client(target, host, credentials, timeout)
+    result: ProbeResult | None = None
+    try:
+        result = await _commands(client, target, credentials, timeout, base if light else None)
+        if reused is not None and result.reason == reasons.CONNECTION_FAILED:
+            await _close(reused)  # closed while idle, or gone bad: once more, afresh
+            client, result = _client(target, host, credentials, timeout), None
+            result = await _commands(client, target, credentials, timeout, base)
+        return result
+    finally:  # kept only after a probe that succeeded; closed otherwise, whatever was raised
+        if kept is not None and result is not None and result.ok:
+            await kept.swap(key, client)
+        else:
+            if kept is not None:
+                await kept.swap(None, None)
+            await _close(client)
+
+
+async def _commands(client: aioredis.Redis, target: RedisTarget, credentials: Credentials, timeout: float,
+                    base: StoreFacts | None) -> ProbeResult:
     where = target.endpoint  # as status names it, whatever address was connected to
-    client = _client(target, host, credentials, timeout)
     key = f"{target.prefix}operator-probe:{secrets.token_hex(8)}"
     try:
         token = secrets.token_hex(8)
         first = client.pipeline(transaction=False)  # one round trip: SET NX PX, then read it back
-        stored, read = _raised(await first.set(key, token, nx=True, px=10_000).get(key).execute(raise_on_error=False))
+        first.set(key, token, nx=True, px=10_000).get(key)
+        if base is not None:  # an observation probe: what can change between full probes, in the same trip
+            _light_reads(first, key, target.prefix, base)
+        answers = await first.execute(raise_on_error=False)
+        stored, read = _raised(answers[:2])
         if not stored:
             return ProbeResult(False, reasons.PROBE_FAILED, f"SET NX PX under the prefix was refused at {where}")
         if read != token.encode():
             return ProbeResult(False, reasons.PROBE_FAILED, f"Redis at {where} did not return the probe value")
+        if base is not None:
+            facts = await _light_facts(client, target.prefix, base, answers[2:])
+            return ProbeResult(True, reasons.PROBE_SUCCEEDED, f"Redis at {where} answered a SET NX PX round trip",
+                               facts)
         refused, facts = await _checks(client, key, target.prefix)
         if refused:
             return _not_permitted(where, refused, credentials)
@@ -309,11 +381,6 @@ async def _exchange(target: RedisTarget, host: str, credentials: Credentials, ti
         return ProbeResult(False, reasons.PROBE_FAILED, f"Redis at {where} answered unexpectedly: {type(e).__name__}")
     except (UnicodeError, ValueError) as e:  # e.g. a host name the resolver refuses
         return ProbeResult(False, reasons.CONNECTION_FAILED, f"cannot connect to Redis at {where}: {type(e).__name__}")
-    finally:
-        try:
-            await client.aclose()
-        except Exception:  # noqa: BLE001 - closing a broken connection must not mask the result
-            pass
 
 
 def _noperm(error: BaseException, prefix: str) -> str | None:
@@ -367,18 +434,41 @@ def _facts_reads(pipeline: Any, prefix: str) -> None:
     pipeline.config_get("maxmemory-policy").config_get("save").get(f"{prefix}{MIGRATED_KEY}")
 
 
+def _light_reads(pipeline: Any, key: str, prefix: str, base: StoreFacts) -> None:
+    pipeline.get(f"{prefix}{CANARY_KEY}").get(f"{prefix}{MIGRATED_KEY}").delete(key)
+    if "INFO" not in base.refused:
+        pipeline.info("server")
+
+
+async def _light_facts(client: aioredis.Redis, prefix: str, base: StoreFacts, answers: list[Any]) -> StoreFacts:
+    """An observation probe's facts: the canary (written when absent), the run_id and the marker
+    read now; persistence, the policy and what was refused as the last full probe saw them."""
+    value, migrated, _deleted = _raised(answers[:3])
+    created, canary = await _canary(client, prefix, value)
+    run_id = base.run_id
+    if len(answers) > 3 and not isinstance(answers[3], BaseException):
+        run_id = str(answers[3].get("run_id") or "") or None
+    return replace(base, canary=canary, canary_created=created, run_id=run_id,
+                   migrated=migrated.decode(errors="replace") if migrated is not None else None)
+
+
+async def _canary(client: aioredis.Redis, prefix: str, value: bytes | None) -> tuple[bool, str]:
+    """(created, value): the canary as read, or written now (with no TTL) when it was absent."""
+    created = False
+    if value is None:
+        key, fresh = f"{prefix}{CANARY_KEY}", f"{int(time.time())}-{secrets.token_hex(6)}"
+        created = bool(await client.set(key, fresh, nx=True))
+        value = fresh.encode() if created else (await client.get(key) or fresh.encode())
+    return created, value.decode(errors="replace")
+
+
 async def _store_facts(client: aioredis.Redis, prefix: str, answers: list[Any]) -> StoreFacts:
     """The canary (written when absent, with no TTL) and, where the server allows INFO and CONFIG
     GET, its run_id, persistence and maxmemory-policy: ``answers`` of ``_facts_reads``. A refused
     INFO or CONFIG GET (managed services often refuse CONFIG) is noted, never a failure."""
-    key = f"{prefix}{CANARY_KEY}"
     value, server, persistence, policy_answer, save_answer, migrated = answers
     _raised([value, migrated])
-    created = False
-    if value is None:
-        fresh = f"{int(time.time())}-{secrets.token_hex(6)}"
-        created = bool(await client.set(key, fresh, nx=True))
-        value = fresh.encode() if created else (await client.get(key) or fresh.encode())
+    created, canary = await _canary(client, prefix, value)
     refused: list[str] = []
     run_id, aof, save, policy = None, None, None, None
     if isinstance(server, redis.ResponseError) or isinstance(persistence, redis.ResponseError):
@@ -395,7 +485,7 @@ async def _store_facts(client: aioredis.Redis, prefix: str, answers: list[Any]) 
         else:
             save = save_answer.get("save")
     persistent = True if aof else (bool(str(save).strip()) if save is not None and aof is not None else None)
-    return StoreFacts(value.decode(errors="replace"), created, run_id, persistent, policy, tuple(refused),
+    return StoreFacts(canary, created, run_id, persistent, policy, tuple(refused),
                       migrated.decode(errors="replace") if migrated is not None else None)
 
 

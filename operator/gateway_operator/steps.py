@@ -32,7 +32,7 @@ from .expose import Exposure
 from .inputs import Checked, Prepared, SecretInputs
 from .kube import Kube, NotOwned, NotServed
 from .pods import LiveDeployment, Observed, PodView
-from .redis_probe import ProbeResult, Prober
+from .redis_probe import KeptConnection, ProbeResult, Prober
 from .replicas import Migration, migration_state, reads_the_claim, replicas_to_run
 from .rollouts import RolloutGate
 from .tenancy import Claim, TenancyPolicy, claim_of, claimed_elsewhere
@@ -63,6 +63,7 @@ class Observation(NamedTuple):
     host_claims: Mapping[str, Sequence[Claim]] = {}  # every known claimant of each host spec.expose names
     checked: Checked | None = None  # the spec as checked for its generation (inputs.check)
     probe: ProbeResult | None = None  # the last pass's Redis probe
+    probe_connection: KeptConnection | None = None  # the GatewayDeployment's own, for observation probes
 
 
 @dataclass
@@ -129,10 +130,13 @@ async def probe(p: Pass) -> bool:
     if target is not None:
         # an observation pass does not queue for a probe slot (many gateways in one namespace):
         # it keeps the last result, so that its step, and the next /health poll, are not held up
+        # a full pass probes afresh and whole; an observation pass over the kept connection, and
+        # only what can change between full passes (redis_probe.KeptConnection)
         last = p.seen.probe
+        base = last.store if not p.full and last is not None and last.ok else None
         p.probe = await p.prober.probe(p.owner.namespace, target, p.prepared.credentials,
                                        spec.health.timeout_seconds, p.prepared.managed_ip, p.owner.name,
-                                       wait=p.full or last is None)
+                                       wait=p.full or last is None, kept=p.seen.probe_connection, base=base)
         if p.probe is None and last is not None:
             p.probe = dataclasses.replace(last, reused=True)
     return True
