@@ -62,6 +62,13 @@ test-oldest: system-deps venv binaries monitoring-binaries oldest-binaries
 	  $(PYTEST_ARGS)
 .PHONY: test-oldest
 
+# The operator upgrade on the real node (tests/node/test_upgrade.py, issue 22): `helm upgrade` from an
+# earlier commit's chart and operator image (built from git history) to this tree, six
+# GatewayDeployments under a webhook stream. Root; about 20 minutes, so not part of `make test`.
+test-upgrade: system-deps venv binaries node-binaries images
+	GWOP_UPGRADE_TEST=1 $(PY) -m pytest tests/node/test_upgrade.py $(PYTEST_ARGS)
+.PHONY: test-upgrade
+
 # The full fuzz run (issue 7): 500+ seeded adversarial GatewayDeployments through the real API
 # server and the operator, on its own control plane (.cluster/fuzz). FUZZ_SEED, FUZZ_CASES,
 # FUZZ_BATCH; FUZZ_JSON=<file> writes the summary there. `make test` runs a small slice.

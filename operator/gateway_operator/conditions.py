@@ -48,6 +48,7 @@ class Facts:
     ready_replicas: int = 0
     updated_replicas: int = 0
     rollout_observed: bool = False  # the Deployment controller has seen our latest template
+    current_replicas: int = 0       # the Deployment's status.replicas (old pods too, mid-rollout)
     problem: Problem | None = None
     probe: ProbeResult | None = None
     health: Sequence[ReplicaHealth] = field(default_factory=tuple)
@@ -94,7 +95,7 @@ def _stalled(f: Facts) -> Condition:
 
 def _rolling(f: Facts) -> bool:
     return (not f.rollout_observed or f.updated_replicas < f.running_replicas
-            or f.ready_replicas < f.running_replicas)
+            or f.ready_replicas < f.running_replicas or f.current_replicas > f.running_replicas)
 
 
 def _reconciling(f: Facts) -> Condition:

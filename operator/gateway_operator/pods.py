@@ -51,11 +51,14 @@ class Observed(NamedTuple):
     rollout_observed: bool = False
     failure: str = ""   # the Deployment's ReplicaFailure message (a pod the API server refused to create)
     generation: int = 0  # the Deployment's status.observedGeneration
+    current: int = 0     # status.replicas: pods of every template, not being deleted (old ones too, mid-rollout)
 
     @property
     def rolled_out(self) -> bool:
-        """Every replica updated to the latest template and ready."""
-        return self.rollout_observed and self.updated >= self.running and self.ready >= self.running
+        """Every replica updated to the latest template and ready, and no old one left (as
+        ``kubectl rollout status`` says complete)."""
+        return (self.rollout_observed and self.updated >= self.running and self.ready >= self.running
+                and self.current <= self.running)
 
 
 class LiveDeployment(NamedTuple):
@@ -84,7 +87,8 @@ def live_deployment(deployment: Mapping[str, Any]) -> LiveDeployment:
         updated=int(status.get("updatedReplicas") or 0),
         rollout_observed=int(status.get("observedGeneration") or 0) >= int(deployment["metadata"].get("generation")
                                                                            or 0),
-        failure=failure, generation=int(status.get("observedGeneration") or 0)),
+        failure=failure, generation=int(status.get("observedGeneration") or 0),
+        current=int(status.get("replicas") or 0)),
         template_hash=str((deployment["metadata"].get("annotations") or {}).get(api.ANNOTATION_TEMPLATE_HASH, "")),
         secrets_revision=str(pod_annotations.get(api.ANNOTATION_SECRETS_REVISION, "")),
         config_hash=str(pod_annotations.get(api.ANNOTATION_CONFIG_HASH, "")))

@@ -17,7 +17,7 @@ from .pods import Observed, PodView
 from .redis_probe import ProbeResult, Prober
 from .redis_target import RedisTarget
 from .replicas import Migration
-from .rollouts import RolloutGate
+from .rollouts import QUEUED_RECHECK_S, RolloutGate
 from .steps import STEPS, Observation, Pass, ReconcileSettings  # noqa: F401 - the pass's inputs
 
 
@@ -59,6 +59,9 @@ async def reconcile(kube: Kube, prober: Prober, settings: ReconcileSettings, bod
         outcome, read = Outcome(problem=summarize.unexpected(e), applied=full, error=e), None
     if outcome.problem is not None:
         return Result(outcome, schedule.backoff(failures, settings.problem_backoff))
-    return Result(outcome, schedule.resync_after(settings.resync_seconds, random.random()), read if full else None)
+    requeue = schedule.resync_after(settings.resync_seconds, random.random())
+    if outcome.rollout == "queued":  # a slot may free any moment: look again soon (a full pass)
+        requeue = min(requeue, QUEUED_RECHECK_S)
+    return Result(outcome, requeue, read if full else None)
 
 

@@ -18,6 +18,9 @@ from . import api
 from .pods import LiveDeployment
 
 DEFAULT_LIMIT = 2
+#: a GatewayDeployment waiting for a slot looks again this often (a full pass), so that a freed slot
+#: is taken within seconds rather than at its next resync
+QUEUED_RECHECK_S = 5.0
 #: a slot whose rollout never completes is given back after this long (a stuck rollout must not
 #: hold every other GatewayDeployment's upgrade for ever); its own rollout goes on regardless
 SLOT_TIMEOUT = 900.0
@@ -44,6 +47,8 @@ class RolloutGate:
     slot_timeout: float = SLOT_TIMEOUT
     #: who holds a slot: since when, and the Deployment generation that carries the new template
     rolling: dict[Key, tuple[float, int]] = field(default_factory=dict)
+    #: who waits for a slot (its last full pass found its rollout operator-caused and held it)
+    waiting: set[Key] = field(default_factory=set)
 
     def admit(self, key: Key, now: float) -> bool:
         """May ``key`` start (or go on with) its operator-caused rollout now?"""
@@ -52,8 +57,17 @@ class RolloutGate:
                 del self.rolling[other]
         if key in self.rolling or not self.limit or len(self.rolling) < self.limit:
             self.rolling.setdefault(key, (now, 0))
+            self.waiting.discard(key)
             return True
+        self.waiting.add(key)
         return False
+
+    def not_held(self, key: Key) -> None:
+        """A full pass found nothing of ``key``'s to hold (its rollout is no longer operator-caused)."""
+        self.waiting.discard(key)
+
+    def queued(self, key: Key) -> bool:
+        return key in self.waiting
 
     def applied(self, key: Key, deployment_generation: int) -> None:
         """The new template is written: the Deployment's generation that carries it."""
@@ -74,6 +88,7 @@ class RolloutGate:
     def done(self, key: Key) -> None:
         """It went away (deleted, or its loop stopped)."""
         self.rolling.pop(key, None)
+        self.waiting.discard(key)
 
     def holds(self, key: Key) -> bool:
         return key in self.rolling

@@ -193,8 +193,11 @@ def _held_for_the_rollout_cap(p: Pass, deployment: Mapping[str, Any]) -> tuple[t
     for a slot (rollouts.py), the gateway's pods and their ConfigMap untouched meanwhile."""
     status = p.body.get("status") or {}
     generation = int(p.body["metadata"].get("generation") or 0)
-    if p.rollouts is None or p.live is None or p.live.controller_uid != p.owner.uid or not rollouts.operator_caused(
+    if p.rollouts is None:
+        return ()
+    if p.live is None or p.live.controller_uid != p.owner.uid or not rollouts.operator_caused(
             generation, int(status.get("observedGeneration") or 0), p.live, deployment, p.prepared.revision):
+        p.rollouts.not_held((p.owner.namespace, p.owner.name))
         return ()
     if p.rollouts.admit((p.owner.namespace, p.owner.name), time.monotonic()):
         p.rollout = "operator"
@@ -222,9 +225,11 @@ async def read_exposure(p: Pass) -> bool:
 
 async def look_at_pods(p: Pass) -> bool:
     p.problems += [summarize.pod_problem(p.pods), summarize.deployment_problem(p.observed.failure)]
-    if p.rollouts is not None and p.rollouts.settle((p.owner.namespace, p.owner.name), p.observed.generation,
-                                                    p.observed.rolled_out):
+    key = (p.owner.namespace, p.owner.name)
+    if p.rollouts is not None and p.rollouts.settle(key, p.observed.generation, p.observed.rolled_out):
         p.rollout = p.rollout or "operator"  # its operator-caused rollout still runs
+    elif p.rollouts is not None and not p.rollout and p.rollouts.queued(key):
+        p.rollout = "queued"  # an observation pass: still waiting for its slot, as the last full pass found
     return True
 
 

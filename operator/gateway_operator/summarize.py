@@ -188,7 +188,8 @@ def facts(body: Mapping[str, Any], spec: GatewaySpec | None, outcome: Any, repli
         persistence=spec.persistence.enabled if spec else False,
         redis_configured=spec.redis.configured if spec else False, running_replicas=observed.running,
         ready_replicas=observed.ready, updated_replicas=observed.updated,
-        rollout_observed=observed.rollout_observed, problem=outcome.problem, probe=outcome.probe,
+        rollout_observed=observed.rollout_observed, current_replicas=observed.current, problem=outcome.problem,
+        probe=outcome.probe,
         health=tuple(replicas), dedup=_dedup_history(body, outcome, now), now=now,
         migrating=bool(outcome.migration and not outcome.migration.done),
         sessions_store=spec.sessions_store if spec else "replica", target=outcome.target, rollout=outcome.rollout)

@@ -23,7 +23,7 @@ from gateway_operator import api
 from gateway_operator.api import GatewaySpec
 from gateway_operator import conditions as C
 from gateway_operator import reasons as R
-from gateway_operator import schedule, summarize
+from gateway_operator import rollouts, schedule, summarize
 from gateway_operator.conditions import Problem, Transition
 from gateway_operator.kube import ApplyResult, NotOwned, NotServed, controlled_by
 from gateway_operator.pods import PodView
@@ -383,6 +383,47 @@ def test_a_slot_is_taken_then_given_back_once_the_new_template_is_ready() -> Non
     result, _ = run(kube, reconciled, full=False, rollouts=gate, seen=Observation(deployment=_watched(kube)))
     assert result.outcome.rollout == "" and not gate.holds(key)
     assert gate.admit(("other", "gw"), time.monotonic())
+
+
+def test_a_queued_rollout_says_so_between_full_passes_and_looks_again_soon() -> None:
+    """The upgrade test found observation passes saying ReconcileComplete while queued."""
+    kube = ApiStandIn([secret("redis-auth", password="pw")])
+    run(kube, gateway(REDIS_SPEC))
+    _upgraded(kube)
+    gate, key = RolloutGate(limit=1), ("ns", "bot")
+    assert gate.admit(("other", "gw"), time.monotonic())
+    reconciled = gateway(REDIS_SPEC, observedGeneration=1)
+    result, _ = run(kube, reconciled, rollouts=gate)
+    assert result.outcome.rollout == "queued" and result.requeue_after <= rollouts.QUEUED_RECHECK_S
+    observed, _ = run(kube, reconciled, full=False, rollouts=gate, seen=Observation(deployment=_watched(kube)))
+    assert observed.outcome.rollout == "queued"
+    facts = summarize.facts(reconciled, GatewaySpec.parse(reconciled["spec"]), observed.outcome, [], time.time())
+    reconciling = next(c for c in C.compute(facts) if c.type == C.RECONCILING)
+    assert (reconciling.status, reconciling.reason) == ("True", R.OPERATOR_UPGRADE_QUEUED)
+    gate.done(("other", "gw"))  # the slot frees: the next full pass takes it, and the queue forgets it
+    result, _ = run(kube, reconciled, rollouts=gate)
+    assert result.outcome.rollout == "operator" and not gate.queued(key)
+
+
+def test_the_slot_is_held_until_no_old_replica_is_left() -> None:
+    """Updated and ready are not done while an old pod still runs (status.replicas over spec.replicas)."""
+    kube = ApiStandIn([secret("redis-auth", password="pw")])
+    run(kube, gateway(REDIS_SPEC))
+    _upgraded(kube)
+    gate, key = RolloutGate(limit=1), ("ns", "bot")
+    reconciled = gateway(REDIS_SPEC, observedGeneration=1)
+    run(kube, reconciled, rollouts=gate)
+    d = kube.deployment()
+    d["status"] = {"observedGeneration": d["metadata"]["generation"], "replicas": 4, "readyReplicas": 4,
+                   "updatedReplicas": 3}
+    result, _ = run(kube, reconciled, full=False, rollouts=gate, seen=Observation(deployment=_watched(kube)))
+    assert result.outcome.rollout == "operator" and gate.holds(key)
+    facts = summarize.facts(reconciled, GatewaySpec.parse(reconciled["spec"]), result.outcome, [], time.time())
+    reconciling = next(c for c in C.compute(facts) if c.type == C.RECONCILING)
+    assert (reconciling.status, reconciling.reason) == ("True", R.ROLLING_OUT)
+    d["status"]["replicas"] = 3
+    result, _ = run(kube, reconciled, full=False, rollouts=gate, seen=Observation(deployment=_watched(kube)))
+    assert result.outcome.rollout == "" and not gate.holds(key)
 
 
 # -- the precedence table ----------------------------------------------------------------------------
