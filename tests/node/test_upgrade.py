@@ -18,8 +18,12 @@ arrives; from them the module's tests judge: the rollouts at once, the queue, th
 GatewayDeployment is Ready on the new template, the webhooks lost and run twice, and the conditions
 (a condition's lastTransitionTime moves only when its status flips; Ready stays True where the
 replicas kept serving). The figures are printed, and written as JSON to ``$GWOP_UPGRADE_JSON``
-when it is set. Needs root (the real node); without it the module skips in one line, under CI it
-fails.
+when it is set (``$GWOP_UPGRADE_RECORDS``: every watched change, delivery and turn, as JSON lines).
+The release is installed with ``watchNamespaces`` (the two namespaces): the operator CLI the other
+modules share is stopped for this module, and nothing else in the cluster is reconciled by it. An
+operator so limited cannot read the edge's Gateway, so status.expose carries no address; the
+HTTPRoute's own status says the edge took it. Needs root (the real node); without it the module
+skips in one line, under CI it fails.
 """
 from __future__ import annotations
 
@@ -44,10 +48,10 @@ from harness.cluster import REPO, Cluster
 from harness.gateways import is_ready
 from harness.wait import WaitTimeout, until
 
-# WORK IN PROGRESS (issue 22): written this stop, not yet seen passing on the real node, so it runs
-# only when asked: GWOP_UPGRADE_TEST=1 make test PYTEST_ARGS=tests/node/test_upgrade.py
+# `make test-upgrade` runs it (about 20 minutes: an earlier release's operator image is built from git
+# history); `make test` leaves it out
 pytestmark = pytest.mark.skipif(os.environ.get("GWOP_UPGRADE_TEST") != "1",
-                                reason="the upgrade test is work in progress: GWOP_UPGRADE_TEST=1 runs it")
+                                reason="the operator upgrade test runs with make test-upgrade")
 
 # The landing commit of the exactly-once stop (issue 18), the last before issue 20's own-Redis work
 # (f56d95c) changed the launcher. Its launcher (launch.py in every GatewayDeployment's ConfigMap) is
@@ -178,7 +182,10 @@ class Watcher:
                         self.sink.append(record)
                     if self._stop.is_set():
                         return
-            except Exception as e:  # noqa: BLE001 - a watch that fails is opened again from where it was
+            except Exception as e:  # noqa: BLE001 - a watch that fails is listed and opened again
+                # (an ERROR event, e.g. the resourceVersion gone when the CRD changed, raises in the
+                # client without deserialize: resuming from it would fail the same way for ever)
+                version = None
                 self.restarts += 1
                 self.last_error = f"{type(e).__name__}: {e}"[:300]
                 time.sleep(0.5)
@@ -227,6 +234,27 @@ class Delivery:
     @property
     def ok(self) -> bool:
         return self.status is not None and 200 <= self.status < 300
+
+
+def post(address: str, token: str, payload: dict[str, Any], timeout: float = 60) -> tuple[int, dict[str, Any]]:
+    """A webhook as node.webhook sends it; the status of whatever answered, and its JSON body ({} when
+    it has none: the edge's own 502/503 is plain text)."""
+    import urllib.error
+    import urllib.request
+    url, headers = node.base_url(address)
+    request = urllib.request.Request(f"{url}/hooks/{node.HOOK}", method="POST", data=json.dumps(payload).encode(),
+                                     headers={**headers, "Content-Type": "application/json",
+                                              "Authorization": f"Bearer {token}"})
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as r:
+            status, raw = r.status, r.read()
+    except urllib.error.HTTPError as e:
+        status, raw = e.code, e.read()
+    try:
+        body = json.loads(raw or b"{}")
+    except ValueError:
+        body = {}
+    return status, body if isinstance(body, dict) else {}
 
 
 class Stream:
@@ -308,10 +336,10 @@ class Stream:
                     raise LookupError("no ready pod")
                 address = self.rng.choice(ips)
             session = self.sessions[msg]
-            answer = node.webhook(address, self.tokens[gw.key], msg, f"msg={msg} session={session}", timeout=60,
-                                  session=session)
-            status, dedup = answer.status, bool(answer.body.get("deduplicated"))
-            if answer.body.get("in_progress"):
+            status, body = post(address, self.tokens[gw.key], {"id": msg, "text": f"msg={msg} session={session}",
+                                                               "session": session})
+            dedup = bool(body.get("deduplicated"))
+            if body.get("in_progress"):
                 retry_after = 10.0
         except Exception as e:  # noqa: BLE001 - refused, reset, timed out: a record, and a retry
             error = f"{type(e).__name__}: {e}"[:200]
@@ -513,8 +541,21 @@ def analyse(records: list[Record], gateways: list[Gateway], baseline: dict[str, 
                 since = None
         if since is not None:
             operator_view.append((since, end_of_run))
+    # a free slot while a GatewayDeployment waited for one: how long the queue stood still
+    waiting = [(line.queued[0], line.start) for line in lines.values()
+               if line.queued and line.start is not None and line.queued[0] < line.start]
+    bounds = sorted({t for pair in rollouts + waiting for t in pair})
+    idle = longest = run = 0.0
+    for a, b in zip(bounds, bounds[1:]):
+        mid = (a + b) / 2
+        if any(x <= mid < y for x, y in waiting) and sum(x <= mid < y for x, y in rollouts) < CAP:
+            idle, run = idle + (b - a), run + (b - a)
+            longest = max(longest, run)
+        else:
+            run = 0.0
     return {
         "lines": lines,
+        "slot_idle_s": round(idle, 1), "slot_idle_longest_s": round(longest, 1),
         "rolling_at_once_max": at_once(rollouts),
         "rolling_at_once_max_incl_draining": at_once(draining),
         "rolling_at_once_max_operator_view": at_once(operator_view),
@@ -598,12 +639,28 @@ def operator_images(cluster: Cluster) -> set[str]:
             if not p["metadata"].get("deletionTimestamp")}
 
 
+#: a status written just before the Deployment's last change can arrive after it on another watch
+ORDERING_S = 2.0
+
+
+def said_done_early(g: dict[str, Any]) -> list[list[Any]]:
+    """The Reconciling=False (ReconcileComplete) a GatewayDeployment said while its upgrade was not done:
+    after it was first queued (or its rollout started) and before its Deployment controller finished."""
+    since = g["queued_s"] if g["queued_s"] is not None else g["rollout_start_s"]
+    until_s = g["rollout_end_s"]
+    if since is None or until_s is None:
+        return []
+    return [step for step in g["transitions"].get("Reconciling", [])
+            if step[1] == "False" and since < step[0] < until_s - ORDERING_S]
+
+
 def figures_table(figures: dict[str, Any]) -> str:
     rows = [f"upgrade {figures['from'][:12]} -> this tree: {figures['gatewaydeployments']} GatewayDeployments "
             f"({figures['replicas_mix']}), cap {figures['cap']}"]
     for key in ("rolling_at_once_max", "rolling_at_once_max_operator_view", "rolling_at_once_max_incl_draining",
-                "completed", "queued", "helm_upgrade_s", "all_ready_after_s", "messages", "deliveries",
-                "deliveries_retried", "lost", "duplicated", "turns_unanswered", "lt_flaps", "ready_false_multi_replica",
+                "completed", "queued", "slot_idle_s", "slot_idle_longest_s",
+                "reconciling_false_while_queued_or_rolling", "helm_upgrade_s", "all_ready_after_s", "messages",
+                "deliveries", "deliveries_retried", "lost", "duplicated", "turns_unanswered", "lt_flaps", "ready_false_multi_replica",
                 "redis_pods_replaced", "watch_caught_up", "earlier_image_build_s", "run_s"):
         rows.append(f"  {key:38} {figures.get(key)}")
     for key, g in figures["per_gateway"].items():
@@ -736,6 +793,9 @@ def upgrade(cluster: Cluster, operators: dict[Path, Any]) -> Iterator[Run]:
             "rolling_at_once_max_operator_view": analysis["rolling_at_once_max_operator_view"],
             "rolling_at_once_max_incl_draining": analysis["rolling_at_once_max_incl_draining"],
             "queued": sum(bool(lines[gw.key].queued) for gw in gateways),
+            "slot_idle_s": analysis["slot_idle_s"], "slot_idle_longest_s": analysis["slot_idle_longest_s"],
+            "reconciling_false_while_queued_or_rolling": sum(len(said_done_early(per_gateway[gw.key]))
+                                                             for gw in gateways),
             "helm_upgrade_s": helm_s, "all_ready_after_s": analysis["all_ready_after_s"],
             **{k: v for k, v in webhooks.items()}, "deliveries_pending_at_end": pending,
             "lt_flaps": sum(len(lines[gw.key].flaps) for gw in gateways),
@@ -760,8 +820,9 @@ def upgrade(cluster: Cluster, operators: dict[Path, Any]) -> Iterator[Run]:
         if watches is not None:
             watches.stop()
         cluster.helm("uninstall", node.RELEASE, "-n", node.SYSTEM_NAMESPACE, "--wait", "--timeout", "180s", check=False)
-        for namespace in (*ns.values(), node.SYSTEM_NAMESPACE):
-            cluster.kubectl("delete", "namespace", namespace, "--wait=true", "--timeout=180s", check=False)
+        cluster.kubectl("delete", "namespace", node.SYSTEM_NAMESPACE, "--wait=true", "--timeout=120s", check=False)
+        for namespace in ns.values():  # as the namespace fixture does: their pods drain on their own
+            cluster.kubectl("delete", "namespace", namespace, "--wait=false", check=False)
         # this tree's CRD, whatever happened (the earlier release's was applied first)
         cluster.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(REPO / "crds"), check=False)
 
@@ -806,6 +867,19 @@ def test_no_more_than_the_cap_roll_at_once_and_the_others_wait_queued(upgrade: R
     assert f["queued"] >= len(upgrade.gateways) - CAP, figures_table(f)
 
 
+def test_a_queued_or_rolling_gatewaydeployment_says_so_until_its_rollout_is_done(upgrade: Run) -> None:
+    """Queued, it says Reconciling=True OperatorUpgradeQueued until its turn, then RollingOut until the
+    Deployment controller has finished (every replica of the new template, ready, no old pod left):
+    a Reconciling=False ReconcileComplete in between tells kubectl wait, helm --wait and Argo CD that
+    it is done while it is not, and frees its slot for the next one too early."""
+    t = upgrade.figures["per_gateway"]
+    early = {gw.key: {"queued_s": t[gw.key]["queued_s"], "rollout": [t[gw.key]["rollout_start_s"],
+                                                                     t[gw.key]["rollout_end_s"]],
+                      "said_done": said_done_early(t[gw.key])}
+             for gw in upgrade.gateways if said_done_early(t[gw.key])}
+    assert not early, json.dumps(early, indent=1)
+
+
 def test_no_webhook_was_lost_or_ran_twice(upgrade: Run) -> None:
     f = upgrade.figures
     assert f["messages"] >= 10 * len(upgrade.gateways), figures_table(f)
@@ -830,20 +904,19 @@ def test_conditions_move_only_when_their_status_flips_and_say_nothing_is_wrong(u
     assert not wrong, json.dumps(wrong, indent=1)
 
 
-def test_ready_stays_true_while_the_replicas_serve(upgrade: Run) -> None:
-    """Two or more replicas roll one surge pod at a time (maxUnavailable 0): every replica serves
-    throughout, so Ready stays True; a queued GatewayDeployment's pods serve on untouched, so it stays
-    Ready while queued. One SQLite replica (Recreate) is down once, and Ready says so once."""
+def test_ready_goes_false_once_for_its_rollout_and_never_while_queued(upgrade: Run) -> None:
+    """Ready is False (ReplicasNotReady) while a rollout runs, as for a spec change, so that
+    `kubectl wait --for=condition=Ready` waits for it: once per GatewayDeployment, for its one
+    rollout, never flapping. A queued GatewayDeployment's pods serve on untouched, so it stays Ready
+    while queued (that each ends Ready is the first test's)."""
     t = upgrade.figures["per_gateway"]
     wrong = []
     for gw in upgrade.gateways:
         ready = t[gw.key]["transitions"].get("Ready", [])
         falses = [step for step in ready if step[1] != "True"]
         queued_until = t[gw.key]["queued_until_s"]
-        if gw.replicas > 1 and falses:
-            wrong.append((gw.key, "Ready went False while every replica served", ready))
-        if gw.replicas == 1 and len(falses) > 1:
-            wrong.append((gw.key, "Ready went False more than once for one Recreate", ready))
+        if len(falses) > 1:
+            wrong.append((gw.key, "Ready went False more than once for one rollout", ready))
         if queued_until is not None and any(step[1] != "True" and step[0] <= queued_until for step in ready):
             wrong.append((gw.key, "Ready went False while queued", ready))
     assert not wrong, json.dumps(wrong, indent=1)
