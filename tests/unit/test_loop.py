@@ -363,12 +363,21 @@ def test_the_managed_redis_is_never_held_behind_the_gateways_queue() -> None:
     assert kube.objects[redis]["spec"]["replicas"] == 1
 
 
-def test_a_slot_is_taken_then_given_back_once_the_new_template_is_ready() -> None:
+def _after_an_upgrade() -> tuple[ApiStandIn, RolloutGate, tuple[str, str], dict[str, Any]]:
+    """A reconciled GatewayDeployment whose Deployment an older release wrote, and a gate of one slot."""
     kube = ApiStandIn([secret("redis-auth", password="pw")])
     run(kube, gateway(REDIS_SPEC))
     _upgraded(kube)
-    gate, key = RolloutGate(limit=1), ("ns", "bot")
-    reconciled = gateway(REDIS_SPEC, observedGeneration=1)
+    return kube, RolloutGate(limit=1), ("ns", "bot"), gateway(REDIS_SPEC, observedGeneration=1)
+
+
+def _reconciling(body: Mapping[str, Any], outcome: Any) -> C.Condition:
+    facts = summarize.facts(body, GatewaySpec.parse(body["spec"]), outcome, [], time.time())
+    return next(c for c in C.compute(facts) if c.type == C.RECONCILING)
+
+
+def test_a_slot_is_taken_then_given_back_once_the_new_template_is_ready() -> None:
+    kube, gate, key, reconciled = _after_an_upgrade()
     result, _ = run(kube, reconciled, rollouts=gate)
     assert result.outcome.rollout == "operator" and gate.holds(key)
     assert _template_hash(kube) != "from-an-older-release"
@@ -397,8 +406,7 @@ def test_a_queued_rollout_says_so_between_full_passes_and_looks_again_soon() -> 
     assert result.outcome.rollout == "queued" and result.requeue_after <= rollouts.QUEUED_RECHECK_S
     observed, _ = run(kube, reconciled, full=False, rollouts=gate, seen=Observation(deployment=_watched(kube)))
     assert observed.outcome.rollout == "queued"
-    facts = summarize.facts(reconciled, GatewaySpec.parse(reconciled["spec"]), observed.outcome, [], time.time())
-    reconciling = next(c for c in C.compute(facts) if c.type == C.RECONCILING)
+    reconciling = _reconciling(reconciled, observed.outcome)
     assert (reconciling.status, reconciling.reason) == ("True", R.OPERATOR_UPGRADE_QUEUED)
     gate.done(("other", "gw"))  # the slot frees: the next full pass takes it, and the queue forgets it
     result, _ = run(kube, reconciled, rollouts=gate)
@@ -407,19 +415,14 @@ def test_a_queued_rollout_says_so_between_full_passes_and_looks_again_soon() -> 
 
 def test_the_slot_is_held_until_no_old_replica_is_left() -> None:
     """Updated and ready are not done while an old pod still runs (status.replicas over spec.replicas)."""
-    kube = ApiStandIn([secret("redis-auth", password="pw")])
-    run(kube, gateway(REDIS_SPEC))
-    _upgraded(kube)
-    gate, key = RolloutGate(limit=1), ("ns", "bot")
-    reconciled = gateway(REDIS_SPEC, observedGeneration=1)
+    kube, gate, key, reconciled = _after_an_upgrade()
     run(kube, reconciled, rollouts=gate)
     d = kube.deployment()
     d["status"] = {"observedGeneration": d["metadata"]["generation"], "replicas": 4, "readyReplicas": 4,
                    "updatedReplicas": 3}
     result, _ = run(kube, reconciled, full=False, rollouts=gate, seen=Observation(deployment=_watched(kube)))
     assert result.outcome.rollout == "operator" and gate.holds(key)
-    facts = summarize.facts(reconciled, GatewaySpec.parse(reconciled["spec"]), result.outcome, [], time.time())
-    reconciling = next(c for c in C.compute(facts) if c.type == C.RECONCILING)
+    reconciling = _reconciling(reconciled, result.outcome)
     assert (reconciling.status, reconciling.reason) == ("True", R.ROLLING_OUT)
     d["status"]["replicas"] = 3
     result, _ = run(kube, reconciled, full=False, rollouts=gate, seen=Observation(deployment=_watched(kube)))
