@@ -115,11 +115,18 @@ class Answer(NamedTuple):
 
 
 def _answer(request: urllib.request.Request | str, timeout: float) -> Answer:
+    """The status of whatever answered, and its JSON object ({} when the body is none: the edge's
+    own 502/503 is plain text)."""
     try:
         with urllib.request.urlopen(request, timeout=timeout) as r:
-            return Answer(r.status, json.loads(r.read() or b"{}"))
+            status, raw = r.status, r.read()
     except urllib.error.HTTPError as e:
-        return Answer(e.code, json.loads(e.read() or b"{}"))
+        status, raw = e.code, e.read()
+    try:
+        body = json.loads(raw or b"{}")
+    except ValueError:
+        body = {}
+    return Answer(status, body if isinstance(body, dict) else {})
 
 
 def base_url(address: str) -> tuple[str, dict[str, str]]:

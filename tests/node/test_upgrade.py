@@ -236,27 +236,6 @@ class Delivery:
         return self.status is not None and 200 <= self.status < 300
 
 
-def post(address: str, token: str, payload: dict[str, Any], timeout: float = 60) -> tuple[int, dict[str, Any]]:
-    """A webhook as node.webhook sends it; the status of whatever answered, and its JSON body ({} when
-    it has none: the edge's own 502/503 is plain text)."""
-    import urllib.error
-    import urllib.request
-    url, headers = node.base_url(address)
-    request = urllib.request.Request(f"{url}/hooks/{node.HOOK}", method="POST", data=json.dumps(payload).encode(),
-                                     headers={**headers, "Content-Type": "application/json",
-                                              "Authorization": f"Bearer {token}"})
-    try:
-        with urllib.request.urlopen(request, timeout=timeout) as r:
-            status, raw = r.status, r.read()
-    except urllib.error.HTTPError as e:
-        status, raw = e.code, e.read()
-    try:
-        body = json.loads(raw or b"{}")
-    except ValueError:
-        body = {}
-    return status, body if isinstance(body, dict) else {}
-
-
 class Stream:
     """A steady stream of webhooks to every GatewayDeployment, as a provider sends them: a new
     message to each every PERIOD_S; its first delivery through the edge, its redelivery a few
@@ -336,10 +315,10 @@ class Stream:
                     raise LookupError("no ready pod")
                 address = self.rng.choice(ips)
             session = self.sessions[msg]
-            status, body = post(address, self.tokens[gw.key], {"id": msg, "text": f"msg={msg} session={session}",
-                                                               "session": session})
-            dedup = bool(body.get("deduplicated"))
-            if body.get("in_progress"):
+            answer = node.webhook(address, self.tokens[gw.key], msg, f"msg={msg} session={session}", timeout=60,
+                                  session=session)
+            status, dedup = answer.status, bool(answer.body.get("deduplicated"))
+            if answer.body.get("in_progress"):
                 retry_after = 10.0
         except Exception as e:  # noqa: BLE001 - refused, reset, timed out: a record, and a retry
             error = f"{type(e).__name__}: {e}"[:200]
