@@ -14,6 +14,7 @@ from . import reasons as R
 from .api import IDEMPOTENCY_OWNER
 from .dedup_history import History, durability, lost_message
 from .health import DESCRIPTIONS, Idempotency, ReplicaHealth
+from .pods import Observed
 from .redis_probe import ProbeResult
 from .redis_target import RedisTarget
 from .replicas import gate_holds
@@ -94,8 +95,8 @@ def _stalled(f: Facts) -> Condition:
 
 
 def _rolling(f: Facts) -> bool:
-    return (not f.rollout_observed or f.updated_replicas < f.running_replicas
-            or f.ready_replicas < f.running_replicas or f.current_replicas > f.running_replicas)
+    return not Observed(running=f.running_replicas, ready=f.ready_replicas, updated=f.updated_replicas,
+                        rollout_observed=f.rollout_observed, current=f.current_replicas).rolled_out
 
 
 def _reconciling(f: Facts) -> Condition:
