@@ -1,18 +1,21 @@
 """One long-lived task per GatewayDeployment, the I/O around the pass: wait as the schedule
 says (schedule.py), run the pass (reconcile.py) beside the /health poll, summarize the facts
 (summarize.py), publish (publish.py), restart a replica stuck on the build-time fallback. One
-sequential task per object: no two writers race on one status. An error of the loop's own backs
-off like a failed pass and is logged once per change.
+sequential task per object: no two writers race on one status. A pass that outlasts its step's
+poll (a full pass behind a resync wave) goes on while the next steps poll and publish with what
+the last pass saw; one pass at a time. An error of the loop's own backs off like a failed pass
+and is logged once per change.
 """
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import random
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Mapping, NamedTuple, Sequence
 
 import kopf
 from kubernetes.client.rest import ApiException
@@ -34,6 +37,26 @@ from .steps import ControllerSettings
 from .tenancy import Claim
 
 log = logging.getLogger(__name__)
+
+
+class Passed(NamedTuple):
+    """What a pass saw, as the loop publishes it: the generation and spec it reconciled."""
+
+    generation: object
+    spec: GatewaySpec | None
+    outcome: Outcome
+
+
+def _reused(outcome: Outcome) -> Outcome:
+    """An outcome published again: its probe was assessed for the dedup history when it was new."""
+    probe = outcome.probe
+    return outcome if probe is None or probe.reused else outcome._replace(probe=dataclasses.replace(probe, reused=True))
+
+
+def _at_generation(body: Mapping[str, Any], generation: object) -> Mapping[str, Any]:
+    """``body`` as of the generation a pass reconciled (a newer spec is not reconciled yet)."""
+    meta = body["metadata"]
+    return body if meta.get("generation") == generation else {**body, "metadata": {**meta, "generation": generation}}
 
 
 @dataclass
@@ -58,6 +81,9 @@ class GatewayController:
     _checked: Checked | None = None       # the spec as checked, kept while its generation is the same
     _probe: ProbeResult | None = None     # the last Redis probe (an observation pass may reuse it)
     _probe_connection: KeptConnection = field(default_factory=KeptConnection)  # its own, left open by a probe
+    _pending: asyncio.Future[Passed] | None = None  # a pass that outlasted its step (it wakes the loop when it ends)
+    _waking: bool = False                 # ... and it will
+    _last: Passed | None = None           # the last pass, published again with each poll while the next runs
 
     def __post_init__(self) -> None:
         self.log = ObjectLog(log, {"object": f"{self.namespace}/{self.name}"})
@@ -80,6 +106,8 @@ class GatewayController:
         try:
             await self._loop()
         finally:
+            if self._pending is not None:
+                self._pending.cancel()
             self.poller.close()
             await self._probe_connection.aclose()
 
@@ -96,18 +124,47 @@ class GatewayController:
             except Exception as e:  # noqa: BLE001 - never let one object's surprise kill its loop
                 self._errored(f"step failed: {type(e).__name__}", exc_info=True)
             with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(self.wake.wait(), timeout=self.schedule.sleep_for(time.monotonic()))
+                await asyncio.wait_for(self.wake.wait(), timeout=self.schedule.sleep_for(
+                    time.monotonic(), passing=self._pending is not None))
             self.wake.clear()
 
     async def step(self) -> None:
         body, checked = self.body, self._check(self.body)
         spec = checked.spec if checked else None
         health_spec = spec.health if spec else HealthSpec()
-        full, poll_due = self.schedule.begin(time.monotonic(), health_spec.interval_seconds, random.uniform(0.5, 1.0))
-        # polling runs beside the reconcile, so a slow Redis probe never delays what the
-        # replicas report: a fact shows within one interval plus the poll timeout
-        outcome, replicas = await asyncio.gather(self._pass(body, checked, full, spec.expose.hosts if spec else ()),
-                                                 self._poll(health_spec, poll_due))
+        started = time.monotonic()
+        full, poll_due = self.schedule.begin(started, health_spec.interval_seconds, random.uniform(0.5, 1.0),
+                                             passing=self._pending is not None)
+        if self._pending is None:
+            self._pending = asyncio.ensure_future(self._pass(body, checked, full,
+                                                             spec.expose.hosts if spec else ()))
+        pending = self._pending
+        # the poll runs beside the pass, and waits for no pass: a slow Redis probe or a full
+        # pass queued behind a resync wave never delays what the replicas report, so a fact
+        # shows within one interval plus the poll timeout, and no poll is skipped
+        replicas = await self._poll(health_spec, poll_due)
+        wait = self.schedule.next_poll - time.monotonic()
+        if poll_due:  # published together when the pass ends within the poll's own bound
+            wait = min(wait, started + health_spec.timeout_seconds - time.monotonic())
+        if not pending.done():
+            await asyncio.wait({pending}, timeout=max(0.0, wait))
+        if pending.done():
+            self._pending, self._waking = None, False
+            passed = pending.result()  # a pass never raises (reconcile's boundary); its bookkeeping might
+            self._last = passed._replace(outcome=_reused(passed.outcome))  # for the polls while the next runs
+        else:  # the pass goes on; it wakes the loop when it ends
+            if not self._waking:
+                pending.add_done_callback(lambda _: self.wake.set())
+                self._waking = True
+            if not poll_due or self._last is None:
+                return
+            passed = self._last  # this poll's news, with what the last pass saw
+        await self._publish(passed, replicas)
+
+    async def _publish(self, passed: Passed, replicas: list[health.ReplicaHealth]) -> None:
+        """Status from a pass's outcome and the latest poll; the body as the watch and our last
+        write left it, at the generation that pass reconciled."""
+        body, spec, outcome = _at_generation(self.body, passed.generation), passed.spec, passed.outcome
         facts = summarize.facts(body, spec, outcome, replicas, time.time())
         policy = render.gateway_network_policy_name(self.name) if spec and spec.network_policy.enabled else ""
         written = await publish(self.kube, body, facts, outcome, self._exposure, policy, self.log)
@@ -130,14 +187,15 @@ class GatewayController:
         return kept_one
 
     async def _pass(self, body: Mapping[str, Any], checked: Checked | None, full: bool,
-                    hosts: Sequence[str]) -> Outcome:
+                    hosts: Sequence[str]) -> Passed:
         """The pass, then what it leaves for the next ones: the Secret inputs and the exposure
         it read, and the schedule (the next full pass; a sticky problem survives observation)."""
         started = time.monotonic()
         seen = Observation(self.deployment(), self._inputs, self._exposure, self.claims(hosts), checked,
                            self._probe, self._probe_connection)
         result = await reconcile(self.kube, self.prober, self.settings.reconcile, body, list(self.pods()),
-                                 full, self.schedule.failures, seen, self.rollouts)
+                                 full, self.schedule.failures, seen, self.rollouts,
+                                 first=self.schedule.reconciled_generation is None)
         outcome = result.outcome
         self._probe = outcome.probe
         if outcome.exposure is not None or (outcome.applied and outcome.problem is None):
@@ -152,7 +210,7 @@ class GatewayController:
         if outcome.error is not None:
             metrics.reconcile_failed(self.namespace, self.name)
         self.log.problem(outcome.problem, outcome.error)
-        return outcome
+        return Passed(body["metadata"].get("generation"), checked.spec if checked else None, outcome)
 
     def _errored(self, message: str, exc_info: bool = False) -> None:
         metrics.reconcile_failed(self.namespace, self.name)

@@ -42,11 +42,13 @@ class Result(NamedTuple):
 
 async def reconcile(kube: Kube, prober: Prober, settings: ReconcileSettings, body: Mapping[str, Any],
                     pods: Sequence[PodView], full: bool, failures: int,
-                    seen: Observation = Observation(), rollouts: RolloutGate | None = None) -> Result:
+                    seen: Observation = Observation(), rollouts: RolloutGate | None = None,
+                    first: bool = False) -> Result:
     """``full=False`` only observes: the cheap pass run every health interval between full ones.
     It reads nothing from the API server when ``seen`` has the Deployment's watched state and
     the last full pass's Secret inputs, so a Secret's change is noticed by the next full pass.
-    ``failures``: consecutive passes that ended with a Problem (for the backoff)."""
+    ``failures``: consecutive passes that ended with a Problem (for the backoff); ``first``: the
+    loop's first pass (its resync comes anywhere in the period: schedule.resync_after)."""
     p = Pass(kube, prober, settings, body, pods, full, seen, rollouts=rollouts)
     try:
         for step in STEPS:
@@ -59,7 +61,7 @@ async def reconcile(kube: Kube, prober: Prober, settings: ReconcileSettings, bod
         outcome, read = Outcome(problem=summarize.unexpected(e), applied=full, error=e), None
     if outcome.problem is not None:
         return Result(outcome, schedule.backoff(failures, settings.problem_backoff))
-    requeue = schedule.resync_after(settings.resync_seconds, random.random())
+    requeue = schedule.resync_after(settings.resync_seconds, random.random(), first and full)
     if outcome.rollout == "queued":  # a slot may free any moment: look again soon (a full pass)
         requeue = min(requeue, QUEUED_RECHECK_S)
     return Result(outcome, requeue, read if full else None)

@@ -105,3 +105,33 @@ def test_stale_replicas_restart_once_per_cooldown() -> None:
 def test_resyncs_spread_over_the_last_tenth_of_the_period() -> None:
     assert schedule.resync_after(60.0, 0.0) == 60.0
     assert 54.0 < schedule.resync_after(60.0, 0.999) < 54.1
+
+
+def test_the_first_resync_after_a_start_spreads_over_the_whole_period() -> None:
+    """1,000 loops an operator start found together resynced in one wave a period later (773 full
+    passes within 11 s, each then 11.2 s long behind the others): the first resync now comes
+    anywhere from a tenth of the period to all of it."""
+    assert schedule.resync_after(60.0, 0.0, first=True) == 6.0
+    assert 59.9 < schedule.resync_after(60.0, 0.999, first=True) <= 60.0
+    firsts = sorted(schedule.resync_after(60.0, j / 1000, first=True) for j in range(1000))
+    assert max(b - a for a, b in zip(firsts, firsts[1:])) < 0.1   # no gap, no wave
+
+
+def test_while_a_full_pass_runs_the_loop_polls_and_starts_no_other_pass() -> None:
+    s = Schedule()
+    s.begin(0.0, INTERVAL, 1.0)                   # the first poll; the next due at 10
+    s.nudge()                                     # a full pass is due ...
+    assert s.begin(10.0, INTERVAL, 1.0, passing=True) == (False, True)  # ... but one runs: poll only
+    assert s.sleep_for(10.0, passing=True) == 10.0   # until the next poll, not a busy loop on the due pass
+    assert s.sleep_for(10.0) == schedule.MIN_SLEEP
+
+
+def test_a_spec_that_changed_while_its_pass_ran_is_still_due() -> None:
+    s = Schedule()
+    s.spec_changed(1)
+    s.begin(0.0, INTERVAL, 1.0)
+    s.spec_changed(2)                             # a watch event while generation 1's pass runs
+    s.settled(5.0, True, 1, None, 60.0)           # that pass ends, having applied generation 1
+    assert s.begin(5.0, INTERVAL, 1.0)[0], "generation 2 is applied next, not at the resync"
+    s.settled(6.0, True, 2, None, 60.0)
+    assert not s.begin(7.0, INTERVAL, 1.0)[0]
