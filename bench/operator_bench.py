@@ -24,6 +24,7 @@ Prints a table; ``--json`` writes the same figures (bench/plot.py draws them).
 from __future__ import annotations
 
 import argparse
+import collections
 import json
 import os
 import statistics
@@ -63,6 +64,25 @@ def proc_stat(pid: int) -> tuple[float, float]:
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     cpu = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
     return rss, cpu
+
+
+def thread_cpu(pid: int) -> dict[str, float]:
+    """CPU seconds of a process: its main thread (the event loop) and the others summed."""
+    found: dict[str, float] = collections.defaultdict(float)
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            fields = (task / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue  # a thread that ended meanwhile
+        kind = "event loop" if task.name == str(pid) else "threads"  # API calls (full passes), the elector, metrics
+        found[kind] += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return dict(found)
+
+
+def operator_polls(operator: OperatorProcess) -> float:
+    """gateway_operator_health_polls_total summed over every series, as the operator counts it."""
+    return sum(float(line.rsplit(" ", 1)[1]) for line in operator.metrics().splitlines()
+               if line.startswith("gateway_operator_health_polls_total{"))
 
 
 def rss_peak_mib(pid: int) -> float:
@@ -363,15 +383,27 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
               timeout=600, interval=0.5, what="every GatewayDeployment ExactlyOnceAdmission")
         time.sleep(args.interval + args.timeout)
         since = audit.now()
+        counted0, threads0 = operator_polls(operator), thread_cpu(pid)
         polls0, (_, cpu0) = farm.call("stats")["requests"], proc_stat(pid)
         time.sleep(args.idle)
         polls = farm.call("stats")["requests"] - polls0
         rss, cpu1 = proc_stat(pid)
+        threads1, counted1 = thread_cpu(pid), operator_polls(operator)
         out["polls_demanded_per_s"] = round(bench.ready_pod_count(pods) / args.interval, 1)
         out["polls_achieved_per_s"] = round(polls / args.idle, 1)
-        writes = audit.writes(cluster, IDENTITY, since)
+        requests = audit.requests(cluster, IDENTITY, since)
+        writes = audit.completed(requests, audit.WRITE_VERBS)
+        # what the idle operator still reads (full passes at resync): only what no watch covers
+        out["idle_reads_by_resource"] = dict(collections.Counter(
+            f"get {r.resource}" for r in audit.completed(requests, {"get"})))
         # renewing the leader Lease is the one write an idle leader must make
         out["idle_writes"] = sum(1 for w in writes if w.resource != "leases")
+        out["idle_writes_by_resource"] = dict(collections.Counter(f"{w.verb} {w.resource}" for w in writes))
+        # the operator's own count (gateway_operator_health_polls_total) beside the farm's
+        out["polls_counted_by_operator_per_s"] = round((counted1 - counted0) / args.idle, 1)
+        # where the CPU went: the event loop (polls, probes, kopf) or the API threads (full passes)
+        out["cpu_share_idle_by_thread"] = {name: round((threads1.get(name, 0.0) - threads0.get(name, 0.0)) / args.idle, 3)
+                                           for name in sorted(threads1)}
         out["idle_lease_renewals"] = len(writes) - out["idle_writes"]
         out["cpu_ms_per_poll"] = round(1000 * (cpu1 - cpu0) / max(1, polls), 3)
         out["cpu_share_idle"] = round((cpu1 - cpu0) / args.idle, 3)

@@ -21,6 +21,7 @@ class Applied(NamedTuple):
     writes: int
     routes: dict[str, dict[str, Any]]  # the Ingress and HTTPRoute as applied, by kind (their status included)
     deployment_generation: int = 0     # the Deployment's metadata.generation after the apply
+    deployment: dict[str, Any] | None = None  # the gateway Deployment as the apply answered, when it wrote it
 
 
 def apply(kube: Kube, owner: render.Owner, spec: GatewaySpec, objects: Sequence[Mapping[str, Any]],
@@ -33,7 +34,7 @@ def apply(kube: Kube, owner: render.Owner, spec: GatewaySpec, objects: Sequence[
     claim was seen goes). ``held``: (kind, name) of objects left as they are (an operator-caused
     rollout waiting for its slot)."""
     exposed_before, policy_before = before
-    writes, routes, generation = 0, {}, 0
+    writes, routes, generation, deployment = 0, {}, 0, None
     for manifest in objects:
         if manifest["kind"] in EXPOSE_FIELD and not routes_allowed or \
                 (manifest["kind"], manifest["metadata"]["name"]) in held:
@@ -41,8 +42,8 @@ def apply(kube: Kube, owner: render.Owner, spec: GatewaySpec, objects: Sequence[
         result = kube.apply(manifest, owner.uid)
         writes += result.written
         if manifest["kind"] == "Deployment" and manifest["metadata"]["name"] == owner.name:
-            generation = int((result.live.get("metadata") or {}).get("generation") or 0)
-        if manifest["kind"] in EXPOSE_FIELD:
+            generation, deployment = result.generation, result.live if result.written else None
+        if manifest["kind"] in EXPOSE_FIELD and result.live is not None:  # no watch covers routes: always read
             routes[manifest["kind"]] = result.live
     if spec.replicas <= 1:
         writes += kube.delete_if_present("policy/v1", "PodDisruptionBudget", owner.namespace, owner.name, owner.uid)
@@ -57,7 +58,7 @@ def apply(kube: Kube, owner: render.Owner, spec: GatewaySpec, objects: Sequence[
                     writes += kube.delete_if_present(api_version, kind, owner.namespace, owner.name, owner.uid)
                 except NotServed:
                     pass  # never created here
-    return Applied(writes, routes, generation)
+    return Applied(writes, routes, generation, deployment)
 
 
 def exposure(kube: Kube, owner: render.Owner, spec: GatewaySpec,

@@ -69,14 +69,15 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, gateway_po
     # not queue every other namespace behind it (the Redis probe holds no thread at all)
     asyncio.get_running_loop().set_default_executor(ThreadPoolExecutor(max_workers=16,
                                                                        thread_name_prefix="kube"))
-    kube = Kube(load_config(memo.get("kubeconfig")))
+    check: WatchCheck = memo.get("watch_check") or WatchCheck()
+    memo.watches = watch_liveness.Watches(bound=check.stall_seconds)
+    # an apply reads back only an object the watch shows changed since it was verified
+    kube = Kube(load_config(memo.get("kubeconfig")), memo.watches.version)
     indices = Indices(gateway_pods, gateway_deployments,
                       (gateway_host_claims, ingress_host_claims, route_host_claims),
                       (managed_redis_services, managed_redis_pods))
     memo.supervisor = Supervisor(kube, memo.get("controller_settings") or ControllerSettings(), indices.pods_of,
                                  indices.deployment_of, indices.claims_of, indices.foreign_managed_redis)
-    check: WatchCheck = memo.get("watch_check") or WatchCheck()
-    memo.watches = watch_liveness.Watches(bound=check.stall_seconds)
     if check.period:
         memo.watch_checker = asyncio.create_task(watch_liveness.check_forever(
             memo.watches, lambda v, kind, selector: kube.resource_versions(v, kind, check.namespaces, selector),

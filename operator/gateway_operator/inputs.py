@@ -109,9 +109,10 @@ def prepare(kube: Kube, owner: render.Owner, checked: Checked, full: bool, cache
     if checked.problem is not None or checked.spec is None:
         return Prepared(owner, problem=checked.problem)
     spec, target = checked.spec, checked.target
+    read: dict[str, dict[str, Any]] = {}  # the Secrets this pass read, by name: each read once
     try:
-        writes = _ensure_generated_secrets(kube, owner, spec) if full else 0
-        inputs = cached or _secret_inputs(kube, owner, spec, target)
+        writes = _ensure_generated_secrets(kube, owner, spec, read) if full else 0
+        inputs = cached or _secret_inputs(kube, owner, spec, target, read)
         managed_ip = _managed_redis_ip(kube, owner, target) if target is not None else None
     except NotOwned as e:
         return Prepared(owner, spec, target, problem=summarize.not_owned(e.kind, e.name, e.namespace))
@@ -124,25 +125,30 @@ def prepare(kube: Kube, owner: render.Owner, checked: Checked, full: bool, cache
     return Prepared(owner, spec, target, inputs, managed_ip, writes=writes)
 
 
-def _ensure_generated_secrets(kube: Kube, owner: render.Owner, spec: GatewaySpec) -> int:
+def _ensure_generated_secrets(kube: Kube, owner: render.Owner, spec: GatewaySpec,
+                              read: dict[str, dict[str, Any]]) -> int:
     """The auth token (the gateway refuses a non-loopback bind without one) and the managed
-    Redis password: generated once, never rotated behind the user's back."""
-    created = 0
+    Redis password: generated once, never rotated behind the user's back. ``read`` gets the
+    ones found, so that the pass does not read them again."""
+    wanted = []
     if spec.auth_token_ref is None:
-        created += kube.create_if_absent(render.generated_secret(
-            owner, render.auth_secret_name(owner.name), "token", token_source.token_urlsafe(48), "gateway"),
-            owner.uid)
+        wanted.append((render.auth_secret_name(owner.name), "token", token_source.token_urlsafe(48), "gateway"))
     if spec.redis.managed:
-        created += kube.create_if_absent(render.generated_secret(
-            owner, managed_redis_name(owner.name), "password", token_source.token_urlsafe(32), "redis"), owner.uid)
+        wanted.append((managed_redis_name(owner.name), "password", token_source.token_urlsafe(32), "redis"))
     if spec.sessions_store == "redis" and spec.sessions.key_ref is None:  # a Fernet key
         key = base64.urlsafe_b64encode(token_source.token_bytes(32)).decode()
-        created += kube.create_if_absent(render.generated_secret(
-            owner, render.session_key_secret_name(owner.name), "key", key, "gateway"), owner.uid)
+        wanted.append((render.session_key_secret_name(owner.name), "key", key, "gateway"))
+    created = 0
+    for name, key_name, value, component in wanted:
+        made, live = kube.create_if_absent(render.generated_secret(owner, name, key_name, value, component), owner.uid)
+        created += made
+        if live is not None:
+            read[name] = live
     return created
 
 
-def _secret_inputs(kube: Kube, owner: render.Owner, spec: GatewaySpec, target: RedisTarget | None) -> SecretInputs:
+def _secret_inputs(kube: Kube, owner: render.Owner, spec: GatewaySpec, target: RedisTarget | None,
+                   read: Mapping[str, dict[str, Any]]) -> SecretInputs:
     """Checks every Secret the pods will read (env vars are read at container start, so a
     rotated Secret must roll the pods: its resourceVersion goes into ``revision``)."""
     refs = [("spec.authTokenSecretRef", render.auth_token_ref(owner.name, spec))]
@@ -160,7 +166,7 @@ def _secret_inputs(kube: Kube, owner: render.Owner, spec: GatewaySpec, target: R
     versions = []
     for field_name, ref in refs:
         try:
-            value, version = kube.secret_value(owner.namespace, ref.name, ref.key)
+            value, version = kube.secret_value(owner.namespace, ref.name, ref.key, read.get(ref.name))
         except LookupError:
             return SecretInputs(problem=Problem(reasons.SECRET_NOT_FOUND, f"Secret {ref.name!r} named by "
                                                 f"{field_name} does not exist in namespace {owner.namespace}"))

@@ -31,7 +31,7 @@ from .conditions import Problem
 from .expose import Exposure
 from .inputs import Checked, Prepared, SecretInputs
 from .kube import Kube, NotOwned, NotServed
-from .pods import LiveDeployment, Observed, PodView
+from .pods import LiveDeployment, Observed, PodView, live_deployment
 from .redis_probe import KeptConnection, ProbeResult, Prober
 from .replicas import Migration, migration_state, reads_the_claim, replicas_to_run
 from .rollouts import RolloutGate
@@ -115,10 +115,11 @@ async def read_inputs(p: Pass) -> bool:
     else:  # nothing to read: no thread (an observation pass, every interval, of every object)
         p.prepared = inputs.prepare(p.kube, p.owner, checked, p.full, cached)
     p.writes, p.apply_due = p.prepared.writes, p.full
-    if p.full or p.seen.deployment is None:
-        p.live = await asyncio.to_thread(inputs.observe, p.kube, p.owner)
-    else:
-        p.live = p.seen.deployment
+    watched = p.seen.deployment
+    if watched is None or (p.full and watched.controller_uid is None):
+        p.live = await asyncio.to_thread(inputs.observe, p.kube, p.owner)  # none watched: one of someone else's?
+    else:  # as the watch delivered it, as controller-runtime's reads come from its informer's cache
+        p.live = watched
     p.observed = inputs.observed_if_ours(p.live, p.owner)
     p.problems.append(p.prepared.problem)
     p.terminating = p.prepared.terminating
@@ -179,12 +180,13 @@ async def write(p: Pass) -> bool:
         p.writes, p.routes = p.writes + applied.writes, applied.routes
         if p.rollout == "operator" and p.rollouts is not None:
             p.rollouts.applied((p.owner.namespace, p.owner.name), applied.deployment_generation)
+        if applied.deployment is not None:  # written: as the API server answered the apply
+            p.live = live_deployment(applied.deployment)
+            p.observed = inputs.observed_if_ours(p.live, p.owner)
     except (NotOwned, NotServed, ApiException) as e:
         p.terminating = isinstance(e, ApiException) and summarize.namespace_terminating(e)
         if not p.terminating:
             p.problems.append(_write_problem(e))
-    p.live = await asyncio.to_thread(inputs.observe, p.kube, p.owner)
-    p.observed = inputs.observed_if_ours(p.live, p.owner)
     return True
 
 

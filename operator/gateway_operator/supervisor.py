@@ -79,6 +79,7 @@ class Supervisor:
         entry = self._controllers.get(key)
         if entry and entry[0] == uid and entry[2].done():
             self._controllers.pop(key)
+            self.kube.forget(uid)
             metrics.forget(*key)
 
     def nudge(self, namespace: str, name: str | None) -> None:
@@ -93,6 +94,7 @@ class Supervisor:
             return
         self._controllers.pop(key)
         entry[2].cancel()
+        self.kube.forget(entry[0])
         self.rollouts.done(key)
         metrics.forget(*key)
 

@@ -58,6 +58,10 @@ class Watches:
             if v >= self.behind.get((kind, key), (0.0, v + 1))[1]:
                 self.behind.pop((kind, key), None)
 
+    def version(self, kind: str, namespace: str, name: str) -> int | None:
+        """The resourceVersion the watch last delivered of this object (None: none, or deleted)."""
+        return self.heard.get(kind, {}).get((namespace, name))
+
     def listed(self, kind: str, versions: Mapping[Key, int], now: float) -> str:
         """A list of ``kind``: returns (and keeps) why its stream is stalled, or ""."""
         objects = self.heard.setdefault(kind, {})

@@ -69,4 +69,9 @@ def requests(cluster: Cluster, user: str, since: str = "") -> list[Request]:
 
 def writes(cluster: Cluster, user: str, since: str = "") -> list[Request]:
     """The completed writes of ``user`` from ``since`` on."""
-    return [r for r in requests(cluster, user, since) if r.verb in WRITE_VERBS and r.stage == "ResponseComplete"]
+    return completed(requests(cluster, user, since), WRITE_VERBS)
+
+
+def completed(found: list[Request], verbs: frozenset[str] | set[str]) -> list[Request]:
+    """Those of ``found`` with one of ``verbs`` that completed."""
+    return [r for r in found if r.verb in verbs and r.stage == "ResponseComplete"]

@@ -23,7 +23,7 @@ def test_the_benchmark_runs_and_reports_its_figures(tmp_path: Path) -> None:
         pytest.skip("the benchmark needs a control plane of its own")
     out = tmp_path / "bench.json"
     run = subprocess.run([sys.executable, str(REPO / "bench/operator_bench.py"), "--gateways", "3", "--replicas", "2",
-                          "--interval", "2", "--idle", "4", "--flips", "3", "--json", str(out),
+                          "--interval", "2", "--resync", "3", "--idle", "8", "--flips", "3", "--json", str(out),
                           "--cluster-dir", ".cluster/bench-smoke", "--pod-cidr", "127.41.0.0/16"],
                          capture_output=True, text=True, timeout=900)
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
@@ -32,6 +32,11 @@ def test_the_benchmark_runs_and_reports_its_figures(tmp_path: Path) -> None:
     assert figures["gateways"] == 3 and figures["replicas"] == 2
     assert figures["floor_s"] > 0 and figures["operator_s"] > 0
     assert figures["idle_writes"] == 0, "an idle operator wrote to the API server"
+    # full passes ran (resync 3 s: the PodDisruptionBudget, which no watch covers, was read back),
+    # and read back nothing a watch covers: the gateway's Deployment, ConfigMap and Service
+    reads = figures["idle_reads_by_resource"]
+    assert reads.get("get poddisruptionbudgets", 0) >= 3 * 2, reads
+    assert not {"get deployments", "get configmaps", "get services"} & set(reads), reads
     assert figures["polls_achieved_per_s"] > 0
     assert figures["degraded_max_s"] < 30  # shown by the health polls, not by a resync (60 s)
     assert "operator: pods Ready" in run.stdout  # the table for people

@@ -18,6 +18,9 @@ from harness.operator import gateway_deployment
 class GoneKube:
     """Test double: every API call finds nothing (the object was deleted)."""
 
+    def forget(self, owner_uid: str) -> None:
+        """What a loop's objects were verified to carry: nothing to forget here."""
+
     def __getattr__(self, name: str) -> Any:
         def gone(*args: Any, **kwargs: Any) -> Any:
             raise ApiException(status=404, reason="Not Found")
