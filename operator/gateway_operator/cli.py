@@ -206,8 +206,11 @@ def cmd_run(args: argparse.Namespace) -> int:
     memo.watch_check = handlers.WatchCheck(args.watch_check_seconds, args.watch_stall_seconds,
                                            tuple(args.namespace or ()), election)
     liveness = f"http://{args.bind_address}:{args.liveness_port}/healthz" if args.liveness_port else None
+    # uvloop (libuv): the same asyncio API at about 40% less CPU per /health poll, and every
+    # watch, probe and thread hand-off runs on it too (docs/development.md, "Polling")
+    import uvloop
     kopf.run(standalone=True, namespaces=args.namespace or [], clusterwide=not args.namespace,
-             liveness_endpoint=liveness, memo=memo)
+             liveness_endpoint=liveness, memo=memo, loop=uvloop.new_event_loop())
     return 0
 
 
