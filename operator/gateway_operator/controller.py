@@ -30,6 +30,7 @@ from .pods import LiveDeployment, PodView
 from .publish import ObjectLog, publish
 from .reconcile import Observation, Outcome, reconcile
 from .redis_probe import KeptConnection, ProbeResult, Prober
+from .redis_probe import bound as probe_bound
 from .replicas import stale_replica
 from .rollouts import RolloutGate
 from .schedule import Schedule
@@ -144,8 +145,11 @@ class GatewayController:
         # shows within one interval plus the poll timeout, and no poll is skipped
         replicas = await self._poll(health_spec, poll_due)
         wait = self.schedule.next_poll - time.monotonic()
-        if poll_due:  # published together when the pass ends within the poll's own bound
-            wait = min(wait, started + health_spec.timeout_seconds - time.monotonic())
+        if poll_due:  # published together when the pass ends within its Redis probe's bound (or by the
+            # next poll), so that a Redis that hangs shows in the same status as the replicas that
+            # report it, never RedisReachable=True beside them; only a full pass queued for the API
+            # threads takes longer, and the poll's news is published without it
+            wait = min(wait, started + probe_bound(health_spec.timeout_seconds) - time.monotonic())
         if not pending.done():
             await asyncio.wait({pending}, timeout=max(0.0, wait))
         if pending.done():

@@ -52,6 +52,12 @@ BACKOFF_CEILING = 300.0
 ForeignCheck = Callable[[str, str, str, Sequence[str]], bool]
 
 
+
+def bound(timeout: float) -> float:
+    """The most one probe takes, whatever the Redis does: its connect, TLS and round trips (and an
+    observation probe's one retry afresh) each within ``timeout``."""
+    return 3 * timeout + 1
+
 class Credentials(NamedTuple):
     """What the probe signs in and checks TLS with, read from the spec's Secrets (never logged)."""
 
@@ -191,7 +197,7 @@ class Prober:
         async with self._per_namespace[namespace], self._total:
             try:
                 result = await asyncio.wait_for(self._probe(namespace, owner, target, signed, timeout, managed_ip,
-                                                            privileged, kept, base), 3 * timeout + 1)
+                                                            privileged, kept, base), bound(timeout))
             except asyncio.TimeoutError:
                 result = unreachable(target.endpoint, timeout)
         if privileged:

@@ -24,7 +24,9 @@ from gateway_operator.controller import GatewayController
 from gateway_operator.kube import ApplyResult
 from gateway_operator.pods import PodView
 
-from test_loop import ApiStandIn, gateway
+from gateway_operator.redis_probe import ProbeResult
+
+from test_loop import PROBE_OK, REDIS_SPEC, ApiStandIn, gateway, secret
 
 REPLICA_IP = "127.61.0.1"  # a loopback address no other unit test binds
 RUNTIME = "redis idempotency backend unreachable at runtime (dedup best-effort until it recovers)"
@@ -33,9 +35,10 @@ RUNTIME = "redis idempotency backend unreachable at runtime (dedup best-effort u
 class HeldApi(ApiStandIn):
     """The stand-in with status writes, and applies that wait while ``hold`` is clear."""
 
-    def __init__(self, body: dict[str, Any]) -> None:
-        super().__init__()
+    def __init__(self, body: dict[str, Any], objects: list[dict[str, Any]] = ()) -> None:  # type: ignore[assignment]
+        super().__init__(objects)
         self.body, self.version = copy.deepcopy(body), 1
+        self.statuses: list[dict[str, Any]] = []  # every status as written, in order
         self.running = threading.Event()
         self.running.set()
         self.applies_waiting = 0
@@ -51,6 +54,7 @@ class HeldApi(ApiStandIn):
         self.body["status"] = {k: v for k, v in merged.items() if v is not None}
         self.version += 1
         self.body["metadata"]["resourceVersion"] = str(self.version)
+        self.statuses.append(copy.deepcopy(self.body["status"]))
         return copy.deepcopy(self.body)
 
     def condition(self, kind: str) -> Mapping[str, Any]:
@@ -79,9 +83,24 @@ async def until(check: Callable[[], bool], seconds: float, what: str) -> None:
         await asyncio.sleep(0.05)
 
 
-def run_loop(test: Callable[[HeldApi, GatewayController, list[dict[str, Any]], list[float]], Awaitable[None]]) -> None:
-    body = gateway({"replicas": 1, "health": {"intervalSeconds": 1, "timeoutSeconds": 1}})
-    kube = HeldApi(body)
+class HangingProber:
+    """REDIS PROBE STAND-IN: answers at once, or, once told the Redis hangs, after ``hang`` seconds
+    that it could not connect (a probe's timeouts run out)."""
+
+    def __init__(self, hang: float) -> None:
+        self.hang, self.hanging = hang, False
+
+    async def probe(self, *_: Any, **__: Any) -> ProbeResult:
+        if not self.hanging:
+            return PROBE_OK
+        await asyncio.sleep(self.hang)
+        return ProbeResult(False, R.CONNECTION_FAILED, "redis.example:6379 did not answer within 1s")
+
+
+def run_loop(test: Callable[[HeldApi, GatewayController, list[dict[str, Any]], list[float]], Awaitable[None]],
+             spec: Mapping[str, Any] | None = None, prober: Any = None) -> None:
+    body = gateway(spec or {"replicas": 1, "health": {"intervalSeconds": 1, "timeoutSeconds": 1}})
+    kube = HeldApi(body, [secret("redis-auth", password="pw")])
     pods = [PodView("bot-0", "pod-uid", REPLICA_IP, ready=True, deleting=False)]
 
     async def main() -> None:
@@ -92,6 +111,8 @@ def run_loop(test: Callable[[HeldApi, GatewayController, list[dict[str, Any]], l
         polls: list[float] = []
         server = await serve_health(owners, polls)
         controller = GatewayController(kube, "ns", "bot", lambda: pods)  # type: ignore[arg-type]
+        if prober is not None:
+            controller.prober = prober
         controller.update(kube.body)
         task = asyncio.create_task(controller.run())
         try:
@@ -161,3 +182,25 @@ def test_a_spec_change_during_a_held_full_pass_is_reconciled_when_it_ends() -> N
         assert kube.condition(C.STALLED).get("reason") != R.RECONCILE_ERROR
 
     run_loop(test)
+
+
+def test_a_redis_that_hangs_shows_in_the_same_status_as_the_replicas_that_report_it() -> None:
+    """The poll is published without its pass only past the pass's own bound (its Redis probe's):
+    the replicas' RuntimeOutage never stands beside RedisReachable=True from before the hang (the
+    real-node test of a paused managed Redis caught that when the bound was the poll's timeout)."""
+    prober = HangingProber(hang=1.5)               # longer than the health timeout, within the probe's bound
+    spec = {**REDIS_SPEC, "replicas": 1, "health": {"intervalSeconds": 4, "timeoutSeconds": 1}}
+
+    async def test(kube: HeldApi, controller: GatewayController, owners: list[dict[str, Any]],
+                   polls: list[float]) -> None:
+        prober.hanging = True
+        owners.append({"owner_kind": "gateway", "owner_id": IDEMPOTENCY_OWNER, "state": "cold",
+                       "reason": RUNTIME, "retry_hint": "restore redis"})
+        await until(lambda: kube.condition(C.IDEMPOTENCY_DEGRADED).get("status") == "True", 12,
+                    "the degraded replica shown")
+        first = next(s for s in kube.statuses
+                     if any(c["type"] == C.IDEMPOTENCY_DEGRADED and c["status"] == "True" for c in s["conditions"]))
+        reachable = next(c for c in first["conditions"] if c["type"] == C.REDIS_REACHABLE)
+        assert (reachable["status"], reachable["reason"]) == ("False", R.CONNECTION_FAILED), first["conditions"]
+
+    run_loop(test, spec, prober)
