@@ -140,9 +140,9 @@ class GatewayController:
             self._pending = asyncio.ensure_future(self._pass(body, checked, full,
                                                              spec.expose.hosts if spec else ()))
         pending = self._pending
-        # the poll runs beside the pass, and waits for no pass: a slow Redis probe or a full
-        # pass queued behind a resync wave never delays what the replicas report, so a fact
-        # shows within one interval plus the poll timeout, and no poll is skipped
+        # the poll runs beside the pass, and waits for no pass beyond the pass's own bound: a
+        # full pass queued behind others for the API threads never delays what the replicas
+        # report, and no poll is skipped
         replicas = await self._poll(health_spec, poll_due)
         wait = self.schedule.next_poll - time.monotonic()
         if poll_due:  # published together when the pass ends within its Redis probe's bound (or by the
