@@ -24,14 +24,14 @@ CONFIG_DIR = "/etc/gateway-operator"
 WORK_DIR = "/var/lib/gateway/work"
 HOME_DIR = "/var/lib/gateway/home"
 STATE_DIR = f"{HOME_DIR}/.praisonai"  # the gateway keeps its SQLite store under $HOME/.praisonai/state
-LAUNCHER_SOURCE = Path(__file__).with_name("pod") / "launcher.py"  # pod code (gateway_operator.pod)
+POD_CODE_DIR = Path(__file__).with_name("pod")  # pod code (gateway_operator.pod): launch.py and gwop_*.py
 
 
 @functools.cache
-def launcher_text() -> str:
-    """The pods' launcher, read once: it ships inside the operator's package and never changes
-    while the operator runs."""
-    return LAUNCHER_SOURCE.read_text()
+def pod_code() -> dict[str, str]:
+    """The pods' launcher and its modules, by ConfigMap key (the file name), read once: they ship
+    inside the operator's package and never change while the operator runs."""
+    return {path.name: path.read_text() for path in sorted(POD_CODE_DIR.glob("*.py")) if path.name != "__init__.py"}
 RUN_AS_USER = 10001
 SQLITE_MIGRATION_ENV = "GWOP_SQLITE_MIGRATION"  # launcher.SQLITE_MIGRATION_ENV (a test ties the two)
 OPERATOR_APP_NAME = "gateway-operator"  # app.kubernetes.io/name of the chart's operator pod
@@ -141,7 +141,7 @@ def redis_url_options(redis: RedisTarget) -> str:
 def config_map(owner: Owner, spec: GatewaySpec, redis: RedisTarget | None) -> Manifest:
     return _object("v1", "ConfigMap", config_map_name(owner.name), owner, data={
         "gateway.yaml": yaml.safe_dump(gateway_config(owner, spec, redis), sort_keys=True),
-        "launch.py": launcher_text(),
+        **pod_code(),
     })
 
 

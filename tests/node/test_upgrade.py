@@ -809,11 +809,12 @@ def upgrade(cluster: Cluster, operators: dict[Path, Any]) -> Iterator[Run]:
 # -- what a user is promised ---------------------------------------------------------------
 
 def test_every_gatewaydeployment_rolled_to_the_new_release_and_is_ready(upgrade: Run) -> None:
-    launcher = render.launcher_text()
+    pod_code = render.pod_code()
     for gw in upgrade.gateways:
         body, deployment = upgrade.final[gw.key], upgrade.final_deployments[gw.key]
         config_map = upgrade.final_config_maps[gw.key]
-        assert config_map["data"]["launch.py"] == launcher, f"{gw.key}: the ConfigMap holds another launcher"
+        assert {k: config_map["data"].get(k) for k in pod_code} == pod_code, \
+            f"{gw.key}: the ConfigMap holds another launcher"
         new_hash = render.config_hash({"data": config_map["data"]})
         assert template_hash_of(deployment) == new_hash, gw.key
         assert api.ANNOTATION_TEMPLATE_HASH in (deployment["metadata"].get("annotations") or {}), gw.key

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import importlib.util
 import re
 import subprocess
 import sys
@@ -58,16 +57,15 @@ def test_every_section_field_is_declared_and_said(cls: type) -> None:
 
 
 def _launcher() -> Any:
-    path = REPO / "operator/gateway_operator/pod/launcher.py"
-    spec = importlib.util.spec_from_file_location("launcher_standalone", path)
-    module = importlib.util.module_from_spec(spec)
-    assert spec.loader is not None
-    spec.loader.exec_module(module)
-    return module
+    """The pods' configuration module (gwop_config), imported as the pod imports it."""
+    from harness import pod_code
+    pod_code.importable()
+    import gwop_config
+    return gwop_config
 
 
 def test_the_launchers_session_defaults_are_the_apis() -> None:
-    """launcher.py runs alone in the pods (it cannot import the operator): its fallbacks for the
+    """The pod code runs alone in the pods (it cannot import the operator): its fallbacks for the
     session_history section the operator writes from spec.sessions are the API's defaults."""
     launcher = _launcher()
     sessions = api.SessionsSpec()

@@ -43,10 +43,11 @@ def golden(example: Path) -> dict[str, Any]:
             found[doc["metadata"]["name"]] = {"refused": e.errors}
             continue
         data = dict(objects["ConfigMap"]["data"])
-        launcher = data.pop("launch.py")
+        pod_code = {f"{key} (sha256)": hashlib.sha256(data.pop(key).encode()).hexdigest()
+                    for key in sorted(data) if key.endswith(".py")}
         found[doc["metadata"]["name"]] = {
             "podTemplate": objects["Deployment"]["spec"]["template"],
-            "configMap": {**data, "launch.py (sha256)": hashlib.sha256(launcher.encode()).hexdigest()},
+            "configMap": {**data, **pod_code},
         }
     return found
 

@@ -1,6 +1,6 @@
-"""Tests for the gateway pod launcher (operator/gateway_operator/pod/launcher.py).
+"""Tests for the gateway pod launcher (operator/gateway_operator/pod: launch.py and its modules).
 
-These run the REAL gateway (praisonai-bot 0.1.16, started through launcher.py
+These run the REAL gateway (praisonai-bot 0.1.16, started through launch.py
 as a subprocess, exactly as the pod runs it) against a REAL ``redis-server``
 (``harness.redis_server.RedisServer``: a free loopback port,
 ``--save "" --appendonly no`` and a password, stopped at teardown).
@@ -17,7 +17,6 @@ stopped (SIGTERM, then SIGKILL) in teardown.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import shutil
@@ -37,13 +36,12 @@ pytest.importorskip("redis", reason="redis-py (a praisonai-bot dependency) is no
 if shutil.which("redis-server") is None:
     pytest.skip("redis-server is not installed", allow_module_level=True)
 
-from harness.cluster import REPO  # noqa: E402
+from harness import pod_code  # noqa: E402
 from harness.llm_standin import API_KEY as LLM_API_KEY, StandInLLM  # noqa: E402
 from harness.processes import free_port, terminate  # noqa: E402
 from harness.redis_server import RedisServer  # noqa: E402
 from harness.wait import until  # noqa: E402
 
-LAUNCHER_PATH = REPO / "operator" / "gateway_operator" / "pod" / "launcher.py"
 # Strong enough for the gateway's weak-secret check; fake, test-only values.
 AUTH_TOKEN = "test-gw-token-4f9c2e7a1b8d4c6e9f0a3b5c7d9e1f2a"
 # Characters that must be URL-quoted when embedded in redis://:pw@host.
@@ -54,16 +52,11 @@ STARTUP_TIMEOUT = 20.0
 REQUEST_TIMEOUT = 15.0
 
 
-def _load_launcher():
-    # Loaded by path: in the pod it is a standalone file, not a package module.
-    spec = importlib.util.spec_from_file_location("gateway_launcher_under_test", LAUNCHER_PATH)
-    module = importlib.util.module_from_spec(spec)
-    assert spec.loader is not None
-    spec.loader.exec_module(module)
-    return module
-
-
-launcher = _load_launcher()
+pod_code.importable()
+import gwop_config as config  # noqa: E402
+import gwop_migration as migration  # noqa: E402
+import gwop_upstream as upstream  # noqa: E402
+import launch as entry  # noqa: E402
 
 
 # --------------------------------------------------------------------------
@@ -144,7 +137,7 @@ def run_launcher(tmp: Path, name: str, documented: Any, llm: Optional[StandInLLM
     log = open(base / "launcher.log", "wb")
     try:
         return subprocess.Popen(
-            [sys.executable, str(LAUNCHER_PATH), "--config", str(config), "--workdir", str(base / "work"),
+            [sys.executable, str(pod_code.LAUNCH), "--config", str(config), "--workdir", str(base / "work"),
              "--host", "127.0.0.1", "--port", str(port)],
             env={**_gateway_env(base / "home", llm), **(extra_env or {})}, stdin=subprocess.DEVNULL, stdout=log,
             stderr=subprocess.STDOUT,
@@ -209,109 +202,15 @@ def launch(tmp_path: Path, llm: StandInLLM) -> Iterator[Callable[[str, Dict[str,
 
 
 # --------------------------------------------------------------------------
-# Pure translation
+# What needs the gateway's own packages
 # --------------------------------------------------------------------------
-
-
-def test_translate_config_flattens_nested_hooks_and_drops_python_only_sections() -> None:
-    documented = documented_config(None)
-    documented["push"] = {"redis": {"url": "redis://r:6379/0", "password": "${GATEWAY_REDIS_PASSWORD}"}}
-    before = json.dumps(documented, sort_keys=True)
-
-    out = launcher.translate_config(documented)
-
-    assert out["hooks"] == documented["hooks"]["hooks"]
-    assert out["hooks_idempotency"] == {"store_backend": "redis"}
-    assert "push" not in out and "turn_lock" not in out
-    assert out["agents"] == documented["agents"] and out["channels"] == documented["channels"]
-    assert out["channels"]["telegram"]["token"] == "${TEST_UNSET_TELEGRAM_TOKEN}"  # left for the gateway
-    assert json.dumps(documented, sort_keys=True) == before  # input untouched
-
-
-def test_translate_config_keeps_list_hooks() -> None:
-    assert launcher.translate_config({"hooks": [{"path": "a"}]}) == {"hooks": [{"path": "a"}]}
-
-
-@pytest.mark.parametrize("other", [{"hooks_idempotency": {"store_backend": "sqlite"}}, {"idempotency": "sqlite"},
-                                   {"gateway": {"hooks_idempotency": "sqlite"}}, {"gateway": {"hooks": []}}])
-def test_translate_config_refuses_a_second_idempotency_form(other: Dict[str, Any]) -> None:
-    """Only hooks.idempotency counts: a second form beside it (which 0.1.16 would read
-    instead) is a fatal config error, never a silent switch back to per-replica SQLite."""
-    with pytest.raises(launcher.ConfigError, match="only as hooks.idempotency"):
-        launcher.translate_config({"hooks": {"idempotency": {"store_backend": "redis"}}, **other})
-
-
-@pytest.mark.parametrize("hooks", [{"idempotency": "redis", "hook": []}, {"hooks": {"path": "a"}}])
-def test_translate_config_rejects_malformed_nested_hooks(hooks: Dict[str, Any]) -> None:
-    with pytest.raises(launcher.ConfigError):
-        launcher.translate_config({"hooks": hooks})
-
-
-def test_apply_bind_overrides_gateway_host_and_port() -> None:
-    cfg = launcher.apply_bind({"gateway": {"host": "0.0.0.0", "port": 8765}}, "127.0.0.1", 9000)
-    assert cfg["gateway"] == {"host": "127.0.0.1", "port": 9000}
-    assert launcher.apply_bind({}, None, None) == {"gateway": {}}
-
-
-def test_redis_settings_url_form_embeds_quoted_password() -> None:
-    documented = {"push": {"redis": {"url": "redis://redis.ns:6379/2", "password": "${PW}", "prefix": "gwop:ns:n:"}}}
-
-    settings = launcher.redis_settings(documented, {"PW": "a/b@c:d"})
-
-    assert settings["url"] == "redis://:a%2Fb%40c%3Ad@redis.ns:6379/2"
-    assert settings["prefix"] == "gwop:ns:n:" and settings["password"] == "a/b@c:d"
-    assert launcher.describe_redis(settings) == "redis://redis.ns:6379/2 prefix=gwop:ns:n:"
-
-
-def test_redis_settings_url_form_without_password_or_with_url_credentials() -> None:
-    plain = {"push": {"redis": {"url": "redis://r:6379/0", "password": "${UNSET}"}}}
-    assert launcher.redis_settings(plain, {}) == {"url": "redis://r:6379/0"}
-
-    own = {"push": {"redis": {"url": "rediss://u:mine@r:6380/0", "password": "other"}}}
-    assert launcher.redis_settings(own, {})["url"] == "rediss://u:mine@r:6380/0"
-
-
-def test_redis_settings_host_form_coerces_numbers_from_env() -> None:
-    documented = {"push": {"redis": {"host": "redis.ns", "port": "${RP}", "db": 3, "password": "${PW}"}}}
-    settings = launcher.redis_settings(documented, {"RP": "6390", "PW": "pw"})
-    assert settings == {"host": "redis.ns", "port": 6390, "db": 3, "password": "pw"}
-
-
-def test_redis_settings_absent_and_invalid() -> None:
-    assert launcher.redis_settings({}, {}) is None
-    assert launcher.redis_settings({"push": {}}, {}) is None
-    for bad in ({"push": "x"}, {"push": {"redis": 1}}, {"push": {"redis": {"host": "h", "hots": 1}}},
-                {"push": {"redis": {"url": "http://h:1/0"}}}, {"push": {"redis": {"host": "h", "port": "x"}}},
-                {"push": {"redis": {"prefix": "p"}}}):
-        with pytest.raises(launcher.ConfigError):
-            launcher.redis_settings(bad, {})
 
 
 def test_redis_settings_output_builds_real_redis_config() -> None:
     from praisonaiagents.gateway.config import RedisConfig
 
-    settings = launcher.redis_settings({"push": {"redis": {"host": "h", "port": 1, "prefix": "p:"}}}, {})
+    settings = config.redis_settings({"push": {"redis": {"host": "h", "port": 1, "prefix": "p:"}}}, {})
     assert RedisConfig(**settings).prefix == "p:"
-
-
-def test_turn_lock_settings_top_level_then_gateway_block() -> None:
-    assert launcher.turn_lock_settings({"turn_lock": {"backend": "redis"}}, {}) == {"backend": "redis"}
-    nested = {"gateway": {"turn_lock": {"url": "${U}"}}}
-    assert launcher.turn_lock_settings(nested, {"U": "redis://x"}) == {"url": "redis://x"}
-    assert launcher.turn_lock_settings({}, {}) is None
-
-
-def test_config_warnings_flags_redis_backend_without_redis() -> None:
-    translated = launcher.translate_config(documented_config(None))
-    assert launcher.config_warnings(translated, None)
-    assert launcher.config_warnings(translated, {"host": "r"}) == []
-    assert launcher.config_warnings({"hooks_idempotency": "sqlite"}, None) == []
-
-
-def test_redact_strips_pydantic_input_and_secrets() -> None:
-    msg = ("Invalid config:\nhooks\n  Input should be a valid list "
-           "[type=list_type, input_value={'pw': 'hunter22'}, input_type=dict]\ntoken hunter22")
-    assert launcher.redact(msg, ["hunter22"]) == "Invalid config: | hooks | Input should be a valid list | token ***"
 
 
 # --------------------------------------------------------------------------
@@ -524,45 +423,6 @@ def test_a_replica_restarted_after_sigkill_starts_despite_the_pid_lock_it_left(l
 # --------------------------------------------------------------------------
 
 
-def test_the_launcher_and_the_operator_agree_on_the_migration_names() -> None:
-    from gateway_operator import dedup_history, render
-    assert launcher.MIGRATED_KEY == dedup_history.MIGRATED_KEY
-    assert launcher.SQLITE_MIGRATION_ENV == render.SQLITE_MIGRATION_ENV
-    assert launcher.RECORD_TTL_SECONDS == dedup_history.RECORD_TTL_SECONDS
-    assert Path(render.STATE_DIR, *launcher.SQLITE_STORE[1:]) == Path(render.HOME_DIR, *launcher.SQLITE_STORE)
-
-
-def test_the_launcher_and_the_operator_agree_on_every_name_they_share() -> None:
-    """The launcher runs in the pods and imports nothing of the operator: the names it shares with
-    it are written twice, and this test keeps the two copies equal."""
-    from gateway_operator import api, render, validation
-    assert launcher._OTHER_IDEMPOTENCY_FORMS == validation.OTHER_IDEMPOTENCY_FORMS
-    assert launcher.SESSION_KEY_ENV == api.SESSION_KEY_ENV
-    assert launcher.SESSION_HISTORY_KEY in render.gateway_config(render.Owner("g", "n", "u"), spec_of({}), None)
-    # whatever the operator writes into push.redis, the launcher takes (the fullest spec.redis there is)
-    spec = spec_of({"redis": {"host": "10.0.0.5", "passwordSecretRef": {"name": "l"},
-                                    "usernameSecretRef": {"name": "l"},
-                                    "tls": {"enabled": True, "caSecretRef": {"name": "c"}, "serverName": "r.x"}}})
-    from gateway_operator.redis_target import resolve
-    pushed = render.gateway_config(render.Owner("g", "n", "u"), spec, resolve(spec.redis, "n", "g"))["push"]["redis"]
-    assert set(pushed) <= launcher._REDIS_KEYS and {"username", "tls_server_name"} <= set(pushed)
-    # the env vars it renders as ${VAR} are the ones the launcher keeps out of its log lines
-    names = {api.AUTH_TOKEN_ENV, api.REDIS_PASSWORD_ENV, api.REDIS_USERNAME_ENV}
-    assert names <= set(launcher.env_refs({"push": {"redis": pushed}})) | {api.AUTH_TOKEN_ENV}
-    os.environ.update({name: f"value-of-{name}" for name in names})
-    try:
-        assert all(f"value-of-{name}" in launcher._secrets({}, None) for name in names)
-    finally:
-        for name in names:
-            os.environ.pop(name)
-
-
-def spec_of(extra: Dict[str, Any]) -> Any:
-    """A GatewaySpec from a partial spec."""
-    from gateway_operator.api import GatewaySpec
-    return GatewaySpec.parse({"image": "x", "config": {}, **extra})
-
-
 def test_migration_copies_recorded_rows_with_their_ttl_left_and_skips_the_rest(tmp_path: Path,
                                                                              real_redis: RedisServer) -> None:
     import sqlite3
@@ -575,7 +435,7 @@ def test_migration_copies_recorded_rows_with_their_ttl_left_and_skips_the_rest(t
             ("running", now - 5, "inflight"), ("known", now - 10, "recorded")])
     client = real_redis.client()
     client.set(f"{PREFIX}hookidem:known", "recorded")
-    copied, kept = launcher.migrate_sqlite_records(str(path), client, PREFIX, time.time(), "tok-1", ttl=86400 + time.time() - now)
+    copied, kept = migration.migrate_sqlite_records(str(path), client, PREFIX, time.time(), "tok-1", ttl=86400 + time.time() - now)
     assert (copied, kept) == (1, 1)
     assert client.get(f"{PREFIX}hookidem:fresh") == "recorded"
     assert 86000 * 1000 < client.pttl(f"{PREFIX}hookidem:fresh") <= (86400 - 60) * 1000 + 2000
@@ -596,7 +456,7 @@ def test_a_webhook_the_single_sqlite_replica_admitted_is_deduplicated_after_the_
     assert solo.stop() == 0, solo.output()
     port = free_port()
     switched = LaunchedGateway(run_launcher(tmp_path, "solo", documented_config(real_redis), llm, port,
-                                            {launcher.SQLITE_MIGRATION_ENV: "switch-1"}), port,
+                                            {migration.SQLITE_MIGRATION_ENV: "switch-1"}), port,
                                tmp_path / "solo/launcher.log")
     try:
         switched.wait_ready()
@@ -722,7 +582,7 @@ def test_the_shared_history_is_encrypted_at_rest_with_the_packages_own_store(tmp
     key = generate_session_key()
     port = free_port()
     gw = LaunchedGateway(run_launcher(tmp_path, "encrypted", session_config(real_redis), llm, port,
-                                      {launcher.SESSION_KEY_ENV: key}), port, tmp_path / "encrypted/launcher.log")
+                                      {config.SESSION_KEY_ENV: key}), port, tmp_path / "encrypted/launcher.log")
     try:
         gw.wait_ready()
         for i in range(2):
@@ -738,7 +598,7 @@ def test_the_shared_history_is_encrypted_at_rest_with_the_packages_own_store(tmp
     finally:
         gw.stop()
     bad = run_launcher(tmp_path, "bad-key", session_config(real_redis), llm, free_port(),
-                       {launcher.SESSION_KEY_ENV: "not-a-fernet-key"})
+                       {config.SESSION_KEY_ENV: "not-a-fernet-key"})
     assert bad.wait(60) == 78
     assert "is not a Fernet key" in (tmp_path / "bad-key/launcher.log").read_text()
 
@@ -777,35 +637,145 @@ def test_a_replica_killed_mid_turn_has_its_claims_released_by_the_next_process_i
         again.stop()
 
 
-def test_the_private_hooks_of_0_1_16_the_launcher_reaches_into_are_there() -> None:
-    """What the launcher relies on in praisonai-bot 0.1.16 / praisonaiagents 1.7.17 that no public
-    API offers (a new release must fail here first, not in a rollout)."""
-    import inspect
-
-    import uvicorn
-    from praisonai_bot.bots._idempotency import RedisIdempotencyStore
-    from praisonai_bot.gateway.port_utils import GatewayPIDLock
-    from praisonai_bot.gateway.server import WebSocketGateway
-    from praisonaiagents import Agent
-    from praisonaiagents.agent.async_safety import AsyncSafeState
-    from praisonaiagents.session.encrypted_store import EncryptedSessionStore
-
-    # the webhook path: _run_hook(hook, payload) resolves the session, then the static dispatch
-    assert isinstance(inspect.getattr_static(WebSocketGateway, "_dispatch_agent_turn"), staticmethod)
-    assert list(inspect.signature(WebSocketGateway._run_hook).parameters)[:3] == ["self", "hook", "payload"]
-    assert callable(WebSocketGateway._get_hook_idem_store)
-    # the agent's history lives in a private AsyncSafeState (the per-turn copy replaces it)
-    agent = Agent(instructions="x", model="gpt-4o-mini")
-    assert isinstance(agent._Agent__chat_history_state, AsyncSafeState)
+def test_every_private_name_the_launcher_relies_on_is_there_in_this_release() -> None:
+    """What the pod code relies on in praisonai-bot 0.1.16 / praisonaiagents 1.7.17 that no public
+    API offers, as the launcher checks it at every start (gwop_upstream.REQUIREMENTS)."""
+    assert upstream.missing() == []
+    assert upstream.versions() == upstream.WRITTEN_FOR
     # the Redis store's owner token, prefix and client (claims are released by that token)
-    store = RedisIdempotencyStore(object(), prefix="p:hookidem:")
-    assert len(store._token) == 32 and store._prefix == "p:hookidem:" and store._client is not None
-    # uvicorn waits for in-flight requests without a bound unless told (the drain sets it)
-    assert uvicorn.Config(app=None).timeout_graceful_shutdown is None
-    # the PID lock the launcher clears: ~/.praisonai/gateway-<host>-<port>.pid
-    assert GatewayPIDLock(lock_dir=Path("/tmp/gwop-pid-probe"), host="0.0.0.0", port=8765).lock_file.name == \
-        "gateway-0_0_0_0-8765.pid"
-    assert {"add_message", "get_chat_history"} <= set(vars(EncryptedSessionStore))
+    from praisonai_bot.bots._idempotency import RedisIdempotencyStore
+    store = upstream.RedisStore(RedisIdempotencyStore(object(), prefix="p:hookidem:"))
+    assert len(store.token) == 32 and store.prefix == "p:hookidem:" and store.key("k") == "p:hookidem:k"
+    assert store.inflight_ms == 900_000 and not store.degraded()
+
+
+def _plants() -> List[Tuple[str, Callable[[pytest.MonkeyPatch], None]]]:
+    """For each requirement, the smallest upstream change that breaks it (a rename, a handler that
+    stops calling the hook, a constructor that no longer sets the attribute)."""
+    import praisonaiagents
+    import redis.asyncio.connection as async_connection
+    import redis.connection as sync_connection
+    import uvicorn
+    from praisonai_bot.bots._idempotency import RedisIdempotencyStore as Store
+    from praisonai_bot.gateway.port_utils import GatewayPIDLock
+    from praisonai_bot.gateway.server import WebSocketGateway as Gateway
+    from praisonaiagents.gateway.hooks import HookConfig
+
+    def store_without_token(mp: pytest.MonkeyPatch) -> None:
+        init = Store.__init__
+
+        def renamed(self: Any, *args: Any, **kwargs: Any) -> None:
+            init(self, *args, **kwargs)
+            self._owner_token = self.__dict__.pop("_token")
+        mp.setattr(Store, "__init__", renamed)
+
+    def gateway_init_without_idem(mp: pytest.MonkeyPatch) -> None:
+        def init(self: Any, config: Any = None) -> None:
+            self._server = None
+            self._idempotency = None
+        mp.setattr(Gateway, "__init__", init)
+
+    def gateway_init_without_server(mp: pytest.MonkeyPatch) -> None:
+        def init(self: Any, config: Any = None) -> None:
+            self._hook_idem = None
+            self._uvicorn = None
+        mp.setattr(Gateway, "__init__", init)
+
+    def handler_calls_the_store(mp: pytest.MonkeyPatch) -> None:
+        async def start(self: Any) -> None:  # the handler reserves on the store itself
+            if not self._get_hook_idem_store().reserve("k"):
+                return None
+        mp.setattr(Gateway, "start", start)
+
+    def degraded_renamed(mp: pytest.MonkeyPatch) -> None:
+        def mark(self: Any, op: str, error: Exception) -> None:
+            self._degraded_at_runtime = True
+        mp.setattr(Store, "_mark_runtime_degraded", mark)
+
+    def history_renamed(mp: pytest.MonkeyPatch) -> None:
+        class Agent:
+            def __init__(self) -> None:
+                self.__history_state: List[Any] = []
+        mp.setattr(praisonaiagents, "Agent", Agent)
+
+    def pid_lock_renamed(mp: pytest.MonkeyPatch) -> None:
+        def init(self: Any, lock_dir: Any = None, host: str = "127.0.0.1", port: int = 8765) -> None:
+            self.lock_file = f"praisonai-gateway-{host}-{port}.lock"
+        mp.setattr(GatewayPIDLock, "__init__", init)
+
+    def renamed_in_hierarchy(cls: Any, name: str) -> Callable[[pytest.MonkeyPatch], None]:
+        def plant(mp: pytest.MonkeyPatch) -> None:
+            for klass in cls.__mro__:
+                if name in vars(klass):
+                    mp.delattr(klass, name)
+        return plant
+
+    class Config:  # an uvicorn without the graceful-shutdown bound
+        def __init__(self, app: Any) -> None:
+            self.app = app
+
+    return [
+        ("WebSocketGateway._run_hook(hook, payload)", lambda mp: mp.delattr(Gateway, "_run_hook")),
+        ("WebSocketGateway._dispatch_agent_turn (static)",
+         lambda mp: mp.setattr(Gateway, "_dispatch_agent_turn", lambda self, agent, content: None)),
+        ("WebSocketGateway._hook_reserve", lambda mp: mp.delattr(Gateway, "_hook_reserve")),
+        ("WebSocketGateway._hook_record", lambda mp: mp.delattr(Gateway, "_hook_record")),
+        ("WebSocketGateway._hook_release", lambda mp: mp.delattr(Gateway, "_hook_release")),
+        ("the /hooks/ handler calls self._hook_reserve/_hook_record/_hook_release", handler_calls_the_store),
+        ("WebSocketGateway._hook_idem", gateway_init_without_idem),
+        ("WebSocketGateway._server (uvicorn.Server)", gateway_init_without_server),
+        ("RedisIdempotencyStore._client/_prefix/_token/_ttl_ms/_inflight_ms", store_without_token),
+        ("RedisIdempotencyStore._redis_key", lambda mp: mp.delattr(Store, "_redis_key")),
+        ("RedisIdempotencyStore._RECORD_LUA/_RECORDED", lambda mp: mp.delattr(Store, "_RECORD_LUA")),
+        ("RedisIdempotencyStore._runtime_degraded", degraded_renamed),
+        ("RedisIdempotencyStore._mark_runtime_recovered", lambda mp: mp.delattr(Store, "_mark_runtime_recovered")),
+        ("Agent.__chat_history_state (AsyncSafeState)", history_renamed),
+        ("HookConfig.resolve_session_key", lambda mp: mp.delattr(HookConfig, "resolve_session_key")),
+        ("uvicorn.Config.timeout_graceful_shutdown", lambda mp: mp.setattr(uvicorn, "Config", Config)),
+        ("GatewayPIDLock: ~/.praisonai/gateway-<host>-<port>.pid", pid_lock_renamed),
+        ("redis-py SSLConnection._wrap_socket_with_ssl / async _connection_arguments",
+         renamed_in_hierarchy(async_connection.SSLConnection, "_connection_arguments")),
+        ("redis-py SSLConnection._wrap_socket_with_ssl / async _connection_arguments",
+         renamed_in_hierarchy(sync_connection.SSLConnection, "_wrap_socket_with_ssl")),
+    ]
+
+
+def test_every_requirement_has_a_planted_change() -> None:
+    assert sorted({what for what, _ in _plants()}) == sorted(r.what for r in upstream.REQUIREMENTS)
+
+
+@pytest.mark.parametrize("what, plant", _plants(), ids=[f"{i}-{what.split()[0]}" for i, (what, _) in enumerate(_plants())])
+def test_a_release_that_moved_one_private_name_is_refused_naming_it(
+        what: str, plant: Callable[[pytest.MonkeyPatch], None], monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each planted change makes the start-up check name exactly that requirement, and the start is
+    refused with the versions found and the ones the launcher was written for."""
+    plant(monkeypatch)
+    assert upstream.missing() == [what]
+    with pytest.raises(upstream.UpstreamMismatch, match="refusing to start") as refused:
+        upstream.check()
+    assert what in str(refused.value) and "praisonai-bot 0.1.16" in str(refused.value)
+
+
+def test_a_gateway_that_moved_a_private_name_exits_78_naming_it_and_the_versions(tmp_path: Path) -> None:
+    """The start-up check in the pod's own process: the launcher, run over a praisonai-bot whose Redis
+    store lost ``_RECORD_LUA``, refuses to start (exit 78: the kubelet's restarts cannot help) with one
+    line naming the name and the versions, before the gateway serves anything."""
+    config = tmp_path / "gateway.yaml"
+    config.write_text(yaml.safe_dump(documented_config(None)))
+    planted = ("import runpy, sys; sys.path.insert(0, sys.argv[1]); "
+               "from praisonai_bot.bots._idempotency import RedisIdempotencyStore as S; del S._RECORD_LUA; "
+               "sys.argv = sys.argv[2:]; runpy.run_path(sys.argv[0], run_name='__main__')")
+    home = tmp_path / "home"
+    home.mkdir()
+    proc = subprocess.run([sys.executable, "-c", planted, str(pod_code.POD_CODE), str(pod_code.LAUNCH),
+                           "--config", str(config), "--workdir", str(tmp_path / "work"), "--port", str(free_port())],
+                          env=_gateway_env(home, None), capture_output=True, text=True, timeout=60)
+    lines = [line for line in proc.stderr.splitlines() if line.startswith("gateway-launcher:")]
+    assert proc.returncode == 78, proc.stderr
+    assert lines == [
+        "gateway-launcher: unsupported gateway: this gateway (praisonai-bot 0.1.16, praisonaiagents 1.7.17) lacks "
+        "what the launcher relies on: RedisIdempotencyStore._RECORD_LUA/_RECORDED (written for praisonai-bot 0.1.16, "
+        "praisonaiagents 1.7.17); refusing to start rather than run without exactly-once"], proc.stderr
 
 
 def test_a_duplicate_of_a_turn_still_in_flight_is_told_to_retry_not_that_it_was_deduplicated(
@@ -831,13 +801,13 @@ def test_the_migration_waits_for_a_redis_that_starts_with_the_switch(tmp_path: P
     import threading
     server = RedisServer(password=REDIS_PASSWORD)
     settings = {"host": "127.0.0.1", "port": server.port, "password": REDIS_PASSWORD, "prefix": PREFIX}
-    with pytest.raises(launcher.MigrationPending, match="within 1s"):
-        launcher.migrate_before_start(settings, "redis", str(tmp_path), "tok", wait=1)
+    with pytest.raises(migration.MigrationPending, match="within 1s"):
+        migration.migrate_before_start(settings, "redis", str(tmp_path), "tok", wait=1)
     threading.Timer(3, server.start).start()
     try:
-        launcher.migrate_before_start(settings, "redis", str(tmp_path), "tok-2", wait=30)
+        migration.migrate_before_start(settings, "redis", str(tmp_path), "tok-2", wait=30)
         assert server.client().get(f"{PREFIX}sqlite-migrated") == "tok-2"
-        assert launcher.exit_code_for(launcher.MigrationPending("x")) == launcher.EXIT_RESTART
+        assert entry.exit_code_for(migration.MigrationPending("x")) == entry.EXIT_RESTART
     finally:
         server.close()
 

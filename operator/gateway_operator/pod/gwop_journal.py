@@ -1,0 +1,154 @@
+"""The outage journal: what this replica admitted while Redis could not be used, written to Redis
+once it answers, so that a redelivery after the outage is not run again."""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import threading
+import time
+from typing import Any, Optional
+
+import gwop_upstream as upstream
+from gwop_log import say
+
+
+class OutageJournal:
+    """What this replica admitted while Redis could not be used, written to Redis once it answers.
+
+    0.1.16's Redis store fails open: while Redis is down every delivery is admitted and nothing is
+    recorded, so a redelivery after Redis is back runs the agent again while every condition says
+    exactly-once holds (found by the checker after a Redis pause). The journal wraps the gateway's
+    ``_hook_reserve``/``_hook_record``/``_hook_release``: a key admitted or finished while the
+    store is degraded is kept here (bounded: ``MAX_KEYS``, and no longer than the record TTL), a
+    redelivery of it to this replica meanwhile is not run again, and as soon as Redis answers (an
+    attempt every second, and before the next reservation) each key is written as the store
+    writes it: ``recorded`` with the TTL left (the store's own owner-checked record: over nothing,
+    this replica's claim or a record; a paused Redis runs the commands it had queued when it
+    resumes, so a claim that timed out can appear then), or this replica's in-flight claim
+    (``SET NX``), so what another replica wrote is kept. A redelivery to *another* replica during the outage
+    still runs (announced: RedisReachable=False)."""
+
+    MAX_KEYS = 100_000
+
+    def __init__(self, gateway: Any) -> None:
+        self.gateway = gateway
+        self.admitted: "collections.OrderedDict[str, float]" = collections.OrderedDict()  # in flight
+        self.done: "collections.OrderedDict[str, float]" = collections.OrderedDict()      # ran, not recorded
+        self.dropped = 0
+        self._lock = threading.Lock()
+        # after a failed call the request path stops calling Redis (each call would hold the event
+        # loop for the client's socket timeout, and liveness probes then fail) until the journal's
+        # own attempt, off the loop, finds Redis answering again
+        self.broken = False
+
+    def _store(self) -> Optional[upstream.RedisStore]:
+        return upstream.redis_store(self.gateway)
+
+    def _keep(self, table: "collections.OrderedDict[str, float]", key: str) -> None:
+        with self._lock:
+            table[key] = time.time()
+            table.move_to_end(key)
+            while len(self.admitted) + len(self.done) > self.MAX_KEYS:
+                (self.done if self.done else self.admitted).popitem(last=False)
+                self.dropped += 1
+
+    def wrap(self) -> None:
+        calls = upstream.claim_calls(self.gateway)
+        reserve, record, release = calls.reserve, calls.record, calls.release
+
+        def reserve_journalled(key: str) -> bool:
+            store = self._store()
+            if store is None:
+                return reserve(key)
+            if key in self.admitted or key in self.done:
+                return False  # this replica admitted it during the outage: not again
+            if self.broken:  # fail open at once, as 0.1.16 would after its timeout, journalled
+                self._keep(self.admitted, key)
+                return True
+            admitted = reserve(key)
+            if store.degraded():
+                self.broken = True
+                if admitted:
+                    self._keep(self.admitted, key)
+            return admitted
+
+        def record_journalled(key: str) -> None:
+            store = self._store()
+            if store is None or not self.broken:
+                record(key)
+            with self._lock:
+                self.admitted.pop(key, None)
+            if store is not None and (self.broken or store.degraded()):
+                self.broken = True
+                self._keep(self.done, key)
+
+        def release_journalled(key: str) -> None:
+            journalled = key in self.admitted
+            with self._lock:
+                self.admitted.pop(key, None)
+            if not (self.broken and journalled):
+                release(key)
+
+        upstream.set_claim_calls(self.gateway, upstream.ClaimCalls(reserve_journalled, record_journalled,
+                                                                  release_journalled))
+
+    def flush(self, limit: Optional[int] = None) -> int:
+        """Write what is journalled to Redis (SET NX); stop at the first failure. Returns the
+        keys written or found there."""
+        store = self._store()
+        if store is None:
+            return 0
+        with self._lock:
+            pending = [(k, at, True) for k, at in self.done.items()] + [(k, at, False) for k, at in self.admitted.items()]
+        written, now = 0, time.time()
+        ttl_ms, inflight_ms = store.ttl_ms, store.inflight_ms
+        for key, at, ran in pending[:limit]:
+            left = (ttl_ms if ran else inflight_ms) - int((now - at) * 1000)
+            try:
+                if left > 0 and ran:  # the store's own owner-checked record: absent, our claim or recorded
+                    store.record(key, left)
+                elif left > 0:
+                    store.claim(key, left)
+            except Exception:  # noqa: BLE001 - still down: the next attempt
+                break
+            with self._lock:
+                (self.done if ran else self.admitted).pop(key, None)
+            written += 1
+        return written
+
+    def _answers(self) -> bool:
+        store = self._store()
+        try:
+            return store is not None and bool(store.client.ping())
+        except Exception:  # noqa: BLE001 - still down
+            return False
+
+    async def run(self) -> None:
+        """Every second while Redis is taken as down or something is journalled: see whether
+        Redis answers (off the event loop), write what is journalled, and close the breaker."""
+        told = 0
+        while True:
+            await asyncio.sleep(1.0)
+            was = self.broken
+            if self.broken and not (self.admitted or self.done):
+                self.broken = not await asyncio.to_thread(self._answers)
+            if self.admitted or self.done:
+                written = await asyncio.to_thread(self.flush)
+                if not (self.admitted or self.done):
+                    self.broken = False
+                    if written:
+                        say(f"wrote {written} webhook record(s) admitted while Redis was unusable to Redis")
+            if was and not self.broken:
+                # Redis answers again: what 0.1.16's next successful call would do (it clears the
+                # store's degraded fact, so /health and the conditions recover without a webhook)
+                store = self._store()
+                try:
+                    if store is not None:
+                        store.mark_recovered()
+                except Exception:  # noqa: BLE001 - the next successful call clears it anyway
+                    pass
+            if self.dropped > told:
+                say(f"the outage journal is full: {self.dropped - told} admitted webhook(s) dropped from it "
+                     "(a redelivery of them may run again)")
+                told = self.dropped

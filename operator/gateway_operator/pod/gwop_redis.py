@@ -1,0 +1,38 @@
+"""The launcher's own Redis connections (the migration, the shared sessions, the claims a predecessor
+left) and the owner-checked delete they share. redis-py only; the gateway's store keeps its own
+client (gwop_upstream.RedisStore)."""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Mapping
+
+from gwop_log import say
+
+# delete KEYS[1] only while it still holds ARGV[1] (a claim or lock token)
+RELEASE_LUA = "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) else return 0 end"
+RELEASE_BUDGET_SECONDS = 5.0   # scanning for and releasing this replica's unfinished claims
+
+
+def redis_client(redis: Mapping[str, Any], timeout: float = 5.0) -> Any:
+    import redis as redis_py
+    kwargs = dict(socket_timeout=timeout, socket_connect_timeout=timeout, decode_responses=True)
+    if "url" in redis:
+        return redis_py.Redis.from_url(str(redis["url"]), **kwargs)
+    return redis_py.Redis(host=redis["host"], port=int(redis.get("port", 6379)), db=int(redis.get("db", 0)),
+                          password=redis.get("password") or None, **kwargs)
+
+
+def release_claims_of(client: Any, prefix: str, token: str, budget: float = RELEASE_BUDGET_SECONDS) -> int:
+    """Delete every key under ``prefix`` whose value is ``token`` (compare-and-delete, one Lua call
+    each), within ``budget`` seconds; a failure is logged, never raised."""
+    deadline, released = time.monotonic() + budget, 0
+    try:
+        for key in client.scan_iter(match=f"{prefix}*", count=1000):
+            if time.monotonic() > deadline:
+                say("releasing unfinished claims: out of time; the rest expire with their lease")
+                break
+            released += int(client.eval(RELEASE_LUA, 1, key, token) or 0)
+    except Exception as exc:  # noqa: BLE001 - say so and go on
+        say(f"releasing unfinished claims failed: {type(exc).__name__}")
+    return released

@@ -1,0 +1,111 @@
+"""Serving and draining: the gateway runs until SIGTERM/SIGINT, its webhook path is guarded once it
+runs (the outage journal, the in-flight answer, the store's owner recorded), and the stop drains:
+no new requests, in-flight turns get the drain, then uvicorn cancels them and their claims are
+released. Also the stale PID lock an earlier container of this pod left."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+from pathlib import Path
+from typing import Any, Optional
+
+import gwop_upstream as upstream
+from gwop_claims import answer_inflight_duplicates, record_owner, release_unfinished_claims
+from gwop_journal import OutageJournal
+from gwop_log import say
+
+# of the drain, WebSocket sessions get at most this (the gateway's own drain); in-flight webhook
+# turns get the whole drain (uvicorn's graceful shutdown)
+WEBSOCKET_DRAIN_MAX = 10.0
+
+
+def clear_stale_pid_lock(home: str, port: Optional[int]) -> bool:
+    """Remove the gateway's PID lock for ``port`` left by an earlier container of this pod.
+
+    0.1.16 writes ``~/.praisonai/gateway-<host>-<port>.pid`` and refuses to start while the PID
+    in it is alive. ``~/.praisonai`` is the pod's state volume, which outlives a container: after
+    a SIGKILL (OOM, a liveness kill) the lock names PID 1, which in the new container is alive
+    (it is this launcher), so the replica crash-looped for ever ("another instance is running";
+    found by the exactly-once checker). One gateway runs per pod, started only by this launcher,
+    so a lock present before it starts is always stale."""
+    if not port:
+        return False
+    removed = False
+    for lock in (Path(home) / ".praisonai").glob(f"gateway-*-{int(port)}.pid"):
+        try:
+            lock.unlink()
+            removed = True
+        except OSError:
+            pass
+    return removed
+
+
+
+async def serve(gateway: Any, config_path: str, drain: float) -> int:
+    """Run the gateway until SIGTERM/SIGINT; return the process exit code (0)."""
+    loop = asyncio.get_running_loop()
+    stop_requested = asyncio.Event()
+    start = asyncio.ensure_future(gateway.start_with_config(config_path))
+    # start_with_config installs its own SIGTERM/SIGINT handlers before its
+    # first await; those only flip uvicorn's should_exit and silently drop a
+    # signal that arrives while channels are still starting. Yield once so it
+    # has installed them, then take the signals back.
+    await asyncio.sleep(0)
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop_requested.set)
+    stopper = asyncio.ensure_future(_stop_when_requested(gateway, start, stop_requested, drain))
+    guard = asyncio.ensure_future(guard_webhooks(gateway, start, os.environ.get("HOSTNAME", "")))
+    try:
+        await start
+    finally:
+        stop_requested.set()  # normal return or failure: stop whatever still runs
+        await stopper
+        guard.cancel()
+        released = release_unfinished_claims(upstream.redis_store(gateway))
+        if released:
+            say(f"released {released} unfinished webhook claim(s): a provider's retry runs them on another replica")
+    return 0
+
+
+async def guard_webhooks(gateway: Any, start: "asyncio.Future[Any]", pod: str) -> None:
+    """Once the gateway runs: the outage journal around its claim calls, in-flight duplicates
+    answered 503, and (once the store is built) the store's owner recorded under this pod."""
+    while not (gateway.is_running or start.done()):
+        await asyncio.sleep(0.05)
+    journal = OutageJournal(gateway)
+    try:
+        journal.wrap()
+        answer_inflight_duplicates(gateway)
+    except Exception as exc:  # noqa: BLE001 - 0.1.16's own answer stays
+        say(f"wrapping the webhook path failed: {type(exc).__name__}")
+    flusher = asyncio.ensure_future(journal.run())
+    try:
+        await record_owner(gateway, start, pod)
+        await flusher
+    finally:
+        flusher.cancel()
+
+
+async def _stop_when_requested(
+    gateway: Any, start: "asyncio.Future[Any]", requested: asyncio.Event, drain: float
+) -> None:
+    await requested.wait()
+    # Until is_running the uvicorn server does not exist and stop() is a no-op.
+    while not (gateway.is_running or start.done()):
+        await asyncio.sleep(0.05)
+    server = upstream.server(gateway)
+    if server is not None:
+        # 0.1.16 never sets it, so uvicorn would wait for in-flight webhook turns without a bound
+        # (until the kubelet's SIGKILL leaves their claims stuck): give them the drain, then
+        # uvicorn cancels them and their claims are released. Read at shutdown time.
+        server.config.timeout_graceful_shutdown = max(1.0, drain)
+    in_flight = len(server.server_state.tasks) if server is not None else 0
+    say(f"draining: no new requests; {in_flight} in flight get up to {drain:g}s")
+    try:
+        # Drains sessions, makes uvicorn exit and releases the PID lock; the
+        # gateway's own signal path never calls it.
+        await gateway.stop(drain_timeout=min(drain, WEBSOCKET_DRAIN_MAX))
+    except Exception as exc:  # noqa: BLE001 - shutdown must not mask the exit code
+        say(f"gateway stop failed: {type(exc).__name__}")

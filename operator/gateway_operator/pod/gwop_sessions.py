@@ -1,0 +1,246 @@
+"""Shared session history for webhook turns: each turn runs on its conversation's history, kept in
+Redis and locked per session, so a conversation alternating between replicas sees its whole
+history and never another's. 0.1.16 runs every webhook turn of a hook on one Agent whose one
+history mixes every conversation, and offers no hook for this: the gateway's turn calls are
+wrapped through gwop_upstream."""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import copy
+import os
+import time
+from typing import Any, Dict, List, Mapping, Optional, Tuple
+
+import gwop_upstream as upstream
+from gwop_config import SESSION_KEY_ENV, ConfigError
+from gwop_log import say
+from gwop_redis import RELEASE_LUA, redis_client
+
+SESSION_LOCK_LEASE_MS = 30_000     # renewed while the turn runs; a dead replica's lock goes after it
+SESSION_LOCK_WAIT_SECONDS = 300.0  # a turn waits this long for its session's earlier turn, then runs
+
+
+
+class RedisHistoryStore:
+    """The Redis list behind one session's history, as the package's session stores are called
+    (``add_message``, ``get_chat_history``), so that its own ``EncryptedSessionStore`` can wrap it:
+    ``{prefix}session:<sha256 of the key>``, each append one MULTI (RPUSH, LTRIM to ``max_messages``,
+    EXPIRE ``ttl``)."""
+
+    def __init__(self, client: Any, prefix: str, max_messages: int, ttl: int) -> None:
+        self.client, self.prefix, self.max_messages, self.ttl = client, prefix, max_messages, ttl
+
+    def key(self, session_id: str) -> str:
+        import hashlib
+        return f"{self.prefix}session:{hashlib.sha256(session_id.encode()).hexdigest()[:40]}"
+
+    def add_message(self, session_id: str, role: str, content: str, metadata: Any = None, **_: Any) -> bool:
+        import json
+        key = self.key(session_id)
+        pipe = self.client.pipeline(transaction=True)
+        pipe.rpush(key, json.dumps({"role": role, "content": content}))
+        pipe.ltrim(key, -self.max_messages, -1)
+        pipe.expire(key, self.ttl)
+        pipe.execute()
+        return True
+
+    def get_chat_history(self, session_id: str, max_messages: Optional[int] = None) -> List[Dict[str, Any]]:
+        import json
+        rows = [json.loads(raw) for raw in self.client.lrange(self.key(session_id), 0, -1)]
+        return rows[-max_messages:] if max_messages else rows
+
+
+class SharedSessions:
+    """One history per webhook session (the hook's ``session_key``), kept in Redis under
+    ``{prefix}session:<sha256 of the key>`` as a list of JSON messages, bounded to ``max_messages``
+    (LTRIM) and ``ttl_seconds`` (EXPIRE), each append one MULTI. A turn of a session takes the
+    session's lock (``{prefix}session-lock:<hash>``, SET NX PX with its own token, renewed while it
+    runs, released owner-checked), so turns of one conversation run one after another on any
+    replica and each sees every earlier one. While Redis cannot be used the turn runs on this
+    replica's last copy of the session's history (kept per session, bounded like the shared one;
+    never the hook agent's own, which 0.1.16 shares between every session of the hook) and the
+    next turn tries Redis again."""
+
+    LOCAL_SESSIONS = 1000  # the sessions whose last history a replica keeps for an outage
+    SKIP_SECONDS = 2.0     # after a failed Redis call, turns use the replica's copy this long
+
+    def __init__(self, client: Any, prefix: str, max_messages: int, ttl_seconds: int, key: str = "") -> None:
+        """``key``: a Fernet key; the history is then stored through the package's own
+        ``EncryptedSessionStore`` (content encrypted; roles and the key's hash stay readable)."""
+        self.client, self.prefix = client, prefix
+        self.inner = RedisHistoryStore(client, prefix, max(2, max_messages), max(60, ttl_seconds))
+        self.store: Any = self.inner
+        if key:
+            from praisonaiagents.session.encrypted_store import EncryptedSessionStore, SessionEncryptionError
+            try:
+                self.store = EncryptedSessionStore(self.inner, key)
+            except SessionEncryptionError:
+                raise ConfigError(f"{SESSION_KEY_ENV} (spec.sessions.encryptionKeySecretRef) is not a Fernet key: "
+                                  "32 url-safe base64-encoded bytes (or cryptography is missing)") from None
+        self.failing = False
+        self.local: "collections.OrderedDict[str, List[Dict[str, Any]]]" = collections.OrderedDict()
+        self._local_locks: Dict[str, List[Any]] = {}  # session -> [asyncio.Lock, turns holding or waiting]
+        self._skip_until = 0.0
+
+    def _remember(self, session: str, history: List[Dict[str, Any]]) -> None:
+        self.local[session] = history[-self.inner.max_messages:]
+        self.local.move_to_end(session)
+        while len(self.local) > self.LOCAL_SESSIONS:
+            self.local.popitem(last=False)
+
+    async def _run_local(self, session: str, agent: Any, dispatch: Any, content: str, *args: Any, **kwargs: Any) -> Any:
+        """One turn on this replica's copy of the session's history; turns of one session run one
+        after another here too (a lock per session, dropped when no turn holds or waits for it).
+        A turn that came here because Redis failed, and waited for the lock until Redis may be used
+        again, runs on the shared history after all."""
+        entry = self._local_locks.setdefault(session, [asyncio.Lock(), 0])
+        entry[1] += 1
+        try:
+            async with entry[0]:
+                if self.client is None or time.monotonic() < self._skip_until:
+                    history = list(self.local.get(session, ()))
+                    turn_agent = _turn_copy(agent, history)
+                    result = await dispatch(turn_agent, content, *args, **kwargs)
+                    self._remember(session, [dict(m) for m in turn_agent.chat_history])
+                    return result
+        finally:
+            entry[1] -= 1
+            if not entry[1]:
+                self._local_locks.pop(session, None)
+        return await self.run(session, agent, dispatch, content, *args, **kwargs)
+
+    def _keys(self, session: str) -> Tuple[str, str]:
+        key = self.inner.key(session)
+        return key, key.replace(f"{self.prefix}session:", f"{self.prefix}session-lock:", 1)
+
+    def load(self, session: str) -> List[Dict[str, Any]]:
+        return [{"role": m.get("role"), "content": m.get("content")} for m in self.store.get_chat_history(session)]
+
+    def append(self, session: str, messages: List[Dict[str, Any]]) -> None:
+        for m in messages:
+            if m.get("role") and isinstance(m.get("content"), str):
+                self.store.add_message(session, str(m["role"]), m["content"])
+
+    async def _lock(self, session: str, token: str) -> bool:
+        _, lock = self._keys(session)
+        deadline = asyncio.get_running_loop().time() + SESSION_LOCK_WAIT_SECONDS
+        pause = 0.02
+        while not await asyncio.to_thread(self.client.set, lock, token, nx=True, px=SESSION_LOCK_LEASE_MS):
+            if asyncio.get_running_loop().time() > deadline:
+                return False
+            await asyncio.sleep(pause)
+            pause = min(pause * 2, 0.5)
+        return True
+
+    async def _renew(self, session: str, token: str) -> None:
+        """Every third of the lease, while the turn runs: a failed renewal (Redis paused) is tried
+        again at the next one, so the lock outlives an outage shorter than its lease."""
+        _, lock = self._keys(session)
+        while True:
+            await asyncio.sleep(SESSION_LOCK_LEASE_MS / 3000)
+            try:
+                if await asyncio.to_thread(self.client.get, lock) not in (token, token.encode()):
+                    return
+                await asyncio.to_thread(self.client.pexpire, lock, SESSION_LOCK_LEASE_MS)
+            except Exception:  # noqa: BLE001 - the next renewal tries again
+                continue
+
+    async def run(self, session: str, agent: Any, dispatch: Any, content: str, *args: Any, **kwargs: Any) -> Any:
+        """One turn of ``session`` on a copy of ``agent`` whose history is the session's."""
+        import secrets
+        if self.client is None or time.monotonic() < self._skip_until:  # store: replica, or Redis just failed
+            return await self._run_local(session, agent, dispatch, content, *args, **kwargs)
+        token = secrets.token_hex(16)
+        _, lock = self._keys(session)
+        locked = False
+        try:
+            locked = await self._lock(session, token)
+            history = await asyncio.to_thread(self.load, session)
+        except Exception as exc:  # noqa: BLE001 - Redis unusable: this turn runs on this replica's copy
+            self._note_failure(exc)
+            if locked:  # taken, then the history could not be read: let the next turn have it
+                await self._unlock(lock, token)
+            return await self._run_local(session, agent, dispatch, content, *args, **kwargs)
+        renew = asyncio.ensure_future(self._renew(session, token)) if locked else None
+        try:
+            turn_agent = _turn_copy(agent, history)
+            result = await dispatch(turn_agent, content, *args, **kwargs)
+            self._remember(session, [dict(m) for m in turn_agent.chat_history])
+            try:
+                await asyncio.to_thread(self.append, session, list(turn_agent.chat_history)[len(history):])
+                self._note_recovery()
+            except Exception as exc:  # noqa: BLE001
+                self._note_failure(exc)
+            return result
+        finally:
+            if renew is not None:
+                renew.cancel()
+            if locked:
+                await self._unlock(lock, token)
+
+    async def _unlock(self, lock: str, token: str) -> None:
+        """Release the session's lock if it is still ours (compare-and-delete)."""
+        try:
+            await asyncio.to_thread(self.client.eval, RELEASE_LUA, 1, lock, token)
+        except Exception:  # noqa: BLE001 - the lease ends it
+            pass
+
+    def _note_failure(self, exc: BaseException) -> None:
+        self._skip_until = time.monotonic() + self.SKIP_SECONDS
+        if not self.failing:
+            say(f"shared session history unavailable ({type(exc).__name__}): turns use this replica's history "
+                 "until Redis answers again")
+        self.failing = True
+
+    def _note_recovery(self) -> None:
+        if self.failing:
+            say("shared session history available again")
+        self.failing = False
+
+
+def _turn_copy(agent: Any, history: List[Dict[str, Any]]) -> Any:
+    """A shallow copy of the hook's one Agent with a history of its own: 0.1.16 runs every webhook
+    turn on that shared instance, so its in-memory history mixes every session of the replica. The
+    copy shares the LLM client and tools; only its history is its own."""
+    turn = copy.copy(agent)
+    upstream.set_agent_history(turn, history)
+    return turn
+
+
+def share_sessions(gateway: Any, settings: Optional[Mapping[str, Any]],
+                   redis: Optional[Mapping[str, Any]]) -> Optional["SharedSessions"]:
+    """Wrap the gateway's webhook path so that each turn runs on its session's shared history
+    (what 0.1.16 offers no hook for: ``_run_hook`` resolves the session key and then calls the
+    static ``_dispatch_agent_turn(agent, message)`` without it). The session key reaches the
+    dispatch through a context variable set around ``_run_hook``. With ``store: replica`` (or no
+    Redis) each session still gets its own history, in this replica's memory: 0.1.16 runs every
+    webhook turn of a hook on one Agent, whose one history mixes every conversation of the hook."""
+    if not settings:
+        return None
+    import contextvars
+    if settings.get("store") == "redis" and redis:
+        shared = SharedSessions(redis_client(redis, timeout=2.0), str(redis.get("prefix") or "praison:push:"),
+                                settings["max_messages"], settings["ttl_seconds"], os.environ.get(SESSION_KEY_ENV, ""))
+    else:
+        shared = SharedSessions(None, "", settings["max_messages"], settings["ttl_seconds"])
+    current: "contextvars.ContextVar[Optional[str]]" = contextvars.ContextVar("gwop_session", default=None)
+    run_hook, dispatch = upstream.turn_calls(gateway)
+
+    async def run_hook_in_session(hook: Any, payload: Any, *args: Any, **kwargs: Any) -> Any:
+        marker = current.set(upstream.session_key(hook, payload))
+        try:
+            return await run_hook(hook, payload, *args, **kwargs)
+        finally:
+            current.reset(marker)
+
+    async def dispatch_in_session(agent: Any, content: Any, *args: Any, **kwargs: Any) -> Any:
+        session = current.get()
+        if session is None:
+            return await dispatch(agent, content, *args, **kwargs)
+        return await shared.run(session, agent, dispatch, content, *args, **kwargs)
+
+    upstream.set_turn_calls(gateway, run_hook_in_session, dispatch_in_session)
+    return shared
+

@@ -1,0 +1,351 @@
+"""The one module that names what the launcher relies on inside the gateway's packages and offers no
+public API: praisonai-bot's ``WebSocketGateway`` webhook path and Redis idempotency store,
+praisonaiagents' agent history, uvicorn's server, redis-py's TLS connection classes.
+
+Every such name is a ``Requirement`` below, checked when the process starts (``check`` before the
+gateway is built, ``check_gateway`` on the built instance). A release that moved one of them is
+refused with exit 78 and one line naming what is missing and the versions found: running without
+one of them doubles messages or crosses conversations silently (a renamed ``_RECORD_LUA`` never
+leaves fail-open; a handler that stops calling ``_hook_reserve`` bypasses the in-flight answer and
+the outage journal; a renamed ``__chat_history_state`` mixes sessions). The other pod modules reach
+these names only through the functions here. Written against praisonai-bot 0.1.16 with
+praisonaiagents 1.7.17.
+"""
+
+from __future__ import annotations
+
+import inspect
+from dataclasses import dataclass
+from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
+
+# what the names below were read from (the gateway image's release)
+WRITTEN_FOR = {"praisonai-bot": "0.1.16", "praisonaiagents": "1.7.17"}
+HOOK_ROUTE = "/hooks/{path:path}"
+
+
+class UpstreamMismatch(Exception):
+    """The installed gateway lacks a name the launcher relies on: a fatal configuration (78), since
+    restarting the same image cannot help."""
+
+
+def versions() -> Dict[str, str]:
+    """The installed versions of the packages the requirements are read from."""
+    from importlib import metadata
+    found = {}
+    for package in WRITTEN_FOR:
+        try:
+            found[package] = metadata.version(package)
+        except metadata.PackageNotFoundError:
+            found[package] = "not installed"
+    return found
+
+
+# -- the requirements ----------------------------------------------------------------------------
+
+def _gateway_class() -> Any:
+    from praisonai_bot.gateway.server import WebSocketGateway
+    return WebSocketGateway
+
+
+def _redis_store_class() -> Any:
+    from praisonai_bot.bots._idempotency import RedisIdempotencyStore
+    return RedisIdempotencyStore
+
+
+def _source_has(function: Callable[[], Any], *needles: str) -> bool:
+    source = inspect.getsource(function())
+    return all(needle in source for needle in needles)
+
+
+def _probe_store() -> Any:
+    """A store over no client: its constructor only keeps the arguments and mints the token."""
+    return _redis_store_class()(object(), prefix="p:hookidem:")
+
+
+def _is_static(owner: Callable[[], Any], name: str) -> bool:
+    return isinstance(inspect.getattr_static(owner(), name), staticmethod)
+
+
+def _callable(owner: Callable[[], Any], name: str) -> bool:
+    return callable(getattr(owner(), name))
+
+
+@dataclass(frozen=True)
+class Requirement:
+    """One name the launcher relies on: ``what`` says where it lives, ``why`` what breaks without it,
+    ``present`` looks it up (an exception counts as missing)."""
+    what: str
+    why: str
+    present: Callable[[], bool]
+
+    def holds(self) -> bool:
+        try:
+            return bool(self.present())
+        except Exception:  # noqa: BLE001 - an import or attribute error is the answer: missing
+            return False
+
+
+REQUIREMENTS: Tuple[Requirement, ...] = (
+    Requirement("WebSocketGateway._run_hook(hook, payload)", "each webhook turn runs on its session's history",
+                lambda: list(inspect.signature(_gateway_class()._run_hook).parameters)[:3] == ["self", "hook", "payload"]),
+    Requirement("WebSocketGateway._dispatch_agent_turn (static)", "each webhook turn runs on its session's history",
+                lambda: _is_static(_gateway_class, "_dispatch_agent_turn")),
+    Requirement("WebSocketGateway._hook_reserve", "in-flight duplicates, the outage journal",
+                lambda: _callable(_gateway_class, "_hook_reserve")),
+    Requirement("WebSocketGateway._hook_record", "the outage journal", lambda: _callable(_gateway_class, "_hook_record")),
+    Requirement("WebSocketGateway._hook_release", "the outage journal, claims released at the drain",
+                lambda: _callable(_gateway_class, "_hook_release")),
+    Requirement("the /hooks/ handler calls self._hook_reserve/_hook_record/_hook_release",
+                "in-flight duplicates, the outage journal, claims released at the drain",
+                lambda: _source_has(lambda: _gateway_class().start, "self._hook_reserve(", "self._hook_record(",
+                                    "self._hook_release(", f'Route("{HOOK_ROUTE}"')),
+    Requirement("WebSocketGateway._hook_idem", "the Redis store the journal and the claims use",
+                lambda: _source_has(lambda: _gateway_class().__init__, "self._hook_idem")),
+    Requirement("WebSocketGateway._server (uvicorn.Server)", "the drain's bound, the in-flight answer",
+                lambda: _source_has(lambda: _gateway_class().__init__, "self._server")),
+    Requirement("RedisIdempotencyStore._client/_prefix/_token/_ttl_ms/_inflight_ms",
+                "claims released by owner, the journal's records",
+                lambda: all(hasattr(_probe_store(), n) for n in ("_client", "_prefix", "_token", "_ttl_ms", "_inflight_ms"))
+                and len(_probe_store()._token) >= 16),
+    Requirement("RedisIdempotencyStore._redis_key", "the journal's records", lambda: _callable(_redis_store_class, "_redis_key")),
+    Requirement("RedisIdempotencyStore._RECORD_LUA/_RECORDED", "the journal's owner-checked records",
+                lambda: isinstance(_redis_store_class()._RECORD_LUA, str) and _redis_store_class()._RECORDED == "recorded"),
+    Requirement("RedisIdempotencyStore._runtime_degraded", "the journal sees the store fail open",
+                lambda: _source_has(lambda: _redis_store_class()._mark_runtime_degraded, "self._runtime_degraded = True")),
+    Requirement("RedisIdempotencyStore._mark_runtime_recovered", "/health recovers once Redis answers",
+                lambda: _callable(_redis_store_class, "_mark_runtime_recovered")),
+    Requirement("Agent.__chat_history_state (AsyncSafeState)", "conversations never cross",
+                lambda: _source_has(_agent_class, "self.__chat_history_state = AsyncSafeState(")
+                and _async_safe_state() is not None),
+    Requirement("HookConfig.resolve_session_key", "each webhook turn runs on its session's history",
+                lambda: _callable(_hook_config_class, "resolve_session_key")),
+    Requirement("uvicorn.Config.timeout_graceful_shutdown", "the drain's bound",
+                lambda: hasattr(__import__("uvicorn").Config(app=None), "timeout_graceful_shutdown")),
+    Requirement("GatewayPIDLock: ~/.praisonai/gateway-<host>-<port>.pid", "a replica restarted after SIGKILL starts",
+                lambda: _source_has(lambda: _pid_lock_class().__init__, 'f"gateway-{safe_host}-{port}.pid"')),
+    Requirement("redis-py SSLConnection._wrap_socket_with_ssl / async _connection_arguments",
+                "spec.redis.tls.serverName", lambda: _callable(lambda: __import__("redis.connection").connection.SSLConnection,
+                                                               "_wrap_socket_with_ssl")
+                and _callable(lambda: __import__("redis.asyncio.connection").asyncio.connection.SSLConnection,
+                              "_connection_arguments")),
+)
+
+
+def _agent_class() -> Any:
+    from praisonaiagents import Agent
+    return Agent
+
+
+def _async_safe_state() -> Any:
+    from praisonaiagents.agent.async_safety import AsyncSafeState
+    return AsyncSafeState
+
+
+def _hook_config_class() -> Any:
+    from praisonaiagents.gateway.hooks import HookConfig
+    return HookConfig
+
+
+def _pid_lock_class() -> Any:
+    from praisonai_bot.gateway.port_utils import GatewayPIDLock
+    return GatewayPIDLock
+
+
+def missing(requirements: Tuple[Requirement, ...] = REQUIREMENTS) -> List[str]:
+    """What the installed packages lack, by ``Requirement.what``."""
+    return [r.what for r in requirements if not r.holds()]
+
+
+def refusal(absent: List[str], found: Mapping[str, str]) -> str:
+    """The one line a refused start says (also the container's termination message)."""
+    have = ", ".join(f"{p} {v}" for p, v in found.items())
+    written = ", ".join(f"{p} {v}" for p, v in WRITTEN_FOR.items())
+    return (f"this gateway ({have}) lacks what the launcher relies on: {'; '.join(absent)} "
+            f"(written for {written}); refusing to start rather than run without exactly-once")
+
+
+def check() -> Dict[str, str]:
+    """Every requirement, at start; raises UpstreamMismatch naming what is missing. Returns the
+    versions found."""
+    found = versions()
+    absent = missing()
+    if absent:
+        raise UpstreamMismatch(refusal(absent, found))
+    return found
+
+
+def check_gateway(gateway: Any) -> None:
+    """What only the built instance shows: the attributes its constructor sets."""
+    absent = [name for name in ("_hook_idem", "_server") if name not in vars(gateway)]
+    if absent:
+        raise UpstreamMismatch(refusal([f"WebSocketGateway.{n}" for n in absent], versions()))
+
+
+# -- building the gateway -------------------------------------------------------------------------
+
+class GatewayRejected(Exception):
+    """The gateway's own loader refused the config (schema, ``${VAR}``)."""
+
+
+def load_checked(path: str) -> Dict[str, Any]:
+    """Run the gateway's own loader (schema checks + ``${VAR}`` expansion)."""
+    try:
+        return _gateway_class().load_gateway_config(path)
+    except (ValueError, FileNotFoundError) as exc:
+        raise GatewayRejected(f"gateway rejected the config: {exc}") from None
+
+
+def build_gateway(host: str, port: int, allowed_origins: List[str], auth_token: Optional[str],
+                  redis_kwargs: Optional[Mapping[str, Any]], turn_lock: Optional[Mapping[str, Any]]) -> Any:
+    """The gateway with the settings 0.1.16 only honours from Python (``start_with_config`` never
+    applies ``push``, ``turn_lock``, ``allowed_origins`` or ``auth_token`` from YAML)."""
+    from praisonaiagents.gateway.config import GatewayConfig, PushConfig, RedisConfig, TurnLockConfig
+    config = GatewayConfig(
+        host=host, port=port, allowed_origins=allowed_origins, auth_token=auth_token,
+        push=PushConfig(redis=RedisConfig(**redis_kwargs) if redis_kwargs else None),
+        turn_lock=TurnLockConfig.from_dict(dict(turn_lock) if turn_lock else None),
+    )
+    gateway = _gateway_class()(config=config)
+    check_gateway(gateway)
+    return gateway
+
+
+# -- the webhook path -----------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class ClaimCalls:
+    """The gateway's three idempotency calls, as its /hooks/ handler makes them."""
+    reserve: Callable[[str], bool]
+    record: Callable[[str], None]
+    release: Callable[[str], None]
+
+
+def claim_calls(gateway: Any) -> ClaimCalls:
+    return ClaimCalls(gateway._hook_reserve, gateway._hook_record, gateway._hook_release)
+
+
+def set_claim_calls(gateway: Any, calls: ClaimCalls) -> None:
+    gateway._hook_reserve, gateway._hook_record, gateway._hook_release = calls.reserve, calls.record, calls.release
+
+
+def turn_calls(gateway: Any) -> Tuple[Callable[..., Any], Callable[..., Any]]:
+    """``_run_hook(hook, payload, ...)`` and the static ``_dispatch_agent_turn(agent, content, ...)``."""
+    return gateway._run_hook, gateway._dispatch_agent_turn
+
+
+def set_turn_calls(gateway: Any, run_hook: Callable[..., Any], dispatch: Callable[..., Any]) -> None:
+    gateway._run_hook, gateway._dispatch_agent_turn = run_hook, dispatch
+
+
+def session_key(hook: Any, payload: Any) -> str:
+    return hook.resolve_session_key(payload)
+
+
+def set_agent_history(agent: Any, history: List[Dict[str, Any]]) -> None:
+    """Give ``agent`` (a copy of the hook's one Agent) a history of its own: praisonaiagents keeps
+    it in the private ``AsyncSafeState`` the public ``chat_history`` reads."""
+    agent._Agent__chat_history_state = _async_safe_state()([dict(m) for m in history])
+
+
+def server(gateway: Any) -> Any:
+    """The gateway's uvicorn server, or None before it runs."""
+    return gateway._server
+
+
+def hook_route(gateway: Any) -> Any:
+    """The starlette Route of ``/hooks/{path}``, through the middleware, or None."""
+    from starlette.routing import Route
+    app = getattr(server(gateway), "config", None)
+    app = app.app if app is not None else None
+    for _ in range(8):  # through middleware (each holds the next as .app) to the router
+        routes = getattr(app, "routes", None)
+        if routes is not None:
+            return next((r for r in routes if isinstance(r, Route) and r.path == HOOK_ROUTE), None)
+        app = getattr(app, "app", None)
+    return None
+
+
+# -- the Redis idempotency store ------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class RedisStore:
+    """The gateway's Redis idempotency store, as the launcher uses it: its client, its key layout
+    (``prefix + key``), its owner token and leases, and its owner-checked record."""
+    store: Any
+
+    @property
+    def client(self) -> Any:
+        return self.store._client
+
+    @property
+    def prefix(self) -> str:
+        return str(self.store._prefix)
+
+    @property
+    def token(self) -> str:
+        return str(self.store._token)
+
+    @property
+    def ttl_ms(self) -> int:
+        return int(self.store._ttl_ms)
+
+    @property
+    def inflight_ms(self) -> int:
+        return int(self.store._inflight_ms)
+
+    def key(self, key: str) -> str:
+        return self.store._redis_key(key)
+
+    def record(self, key: str, left_ms: int) -> None:
+        """The store's own owner-checked record: over nothing, this replica's claim or a record."""
+        self.client.eval(self.store._RECORD_LUA, 1, self.key(key), self.token, self.store._RECORDED, left_ms)
+
+    def claim(self, key: str, left_ms: int) -> None:
+        """This replica's in-flight claim, only where nothing is (SET NX)."""
+        self.client.set(self.key(key), self.token, nx=True, px=left_ms)
+
+    def is_recorded(self, key: str) -> bool:
+        return self.client.get(self.key(key)) in (b"recorded", "recorded")
+
+    def degraded(self) -> bool:
+        """Failed open at runtime (0.1.16 sets the attribute at the first failure only: ``check``
+        verified that ``_mark_runtime_degraded`` is what sets it)."""
+        return bool(vars(self.store).get("_runtime_degraded", False))
+
+    def mark_recovered(self) -> None:
+        """What the store's next successful call does: clears its degraded fact (and /health's)."""
+        self.store._mark_runtime_recovered()
+
+
+def idempotency_store(gateway: Any) -> Any:
+    """The store the gateway built (on its first webhook), or None."""
+    return gateway._hook_idem
+
+
+def redis_store(gateway: Any) -> Optional[RedisStore]:
+    """The gateway's store when it is the Redis one (not SQLite, memory, or not built yet)."""
+    store = idempotency_store(gateway)
+    return RedisStore(store) if isinstance(store, _redis_store_class()) else None
+
+
+# -- redis-py's TLS connections -------------------------------------------------------------------
+
+def connection_classes_naming(server_name: str) -> Tuple[Any, Any]:
+    """Subclasses of redis-py's sync and async ``SSLConnection`` that verify ``server_name`` and
+    send it as SNI instead of the host connected to (redis-py has no URL option for it)."""
+    import redis.asyncio.connection as async_connection
+    import redis.connection as sync_connection
+
+    class NamedSSLConnection(sync_connection.SSLConnection):  # type: ignore[misc, valid-type]
+        def _wrap_socket_with_ssl(self, sock: Any) -> Any:
+            host, self.host = self.host, server_name  # the one name it is read by
+            try:
+                return super()._wrap_socket_with_ssl(sock)
+            finally:
+                self.host = host
+
+    class NamedAsyncSSLConnection(async_connection.SSLConnection):  # type: ignore[misc, valid-type]
+        def _connection_arguments(self) -> Any:
+            return {**super()._connection_arguments(), "server_hostname": server_name}
+
+    return NamedSSLConnection, NamedAsyncSSLConnection
