@@ -13,7 +13,10 @@ model provider exists here), then at once:
   ``fault_gap_s``: first (when scheduled) the switch from one SQLite replica to ``replicas`` on
   a managed Redis, then a gateway pod SIGKILLed (every process of its container, from the node's
   host), a rolling update, scaling (3 -> 5 -> 2 -> 3, 3 -> 2 -> 3), Redis paused (SIGSTOP),
-  restarted, flushed, its persistence flipped, the operator's leader SIGKILLed;
+  restarted, flushed, its persistence flipped, the operator's leader SIGKILLed; and the partial
+  failures (PARTIAL_FAILURES): a pod force-deleted mid-turn, a 0.2-2 s stall of Redis, one
+  replica's packets to Redis dropped in its network namespace, a replica stopped while Redis is
+  paused, Redis refusing writes (OOM);
 * **records**: every answer, the stand-in's turns (GET /turns), and the GatewayDeployment's
   conditions from a watch.
 
@@ -28,6 +31,7 @@ import json
 import os
 import random
 import signal
+import subprocess
 import threading
 import time
 import urllib.request
@@ -48,8 +52,13 @@ NAME = "eo-bot"
 HOST = "eo-bot.gateway.test"
 # sqlite_to_redis is the run's first fault when it is scheduled: the run then starts on one
 # replica with the SQLite store (no Redis) and switches to ``replicas`` on a managed Redis
+# the partial failures (issue 35): one replica force-deleted mid-turn (no drain, never back), Redis
+# stalled for a blip (0.2-2 s), one replica's packets to Redis dropped in its own network namespace,
+# a replica stopped while Redis is paused, Redis refusing writes (maxmemory under noeviction: OOM)
+PARTIAL_FAILURES = ("force_delete", "redis_latency", "replica_partition", "stop_during_outage",
+                    "redis_refuses_writes")
 FAULT_KINDS = ("sqlite_to_redis", "kill_pod", "rolling_update", "scale_up", "scale_down", "redis_pause",
-               "redis_flush", "redis_restart", "operator_kill", "redis_persistence_flip")
+               "redis_flush", "redis_restart", "operator_kill", "redis_persistence_flip", *PARTIAL_FAILURES)
 SWITCH = "sqlite_to_redis"
 
 
@@ -159,6 +168,19 @@ class ConditionWatch:
         self._stop.set()
 
 
+def netns_pid(uid: str) -> int:
+    """A process of the pod's containers inside the pod's network namespace (never one whose
+    namespace is the host's: runc's parent stage lives in the pod's cgroup for a moment)."""
+    host = os.stat("/proc/1/ns/net").st_ino
+    for pid in pids_of_pod(uid):
+        try:
+            if os.stat(f"/proc/{pid}/ns/net").st_ino != host:
+                return pid
+        except OSError:
+            continue
+    raise AssertionError(f"no process of pod {uid} in its own network namespace")
+
+
 def pids_of_pod(uid: str, exclude: tuple[str, ...] = ("/pause",)) -> list[int]:
     """The host PIDs of a pod's containers (not its sandbox's pause), from their cgroups."""
     found = []
@@ -266,6 +288,70 @@ class Nemesis:
                   interval=1, what="the managed Redis recreated")
             detail = "persistence on (the old PVC)" if on else "persistence off (an emptyDir)"
             expect = Expectation("IdempotencyDegraded", "True", "DedupHistoryLost", clears=False, since_end=True)
+        elif kind == "force_delete":
+            # a lost node or a force delete: no preStop, no drain, no process of the pod comes back to
+            # release what it held (a long turn is in flight on some replica most of the time)
+            pods = self._pods("gateway")
+            if pods:
+                pod = self.rng.choice(pods)
+                self.cluster.kubectl("delete", "pod", "-n", NAMESPACE, pod["metadata"]["name"], "--grace-period=0",
+                                     "--force", "--wait=false")
+                self._kill(pod, signal.SIGKILL)  # what a lost node does to it, at once
+                detail = pod["metadata"]["name"]
+                self._settle()
+        elif kind == "redis_latency":
+            # a blip: every command stalls 0.2-2 s (longer than the gateways' 0.3 s socket timeout)
+            pod, pause = self._pods("redis")[0], round(self.rng.uniform(0.2, 2.0), 2)
+            self._kill(pod, signal.SIGSTOP)
+            time.sleep(pause)
+            self._kill(pod, signal.SIGCONT)
+            detail = f"stalled {pause:g}s"
+        elif kind == "replica_partition":
+            # one replica cut off from Redis (its packets dropped inside its own network namespace)
+            # while the others and the operator reach it
+            pods, redis = self._pods("gateway"), self._pods("redis")
+            if pods and redis:
+                pod = self.rng.choice(pods)
+                service = self.cluster.get_json("service", f"{NAME}-redis", "-n", NAMESPACE)["spec"]["clusterIP"]
+                rules = [["OUTPUT", "-d", address, "-p", "tcp", "--dport", "6379", "-j", "DROP"]
+                         for address in (service, redis[0]["status"]["podIP"])]
+                pid = netns_pid(pod["metadata"]["uid"])
+                for rule in rules:
+                    subprocess.run(["nsenter", "-t", str(pid), "-n", "iptables", "-I", *rule], check=True)
+                time.sleep(self.rng.uniform(8, 20))
+                for rule in rules:
+                    subprocess.run(["nsenter", "-t", str(pid), "-n", "iptables", "-D", *rule], check=False)
+                detail = pod["metadata"]["name"]
+        elif kind == "stop_during_outage":
+            # a replica stopped (gracefully) while Redis is paused: what it admitted meanwhile must
+            # still reach Redis, or a redelivery to another replica runs again
+            redis, pods = self._pods("redis")[0], self._pods("gateway")
+            self._kill(redis, signal.SIGSTOP)
+            try:
+                time.sleep(3)
+                if pods:
+                    pod = self.rng.choice(pods)
+                    self.cluster.kubectl("delete", "pod", "-n", NAMESPACE, pod["metadata"]["name"], "--wait=false")
+                    detail = pod["metadata"]["name"]
+                time.sleep(5)
+            finally:
+                self._kill(redis, signal.SIGCONT)
+            expect = Expectation("RedisReachable", "False")
+            self._settle()
+        elif kind == "redis_refuses_writes":
+            # out of memory under noeviction: PING answers, every write is refused (OOM)
+            used = next(int(line.split(":")[1]) for line in self._redis_cli("INFO", "memory").splitlines()
+                        if line.startswith("used_memory:"))
+            before = self._redis_cli("CONFIG", "GET", "maxmemory").splitlines()[-1]
+            policy = self._redis_cli("CONFIG", "GET", "maxmemory-policy").splitlines()[-1]
+            self._redis_cli("CONFIG", "SET", "maxmemory-policy", "noeviction")
+            self._redis_cli("CONFIG", "SET", "maxmemory", str(max(1, used // 2)))
+            try:
+                time.sleep(self.rng.uniform(6, 12))
+            finally:
+                self._redis_cli("CONFIG", "SET", "maxmemory", before)
+                self._redis_cli("CONFIG", "SET", "maxmemory-policy", policy)
+            detail = "OOM (maxmemory under noeviction)"
         elif kind == "operator_kill":
             lease = self.cluster.get_json("lease", "-n", node.SYSTEM_NAMESPACE)["items"]
             holder = next((l["spec"].get("holderIdentity") for l in lease if l["spec"].get("holderIdentity")), "")

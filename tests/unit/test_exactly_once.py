@@ -86,9 +86,45 @@ def test_clean_history_fails_when_the_fault_shows_later_than_the_bound() -> None
 # -- duplicates ---------------------------------------------------------------------------
 
 def duplicate(second: float) -> tuple[list[Delivery], list[Turn]]:
-    """m1 answered twice (its redelivery was not deduplicated), m0 once."""
-    return ([delivery("m0", T0), delivery("m1", T0 + 10.0), delivery("m1", second - 0.2, attempt=1)],
+    """m1 answered twice (its redelivery was not deduplicated), m0 once. m1's first delivery was
+    answered 503 (its turn ran; a drain cut the answer), so Redis need not hold its record: the
+    re-run is not avoidable, only announced or silent."""
+    return ([delivery("m0", T0), delivery("m1", T0 + 10.0, status=503),
+             delivery("m1", second - 0.2, attempt=1)],
             [turn("m0", T0 + 0.2), turn("m1", T0 + 10.2), turn("m1", second)])
+
+
+# -- avoidable ----------------------------------------------------------------------------
+
+def recorded_then_rerun(second: float) -> tuple[list[Delivery], list[Turn]]:
+    """m1 answered 200 at T0+10 (its record written), then run again at ``second``."""
+    return ([delivery("m1", T0 + 10.0), delivery("m1", second - 0.2, attempt=1)],
+            [turn("m1", T0 + 10.2), turn("m1", second)])
+
+
+def test_a_rerun_of_a_recorded_message_is_avoidable_even_when_announced() -> None:
+    deliveries, turns = recorded_then_rerun(T0 + 44.0)
+    samples = steady() + [no_admission(T0 + 43.5), held(T0 + 43.7)]  # a 0.2 s flip covers it
+    report = run(deliveries, turns, samples)
+    assert (report["announced_duplicates"], report["avoidable_duplicates"]) == (1, 1)
+    assert report["examples"]["avoidable_duplicates"][0]["recorded_at"] == T0 + 10.1
+    assert targets_met(report) is False
+
+
+@pytest.mark.parametrize("kind", ["redis_flush", "redis_restart", "redis_persistence_flip", "sqlite_to_redis"])
+def test_a_rerun_after_redis_forgot_is_not_avoidable(kind: str) -> None:
+    deliveries, turns = recorded_then_rerun(T0 + 44.0)
+    report = run(deliveries, turns, faults=[Fault(kind, T0 + 30.0, T0 + 31.0)])
+    assert report["avoidable_duplicates"] == 0
+
+
+@pytest.mark.parametrize("kind", ["redis_pause", "redis_latency", "replica_partition", "redis_refuses_writes"])
+def test_a_rerun_of_a_message_answered_while_redis_was_unwritable_is_not_avoidable(kind: str) -> None:
+    deliveries, turns = recorded_then_rerun(T0 + 44.0)
+    report = run(deliveries, turns, faults=[Fault(kind, T0 + 8.0, T0 + 12.0)])
+    assert report["avoidable_duplicates"] == 0
+    far = run(deliveries, turns, faults=[Fault(kind, T0 + 20.0, T0 + 22.0)])  # over before: the record was written
+    assert far["avoidable_duplicates"] == 1
 
 
 def test_silent_duplicate_while_held() -> None:
