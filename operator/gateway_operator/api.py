@@ -50,6 +50,9 @@ DEFAULT_EDGE_TIMEOUT_SECONDS = 3600
 DEFAULT_AFFINITY_COOKIE = "gateway-replica"
 AUTH_TOKEN_ENV = "GATEWAY_AUTH_TOKEN"
 SESSION_KEY_ENV = "GATEWAY_SESSION_KEY"  # launcher.SESSION_KEY_ENV: the session history's Fernet key
+# spec.redis.failClosedSeconds and claimLeaseSeconds (the launcher's idempotency_guard section)
+DEFAULT_FAIL_CLOSED_SECONDS = 30
+DEFAULT_CLAIM_LEASE_SECONDS = 60
 # spec.drainSeconds: how long a stopping replica lets its in-flight webhook turns finish (a model
 # turn can take minutes); the pod's grace period adds the preStop pause and the exit around it
 DEFAULT_DRAIN_SECONDS = 120
@@ -187,6 +190,18 @@ class RedisSpec:
     tls_spec: RedisTLSSpec = fields.api(fields.section("tls", RedisTLSSpec, "TLS to Redis (url or host). Default: off."))
     managed_spec: ManagedRedisSpec = fields.api(fields.section(
         "managed", ManagedRedisSpec, "An operator-managed Redis for this gateway. Default: off."))
+    fail_closed_seconds: int = fields.api(fields.scalar(
+        "failClosedSeconds", "integer", "While a replica cannot ask Redis (an outage, a stall, a partition, a Redis "
+        "that refuses writes), it answers each new webhook 503 with Retry-After for this long, so the provider "
+        "retries instead of the message running twice; past it the replica admits webhooks without Redis (the "
+        "gateway's fail-open, announced by IdempotencyDegraded RuntimeOutage) and writes them to Redis once it "
+        "answers. 0 fails open at once. {range} seconds. Default {default}.", DEFAULT_FAIL_CLOSED_SECONDS,
+        convert=int, format="int32", minimum=0, maximum=600))
+    claim_lease_seconds: int = fields.api(fields.scalar(
+        "claimLeaseSeconds", "integer", "The lease of a webhook's in-flight claim in Redis, renewed by its replica "
+        "while the turn runs: a replica killed, force-deleted or cut off mid-turn frees its claims within this, "
+        "and the provider's retry runs the message elsewhere (0.1.16 alone: 900 s). {range} seconds. Default "
+        "{default}.", DEFAULT_CLAIM_LEASE_SECONDS, convert=int, format="int32", minimum=10, maximum=900))
     managed_persistence: "PersistenceSpec | None" = None   # AOF on a PVC when set (by parse, from replicas)
 
     @property

@@ -12,7 +12,7 @@ from typing import Mapping
 
 #: command -> who sends it (top level, or inside the gateway's Lua scripts)
 COMMANDS: Mapping[str, str] = {
-    "ping": "the idempotency store, when it is built; the launcher's outage journal",
+    "ping": "the idempotency store, when it is built",
     "get": "claims, the session lock, the probe; inside every compare-and-delete script",
     "set": "claims (SET NX PX), records, the session lock, the owner key, the migration, the probe",
     "del": "the probe; inside the release scripts",

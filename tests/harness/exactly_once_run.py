@@ -171,7 +171,7 @@ class ConditionWatch:
 def netns_pid(uid: str) -> int:
     """A process of the pod's containers inside the pod's network namespace (never one whose
     namespace is the host's: runc's parent stage lives in the pod's cgroup for a moment)."""
-    host = os.stat("/proc/1/ns/net").st_ino
+    host = os.stat("/proc/self/ns/net").st_ino  # this process runs in the host's namespace
     for pid in pids_of_pod(uid):
         try:
             if os.stat(f"/proc/{pid}/ns/net").st_ino != host:

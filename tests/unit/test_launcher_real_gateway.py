@@ -49,7 +49,7 @@ REDIS_PASSWORD = "s3cr3t/p@ss:w0rd"
 PREFIX = "gwop:testns:gw:"
 HOOK_PATH = "events"
 STARTUP_TIMEOUT = 20.0
-REQUEST_TIMEOUT = 15.0
+REQUEST_TIMEOUT = 30.0
 
 
 pod_code.importable()
@@ -146,8 +146,10 @@ def run_launcher(tmp: Path, name: str, documented: Any, llm: Optional[StandInLLM
         log.close()
 
 
-def documented_config(redis: Optional[RedisServer], *, url_form: bool = True) -> Dict[str, Any]:
-    """A config in the operator's documented shape."""
+def documented_config(redis: Optional[RedisServer], *, url_form: bool = True,
+                      guard: Optional[Dict[str, float]] = None) -> Dict[str, Any]:
+    """A config in the operator's documented shape (``guard``: its idempotency_guard section; the
+    launcher's defaults without it)."""
     cfg: Dict[str, Any] = {
         "gateway": {"host": "127.0.0.1", "port": 8765, "allowed_origins": ["http://127.0.0.1"]},
         "agents": {"assistant": {"instructions": "Reply in one short sentence.", "model": "gpt-4o-mini"}},
@@ -164,6 +166,8 @@ def documented_config(redis: Optional[RedisServer], *, url_form: bool = True) ->
         where = ({"url": f"redis://127.0.0.1:{redis.port}/0"} if url_form
                  else {"host": "127.0.0.1", "port": redis.port, "db": 0})
         cfg["push"] = {"redis": {**where, "password": "${GATEWAY_REDIS_PASSWORD}", "prefix": PREFIX}}
+    if guard is not None:
+        cfg["idempotency_guard"] = guard
     return cfg
 
 
@@ -259,28 +263,75 @@ def test_redis_down_before_first_webhook_reports_fallback(launch, real_redis: Re
     assert {"state", "retry_hint"} <= set(owners[0])
 
 
-def test_a_hung_redis_fails_open_within_a_second(launch, real_redis: RedisServer) -> None:
-    """The URL the operator renders bounds redis-py's socket timeouts: with Redis paused
-    (SIGSTOP: connections open, nothing answers) a webhook is admitted best-effort in about
-    a second, where redis-py's defaults held it for more than 15 s."""
+def test_a_hung_redis_is_answered_503_within_a_second_then_fails_open_after_the_window(
+        launch, real_redis: RedisServer, llm: StandInLLM) -> None:
+    """The URL the operator renders bounds redis-py's socket timeouts (redis-py's defaults held a
+    webhook more than 15 s). With Redis paused (SIGSTOP: connections open, nothing answers), a replica
+    that cannot ask Redis answers 503 with Retry-After within a second and runs nothing (the
+    provider retries), without asking Redis again for each delivery; past failClosedSeconds it
+    admits best-effort, as the gateway documents."""
     from gateway_operator.render import REDIS_CLIENT_OPTIONS
-    documented = documented_config(real_redis)
+    window = 4.0
+    documented = documented_config(real_redis, guard={"fail_closed_seconds": window})
     documented["push"]["redis"]["url"] += f"?{REDIS_CLIENT_OPTIONS}"
     gw = launch("replica", documented)
     assert gw.webhook({"id": "before-the-hang", "text": "hello"})[0] == 200  # the store is built
     real_redis.pause()
     try:
+        paused = time.monotonic()
         for attempt in range(2):
             started = time.monotonic()
-            status, body = gw.webhook({"id": f"during-the-hang-{attempt}", "text": "hello"})
+            status, body = gw.webhook({"id": f"held-{attempt}", "text": f"msg=held-{attempt}"})
             took = time.monotonic() - started
-            print(f"webhook with Redis paused: {took:.2f} s")
-            assert status == 200 and body.get("ok") is True, body
-            assert took < 2.0, took
+            print(f"webhook with Redis paused, in the window: {status} in {took:.2f} s")
+            assert status == 503 and body.get("retry") is True, body
+            assert took < (2.0 if attempt == 0 else 0.5), took  # the second one does not ask Redis
+        _wait_until(lambda: time.monotonic() - paused > window + 0.5, window + 5, "the window over")
+        started = time.monotonic()
+        status, body = gw.webhook({"id": "after-the-window", "text": "hello"})
+        assert status == 200 and body.get("ok") is True, body
+        assert time.monotonic() - started < 2.0
         owners = gw.idempotency_owners()
         assert owners and "unreachable at runtime" in owners[0]["reason"], owners
     finally:
         real_redis.resume()
+    assert not [t for t in llm.turns if t["msg"].startswith("held-")]
+    assert "answered 503 for up to 4s" in gw.output(), gw.output()
+
+
+def test_a_stall_shorter_than_the_window_never_runs_a_recorded_webhook_again(
+        launch, real_redis: RedisServer, llm: StandInLLM) -> None:
+    """A latency blip (Redis stalled 0.6 s, longer than the client's 0.3 s timeout): a redelivery of a
+    webhook Redis has recorded is not run again (0.1.16's breaker admitted it without asking Redis),
+    and a new webhook held meanwhile runs once when retried, though its claim may have reached Redis
+    after the timeout (the replica releases it once Redis answers)."""
+    from gateway_operator.render import REDIS_CLIENT_OPTIONS
+    documented = documented_config(real_redis)
+    documented["push"]["redis"]["url"] += f"?{REDIS_CLIENT_OPTIONS}"
+    gw = launch("blip", documented)
+    assert gw.webhook({"id": "recorded", "text": "msg=recorded"})[:1] == (200,)
+    real_redis.pause()
+    try:
+        answers = [gw.webhook({"id": "recorded", "text": "msg=recorded"}), gw.webhook({"id": "new", "text": "msg=new"})]
+        time.sleep(0.6)
+    finally:
+        real_redis.resume()
+    assert all(status == 503 for status, _ in answers), answers
+    _wait_until(lambda: gw.idempotency_owners() == [], 10, "the replica asking Redis again")
+
+    def answered(delivery: str) -> Tuple[int, Dict[str, Any]]:
+        found: Dict[str, Any] = {}
+
+        def ok() -> bool:
+            found["answer"] = gw.webhook({"id": delivery, "text": f"msg={delivery}"})
+            return found["answer"][0] == 200
+        _wait_until(ok, 15, f"{delivery} answered 200")
+        return found["answer"]
+    assert answered("recorded") == (200, {"ok": True, "deduplicated": True})
+    assert answered("new")[1].get("action") == "agent"
+    assert answered("new") == (200, {"ok": True, "deduplicated": True})
+    assert [t["msg"] for t in llm.turns if t["answered"]].count("recorded") == 1
+    assert [t["msg"] for t in llm.turns if t["answered"]].count("new") == 1
 
 
 def test_what_a_replica_admitted_while_redis_was_paused_is_recorded_once_it_answers(
@@ -290,7 +341,7 @@ def test_what_a_replica_admitted_while_redis_was_paused_is_recorded_once_it_answ
     duplicates after a Redis pause). The launcher journals what it admitted meanwhile and writes
     it to Redis once Redis answers: the redelivery, to another replica, is deduplicated."""
     from gateway_operator.render import REDIS_CLIENT_OPTIONS
-    documented = documented_config(real_redis)
+    documented = documented_config(real_redis, guard={"fail_closed_seconds": 0})  # fail open at once
     documented["push"]["redis"]["url"] += f"?{REDIS_CLIENT_OPTIONS}"
     a, b = launch("paused-a", documented), launch("paused-b", documented)
     for name, gw in (("a", a), ("b", b)):
@@ -343,7 +394,8 @@ def test_rejected_config_exits_78_with_clear_message(tmp_path: Path, name: str, 
 # --------------------------------------------------------------------------
 
 
-def _turn_in_flight(gw: LaunchedGateway, llm: StandInLLM, delivery: str, seconds: float) -> "Dict[str, Any]":
+def _turn_in_flight(gw: LaunchedGateway, llm: StandInLLM, delivery: str, seconds: float,
+                    session: Optional[str] = None) -> "Dict[str, Any]":
     """Sends a webhook whose model turn takes ``seconds`` (the stand-in's delay=) in a thread and
     waits until the turn has reached the stand-in; the thread's outcome lands in the result."""
     import threading
@@ -351,7 +403,10 @@ def _turn_in_flight(gw: LaunchedGateway, llm: StandInLLM, delivery: str, seconds
 
     def send() -> None:
         try:
-            outcome["answer"] = gw.webhook({"id": delivery, "text": f"msg={delivery} delay={seconds}"})
+            payload = {"id": delivery, "text": f"msg={delivery} delay={seconds}"}
+            if session is not None:
+                payload.update(session=session, text=f"msg={delivery} session={session} delay={seconds}")
+            outcome["answer"] = gw.webhook(payload)
         except Exception as e:  # noqa: BLE001 - a cut delivery is what some tests expect
             outcome["error"] = type(e).__name__
     outcome["thread"] = threading.Thread(target=send, daemon=True)
@@ -545,8 +600,11 @@ def test_while_redis_is_down_each_session_keeps_its_own_history_on_the_replica(
         launch, real_redis: RedisServer, llm: StandInLLM) -> None:
     """Redis stopped: a replica runs each session's turns on its own last copy of that session's
     history (never 0.1.16's one agent history, which mixes every session of the hook), and keeps
-    serving; once Redis is back the shared history is used again."""
-    gw = launch("outage", session_config(real_redis))
+    serving; once Redis is back the shared history is used again. (Past the fail-closed window:
+    with failClosedSeconds 0 the replica admits at once.)"""
+    documented = session_config(real_redis)
+    documented["idempotency_guard"] = {"fail_closed_seconds": 0}
+    gw = launch("outage", documented)
     assert gw.webhook({"id": "o-0", "session": "s", "text": "msg=o-0 session=s"})[0] == 200  # reaches Redis
     real_redis.stop()
     for i in (1, 2):
@@ -555,6 +613,26 @@ def test_while_redis_is_down_each_session_keeps_its_own_history_on_the_replica(
     assert turn_of(llm, "o-2")["history"] == ["o-0", "o-1"]
     assert turn_of(llm, "x-2")["history"] == ["x-1"]
     assert "shared session history unavailable" in gw.output()
+
+
+def test_what_a_turn_added_while_redis_was_paused_reaches_the_shared_history_once_it_answers(
+        launch, real_redis: RedisServer, llm: StandInLLM) -> None:
+    """A turn whose end falls in a Redis pause cannot append to the shared history; the replica keeps
+    what it added and writes it back once Redis answers, so the session's next turn, on another
+    replica, sees it (before: a split, the checker's "history written where no one reads it")."""
+    a, b = launch("wb-a", session_config(real_redis)), launch("wb-b", session_config(real_redis))
+    assert a.webhook({"id": "wb-0", "session": "s", "text": "msg=wb-0 session=s"})[0] == 200
+    flight = _turn_in_flight(a, llm, "wb-1", 3, session="s")
+    real_redis.pause()
+    try:
+        flight["thread"].join(20)
+    finally:
+        time.sleep(1)
+        real_redis.resume()
+    assert flight.get("answer", (None,))[0] == 200, flight
+    _wait_until(lambda: "wrote back to the shared history" in a.output(), 15, "the write-back")
+    assert b.webhook({"id": "wb-2", "session": "s", "text": "msg=wb-2 session=s"})[0] == 200
+    assert turn_of(llm, "wb-2")["history"] == ["wb-0", "wb-1"], turn_of(llm, "wb-2")
 
 
 def test_turns_of_one_session_on_two_replicas_at_once_run_one_after_the_other(launch, real_redis: RedisServer,
@@ -635,6 +713,58 @@ def test_a_replica_killed_mid_turn_has_its_claims_released_by_the_next_process_i
         assert status == 200 and body.get("action") == "agent" and not body.get("deduplicated"), body
     finally:
         again.stop()
+
+
+def test_a_holder_killed_mid_turn_frees_its_claim_within_its_lease_and_the_retry_runs_elsewhere(
+        launch, real_redis: RedisServer, llm: StandInLLM) -> None:
+    """A replica that dies without its drain and never comes back (a force delete, a lost node: no
+    process of its pod starts again to release what it held): its claim carries a lease of
+    claimLeaseSeconds, not 0.1.16's 900 s, so the provider's retry to another replica is told to
+    retry (503) until the lease ends and then runs the message, once."""
+    guard = {"claim_lease_seconds": 10}
+    a = launch("doomed", documented_config(real_redis, guard=guard), {"HOSTNAME": "eo-bot-doomed"})
+    b = launch("survivor", documented_config(real_redis, guard=guard), {"HOSTNAME": "eo-bot-survivor"})
+    flight = _turn_in_flight(a, llm, "orphaned", 120)
+    client = real_redis.client()
+    claims = [k for k in client.keys(f"{PREFIX}hookidem:*") if client.get(k) != "recorded"]
+    assert len(claims) == 1, claims  # the turn's claim (the key is the hook's digest of the id)
+    key = claims[0]
+    assert str(client.get(key)).startswith("eo-bot-doomed:")  # the claim names its holder
+    a.proc.kill()
+    a.proc.wait(10)
+    killed = time.monotonic()
+    assert 0 < client.pttl(key) <= 10_000
+    status, body = b.webhook({"id": "orphaned", "text": "msg=orphaned delay=0"})
+    assert status == 503 and body.get("in_progress") is True, body
+
+    def retried() -> bool:
+        answer = b.webhook({"id": "orphaned", "text": "msg=orphaned delay=0"})
+        assert answer[0] in (200, 503), answer
+        return answer[0] == 200 and answer[1].get("action") == "agent"
+    _wait_until(retried, 20, "the retry run on the surviving replica")
+    freed = time.monotonic() - killed
+    print(f"a killed holder's claim freed and run elsewhere after {freed:.1f} s (lease 10 s)")
+    assert freed < 10 + 3
+    flight["thread"].join(5)
+    assert [t["msg"] for t in llm.turns if t["answered"]].count("orphaned") == 1
+
+
+def test_a_turn_longer_than_its_lease_keeps_its_claim_while_it_runs(
+        launch, real_redis: RedisServer, llm: StandInLLM) -> None:
+    """The holder renews its claim every third of the lease while the turn runs: a 14 s turn under a
+    10 s lease is still "in progress" to a retry 12 s into it, and runs once."""
+    guard = {"claim_lease_seconds": 10}
+    a = launch("slow", documented_config(real_redis, guard=guard), {"HOSTNAME": "eo-bot-slow"})
+    b = launch("other", documented_config(real_redis, guard=guard), {"HOSTNAME": "eo-bot-other"})
+    started = time.monotonic()
+    flight = _turn_in_flight(a, llm, "long-turn", 14)  # under the client's 15 s timeout
+    _wait_until(lambda: time.monotonic() - started > 12, 20, "12 s into the turn, past the first lease")
+    status, body = b.webhook({"id": "long-turn", "text": "msg=long-turn delay=0"})
+    assert status == 503 and body.get("in_progress") is True, body
+    flight["thread"].join(30)
+    assert flight["answer"][0] == 200 and flight["answer"][1].get("action") == "agent", flight
+    assert b.webhook({"id": "long-turn", "text": "msg=long-turn delay=0"}) == (200, {"ok": True, "deduplicated": True})
+    assert [t["msg"] for t in llm.turns if t["answered"]].count("long-turn") == 1
 
 
 def test_every_private_name_the_launcher_relies_on_is_there_in_this_release() -> None:
@@ -722,6 +852,7 @@ def _plants() -> List[Tuple[str, Callable[[pytest.MonkeyPatch], None]]]:
         ("WebSocketGateway._hook_record", lambda mp: mp.delattr(Gateway, "_hook_record")),
         ("WebSocketGateway._hook_release", lambda mp: mp.delattr(Gateway, "_hook_release")),
         ("the /hooks/ handler calls self._hook_reserve/_hook_record/_hook_release", handler_calls_the_store),
+        ("WebSocketGateway._get_hook_idem_store", lambda mp: mp.delattr(Gateway, "_get_hook_idem_store")),
         ("WebSocketGateway._hook_idem", gateway_init_without_idem),
         ("WebSocketGateway._server (uvicorn.Server)", gateway_init_without_server),
         ("RedisIdempotencyStore._client/_prefix/_token/_ttl_ms/_inflight_ms", store_without_token),

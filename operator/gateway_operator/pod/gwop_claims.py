@@ -17,6 +17,7 @@ from gwop_redis import release_claims_of, redis_client
 # kill: nothing ran to release its claims) releases what its predecessor still held
 OWNER_KEY = "hookidem-owner:"
 STORE_SUFFIX = "hookidem:"  # the store's prefix is push.redis.prefix + this
+HOLD_RETRY_AFTER_SECONDS = 2  # a delivery held by the fail-closed window: retry soon (another replica may answer)
 
 
 def release_unfinished_claims(store: Optional[upstream.RedisStore]) -> int:
@@ -62,13 +63,15 @@ async def record_owner(gateway: Any, start: "asyncio.Future[Any]", pod: str) -> 
         say(f"recording the store's owner failed: {type(exc).__name__}")
 
 
-def answer_inflight_duplicates(gateway: Any) -> bool:
+def answer_inflight_duplicates(gateway: Any, journal: Any) -> bool:
     """A delivery whose key another request still holds in flight is answered 503 with
     Retry-After, not 0.1.16's 200 ``deduplicated``: a 2xx makes the provider stop retrying, and if
     the turn in flight then fails or its pod stops, the message is never answered (found by the
     checker: lost messages whose only turn was still queued when their retries were answered).
-    A recorded key is still answered 200 ``deduplicated``. Wraps the reserve call (which sees the
-    outcome) and the ``/hooks/`` route's endpoint (which can change the answer); Redis store only."""
+    A recorded key is still answered 200 ``deduplicated``. A delivery the fail-closed window holds
+    (``journal``: this replica cannot ask Redis) is answered 503 with Retry-After too. Wraps the
+    reserve call (which sees the outcome) and the ``/hooks/`` route's endpoint (which can change the
+    answer); Redis store only."""
     import contextvars
     from starlette.responses import JSONResponse
     from starlette.routing import request_response
@@ -87,7 +90,7 @@ def answer_inflight_duplicates(gateway: Any) -> bool:
                 held.append(key)
             return True
         store = upstream.redis_store(gateway)
-        if store is not None:
+        if store is not None and not journal.holding.get() and not journal.broken:
             try:
                 recorded = store.is_recorded(key)
             except Exception:  # noqa: BLE001 - Redis just answered reserve; treat as in flight
@@ -97,9 +100,13 @@ def answer_inflight_duplicates(gateway: Any) -> bool:
         return False
 
     async def hook_endpoint(request: Any) -> Any:
-        marker, held = in_flight.set(False), claimed.set([])
+        marker, held, holding = in_flight.set(False), claimed.set([]), journal.holding.set(False)
         try:
             response = await endpoint(request)
+            if journal.holding.get():
+                return JSONResponse({"ok": False, "retry": True,
+                                     "error": "this replica cannot reach its idempotency store; retry"},
+                                    status_code=503, headers={"Retry-After": str(HOLD_RETRY_AFTER_SECONDS)})
             if in_flight.get():
                 return JSONResponse({"ok": False, "in_progress": True,
                                      "error": "this delivery is being processed; retry later"},
@@ -120,6 +127,7 @@ def answer_inflight_duplicates(gateway: Any) -> bool:
         finally:
             in_flight.reset(marker)
             claimed.reset(held)
+            journal.holding.reset(holding)
 
     upstream.set_claim_calls(gateway, upstream.ClaimCalls(reserve_or_note, calls.record, calls.release))
     route.endpoint, route.app = hook_endpoint, request_response(hook_endpoint)

@@ -96,6 +96,7 @@ def translate_config(documented: Mapping[str, Any]) -> Dict[str, Any]:
     cfg.pop("push", None)
     cfg.pop("turn_lock", None)
     cfg.pop(SESSION_HISTORY_KEY, None)  # the launcher's own (share_sessions)
+    cfg.pop(GUARD_KEY, None)            # the launcher's own (guard_settings)
     hooks = cfg.pop("hooks", None)
     if isinstance(hooks, Mapping):
         entries, idempotency = _split_nested_hooks(hooks)
@@ -299,3 +300,37 @@ def drain_timeout(loaded: Mapping[str, Any]) -> float:
         return float((loaded.get("gateway") or {}).get("drain_timeout") or DEFAULT_DRAIN_TIMEOUT)
     except (TypeError, ValueError):
         return DEFAULT_DRAIN_TIMEOUT
+
+
+# the documented config's other launcher-only section, written by the operator from spec.redis:
+# ``idempotency_guard: {fail_closed_seconds, claim_lease_seconds}``
+GUARD_KEY = "idempotency_guard"
+DEFAULT_FAIL_CLOSED_SECONDS = 30.0
+DEFAULT_CLAIM_LEASE_SECONDS = 60.0
+MIN_CLAIM_LEASE_SECONDS = 10.0
+
+
+def guard_settings(documented: Mapping[str, Any]) -> Dict[str, float]:
+    """How long a replica that cannot ask Redis answers 503 before it fails open
+    (``fail_closed_seconds``, 0: fail open at once as 0.1.16 does), and the in-flight claim's lease
+    (``claim_lease_seconds``: renewed by its holder while the turn runs, so a dead holder's claim
+    goes within one lease)."""
+    raw = documented.get(GUARD_KEY)
+    if raw is None:
+        raw = {}
+    if not isinstance(raw, Mapping):
+        raise ConfigError(f"{GUARD_KEY} must be a mapping")
+    closed = _as_float(raw.get("fail_closed_seconds", DEFAULT_FAIL_CLOSED_SECONDS), f"{GUARD_KEY}.fail_closed_seconds")
+    lease = _as_float(raw.get("claim_lease_seconds", DEFAULT_CLAIM_LEASE_SECONDS), f"{GUARD_KEY}.claim_lease_seconds")
+    if closed < 0:
+        raise ConfigError(f"{GUARD_KEY}.fail_closed_seconds must be 0 or more")
+    if lease < MIN_CLAIM_LEASE_SECONDS:
+        raise ConfigError(f"{GUARD_KEY}.claim_lease_seconds must be at least {MIN_CLAIM_LEASE_SECONDS:g}")
+    return {"fail_closed_seconds": closed, "claim_lease_seconds": lease}
+
+
+def _as_float(value: Any, field: str) -> float:
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        raise ConfigError(f"{field} must be a number") from None

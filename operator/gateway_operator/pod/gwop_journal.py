@@ -1,16 +1,21 @@
-"""The outage journal: what this replica admitted while Redis could not be used, written to Redis
-once it answers, so that a redelivery after the outage is not run again."""
+"""While this replica cannot ask Redis: first a fail-closed window (each new delivery is answered 503
+with Retry-After, so a blip, a pause or a partition shorter than the window costs the provider a
+retry, never a second run), then fail open as 0.1.16 does, with the outage journal: what this
+replica admitted while Redis could not be used, written to Redis once it answers, so that a
+redelivery after the outage is not run again."""
 
 from __future__ import annotations
 
 import asyncio
 import collections
+import contextvars
 import threading
 import time
-from typing import Any, Optional
+from typing import Any, Optional, Set
 
 import gwop_upstream as upstream
 from gwop_log import say
+from gwop_redis import RELEASE_LUA
 
 
 class OutageJournal:
@@ -31,8 +36,16 @@ class OutageJournal:
 
     MAX_KEYS = 100_000
 
-    def __init__(self, gateway: Any) -> None:
+    def __init__(self, gateway: Any, fail_closed_seconds: float = 0.0) -> None:
         self.gateway = gateway
+        # the fail-closed window: from the first failed call, new deliveries are held (503) this long
+        self.fail_closed = float(fail_closed_seconds)
+        self.broken_since: Optional[float] = None   # monotonic, while broken
+        self.held = 0                                # deliveries answered 503 by the window, in all
+        self.holding: "contextvars.ContextVar[bool]" = contextvars.ContextVar("gwop_holding", default=False)
+        # keys whose reserve failed and was held: its SET may still have reached Redis (a stall that
+        # outlasted the client's timeout), so this replica's claim is released once Redis answers
+        self.maybe_claimed: Set[str] = set()
         self.admitted: "collections.OrderedDict[str, float]" = collections.OrderedDict()  # in flight
         self.done: "collections.OrderedDict[str, float]" = collections.OrderedDict()      # ran, not recorded
         self.dropped = 0
@@ -63,12 +76,19 @@ class OutageJournal:
                 return reserve(key)
             if key in self.admitted or key in self.done:
                 return False  # this replica admitted it during the outage: not again
-            if self.broken:  # fail open at once, as 0.1.16 would after its timeout, journalled
+            if self.broken:
+                if self._closed():
+                    return self._hold()
+                # past the window: fail open at once, as 0.1.16 would after its timeout, journalled
                 self._keep(self.admitted, key)
                 return True
             admitted = reserve(key)
-            if store.degraded():
-                self.broken = True
+            if store.degraded():  # the call failed (0.1.16 then admits without a claim)
+                self._break()
+                if self._closed():
+                    if admitted:
+                        self.maybe_claimed.add(key)
+                    return self._hold()
                 if admitted:
                     self._keep(self.admitted, key)
             return admitted
@@ -80,7 +100,7 @@ class OutageJournal:
             with self._lock:
                 self.admitted.pop(key, None)
             if store is not None and (self.broken or store.degraded()):
-                self.broken = True
+                self._break()
                 self._keep(self.done, key)
 
         def release_journalled(key: str) -> None:
@@ -92,6 +112,32 @@ class OutageJournal:
 
         upstream.set_claim_calls(self.gateway, upstream.ClaimCalls(reserve_journalled, record_journalled,
                                                                   release_journalled))
+
+    def _break(self) -> None:
+        if not self.broken:
+            self.broken, self.broken_since = True, time.monotonic()
+            say(f"Redis cannot be asked: new webhooks are answered 503 for up to {self.fail_closed:g}s, then admitted "
+                "and journalled" if self.fail_closed else "Redis cannot be asked: webhooks are admitted and journalled")
+
+    def _closed(self) -> bool:
+        """Within the fail-closed window (from the first failed call)."""
+        return self.broken_since is not None and time.monotonic() - self.broken_since < self.fail_closed
+
+    def _hold(self) -> bool:
+        """This delivery is answered 503 with Retry-After (by the route's endpoint): not run, not
+        deduplicated."""
+        self.holding.set(True)
+        self.held += 1
+        return False
+
+    def release_maybe_claimed(self) -> None:
+        """Release (owner-checked) the claims a held delivery's reserve may have left in Redis."""
+        store = self._store()
+        if store is None:
+            return
+        for key in list(self.maybe_claimed):
+            store.client.eval(RELEASE_LUA, 1, store.key(key), store.token)
+            self.maybe_claimed.discard(key)
 
     def flush(self, limit: Optional[int] = None) -> int:
         """Write what is journalled to Redis (SET NX); stop at the first failure. Returns the
@@ -117,11 +163,15 @@ class OutageJournal:
             written += 1
         return written
 
+    PROBE_KEY = "gwop-write-probe"
+
     def _answers(self) -> bool:
+        """Redis takes a write under the store's prefix (a PING answers from a Redis that refuses
+        writes: out of memory, a read-only replica, a missing ACL grant)."""
         store = self._store()
         try:
-            return store is not None and bool(store.client.ping())
-        except Exception:  # noqa: BLE001 - still down
+            return store is not None and bool(store.client.set(store.key(self.PROBE_KEY), store.token, px=1000))
+        except Exception:  # noqa: BLE001 - still down, or refusing
             return False
 
     async def run(self) -> None:
@@ -133,6 +183,11 @@ class OutageJournal:
             was = self.broken
             if self.broken and not (self.admitted or self.done):
                 self.broken = not await asyncio.to_thread(self._answers)
+            if self.maybe_claimed and not self.broken:
+                try:
+                    await asyncio.to_thread(self.release_maybe_claimed)
+                except Exception:  # noqa: BLE001 - not yet: the next round (their lease ends them anyway)
+                    pass
             if self.admitted or self.done:
                 written = await asyncio.to_thread(self.flush)
                 if not (self.admitted or self.done):
@@ -140,6 +195,8 @@ class OutageJournal:
                     if written:
                         say(f"wrote {written} webhook record(s) admitted while Redis was unusable to Redis")
             if was and not self.broken:
+                self.broken_since = None
+                say("Redis answers again: webhooks are asked of it again")
                 # Redis answers again: what 0.1.16's next successful call would do (it clears the
                 # store's degraded fact, so /health and the conditions recover without a webhook)
                 store = self._store()

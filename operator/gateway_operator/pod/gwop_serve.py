@@ -8,14 +8,19 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import time
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Mapping, Optional
 
 import gwop_upstream as upstream
 from gwop_claims import answer_inflight_duplicates, record_owner, release_unfinished_claims
 from gwop_journal import OutageJournal
+from gwop_leases import Leases
 from gwop_log import say
+from gwop_sessions import SharedSessions
 
+# at the stop, how long the journal and the unsaved session history may wait for Redis to take them
+CARRY_BUDGET_SECONDS = 8.0
 # of the drain, WebSocket sessions get at most this (the gateway's own drain); in-flight webhook
 # turns get the whole drain (uvicorn's graceful shutdown)
 WEBSOCKET_DRAIN_MAX = 10.0
@@ -43,8 +48,11 @@ def clear_stale_pid_lock(home: str, port: Optional[int]) -> bool:
 
 
 
-async def serve(gateway: Any, config_path: str, drain: float) -> int:
-    """Run the gateway until SIGTERM/SIGINT; return the process exit code (0)."""
+async def serve(gateway: Any, config_path: str, drain: float, guard: Mapping[str, float],
+                sessions: Optional[SharedSessions] = None) -> int:
+    """Run the gateway until SIGTERM/SIGINT; return the process exit code (0). At the stop, what
+    the journal and the shared sessions still hold is carried to Redis (within CARRY_BUDGET_SECONDS:
+    Redis may be coming back), then this replica's unfinished claims are released."""
     loop = asyncio.get_running_loop()
     stop_requested = asyncio.Event()
     start = asyncio.ensure_future(gateway.start_with_config(config_path))
@@ -56,36 +64,65 @@ async def serve(gateway: Any, config_path: str, drain: float) -> int:
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop_requested.set)
     stopper = asyncio.ensure_future(_stop_when_requested(gateway, start, stop_requested, drain))
-    guard = asyncio.ensure_future(guard_webhooks(gateway, start, os.environ.get("HOSTNAME", "")))
+    pod = os.environ.get("HOSTNAME", "")
+    journal = OutageJournal(gateway, guard["fail_closed_seconds"])
+    leases = Leases(gateway, guard["claim_lease_seconds"], pod)
+    guarding = asyncio.ensure_future(guard_webhooks(gateway, start, pod, journal, leases))
     try:
         await start
     finally:
         stop_requested.set()  # normal return or failure: stop whatever still runs
         await stopper
-        guard.cancel()
+        guarding.cancel()
+        await asyncio.to_thread(carry, journal, sessions, CARRY_BUDGET_SECONDS)
         released = release_unfinished_claims(upstream.redis_store(gateway))
         if released:
             say(f"released {released} unfinished webhook claim(s): a provider's retry runs them on another replica")
     return 0
 
 
-async def guard_webhooks(gateway: Any, start: "asyncio.Future[Any]", pod: str) -> None:
-    """Once the gateway runs: the outage journal around its claim calls, in-flight duplicates
-    answered 503, and (once the store is built) the store's owner recorded under this pod."""
+def carry(journal: OutageJournal, sessions: Optional[SharedSessions], budget: float) -> None:
+    """At the stop: write what the journal holds (admitted or finished while Redis could not be
+    used) and what turns added to the shared history meanwhile, trying every half second within
+    ``budget`` (Redis may be answering again in a moment); what is left is said, and lost."""
+    deadline = time.monotonic() + budget
+    while True:
+        try:
+            journal.flush()
+            if sessions is not None:
+                sessions.save_unsaved()
+        except Exception:  # noqa: BLE001 - Redis still unusable: once more, within the budget
+            pass
+        left = len(journal.admitted) + len(journal.done) + (len(sessions.unsaved) if sessions is not None else 0)
+        if not left:
+            return
+        if time.monotonic() > deadline:
+            say(f"stopping with {left} journalled webhook(s) or unsaved session(s) Redis never took: a redelivery "
+                "of them may run again")
+            return
+        time.sleep(0.5)
+
+
+async def guard_webhooks(gateway: Any, start: "asyncio.Future[Any]", pod: str, journal: OutageJournal,
+                         leases: Leases) -> None:
+    """Once the gateway runs: the fail-closed window and the outage journal around its claim calls,
+    the claims' short leases, in-flight duplicates answered 503, and (once the store is built) the
+    store's owner recorded under this pod."""
     while not (gateway.is_running or start.done()):
         await asyncio.sleep(0.05)
-    journal = OutageJournal(gateway)
     try:
         journal.wrap()
-        answer_inflight_duplicates(gateway)
+        leases.wrap()
+        answer_inflight_duplicates(gateway, journal)
     except Exception as exc:  # noqa: BLE001 - 0.1.16's own answer stays
         say(f"wrapping the webhook path failed: {type(exc).__name__}")
-    flusher = asyncio.ensure_future(journal.run())
+    tasks = [asyncio.ensure_future(journal.run()), asyncio.ensure_future(leases.run())]
     try:
         await record_owner(gateway, start, pod)
-        await flusher
+        await asyncio.gather(*tasks)
     finally:
-        flusher.cancel()
+        for task in tasks:
+            task.cancel()
 
 
 async def _stop_when_requested(

@@ -10,6 +10,7 @@ import asyncio
 import collections
 import copy
 import os
+import threading
 import time
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
@@ -83,6 +84,12 @@ class SharedSessions:
         self.local: "collections.OrderedDict[str, List[Dict[str, Any]]]" = collections.OrderedDict()
         self._local_locks: Dict[str, List[Any]] = {}  # session -> [asyncio.Lock, turns holding or waiting]
         self._skip_until = 0.0
+        # what turns added while the shared history could not be written (a turn on this replica's
+        # copy, an append that failed), per session in order: written back once Redis takes it,
+        # so the session's next turns on any replica see it (bounded like ``local``)
+        self.unsaved: "collections.OrderedDict[str, List[Dict[str, Any]]]" = collections.OrderedDict()
+        self._saver: "Optional[asyncio.Future[None]]" = None
+        self._unsaved_lock = threading.Lock()  # the loop adds, a worker thread writes back
 
     def _remember(self, session: str, history: List[Dict[str, Any]]) -> None:
         self.local[session] = history[-self.inner.max_messages:]
@@ -95,6 +102,7 @@ class SharedSessions:
         after another here too (a lock per session, dropped when no turn holds or waits for it).
         A turn that came here because Redis failed, and waited for the lock until Redis may be used
         again, runs on the shared history after all."""
+        self._start_saving()
         entry = self._local_locks.setdefault(session, [asyncio.Lock(), 0])
         entry[1] += 1
         try:
@@ -104,6 +112,8 @@ class SharedSessions:
                     turn_agent = _turn_copy(agent, history)
                     result = await dispatch(turn_agent, content, *args, **kwargs)
                     self._remember(session, [dict(m) for m in turn_agent.chat_history])
+                    if self.client is not None:  # shared history: what this turn added goes back there
+                        self._keep_unsaved(session, list(turn_agent.chat_history)[len(history):])
                     return result
         finally:
             entry[1] -= 1
@@ -155,8 +165,10 @@ class SharedSessions:
         token = secrets.token_hex(16)
         _, lock = self._keys(session)
         locked = False
+        self._start_saving()
         try:
             locked = await self._lock(session, token)
+            await asyncio.to_thread(self.save_unsaved, session)  # this session's earlier turns first
             history = await asyncio.to_thread(self.load, session)
         except Exception as exc:  # noqa: BLE001 - Redis unusable: this turn runs on this replica's copy
             self._note_failure(exc)
@@ -168,10 +180,12 @@ class SharedSessions:
             turn_agent = _turn_copy(agent, history)
             result = await dispatch(turn_agent, content, *args, **kwargs)
             self._remember(session, [dict(m) for m in turn_agent.chat_history])
+            added = list(turn_agent.chat_history)[len(history):]
             try:
-                await asyncio.to_thread(self.append, session, list(turn_agent.chat_history)[len(history):])
+                await asyncio.to_thread(self.append, session, added)
                 self._note_recovery()
-            except Exception as exc:  # noqa: BLE001
+            except Exception as exc:  # noqa: BLE001 - written back once Redis takes it
+                self._keep_unsaved(session, added)
                 self._note_failure(exc)
             return result
         finally:
@@ -179,6 +193,52 @@ class SharedSessions:
                 renew.cancel()
             if locked:
                 await self._unlock(lock, token)
+
+    def _keep_unsaved(self, session: str, messages: List[Dict[str, Any]], first: bool = False) -> None:
+        with self._unsaved_lock:
+            kept = self.unsaved.setdefault(session, [])
+            kept[0 if first else len(kept):0 if first else len(kept)] = [dict(m) for m in messages]
+            del kept[:-self.inner.max_messages]
+            self.unsaved.move_to_end(session)
+            while len(self.unsaved) > self.LOCAL_SESSIONS:
+                self.unsaved.popitem(last=False)
+
+    def save_unsaved(self, session: Optional[str] = None) -> int:
+        """Append what turns added while the shared history could not be written (one session, or
+        every one); raises on a failed append (the rest is tried again later). Returns the sessions
+        written back."""
+        written = 0
+        for name in [session] if session is not None else list(self.unsaved):
+            with self._unsaved_lock:
+                messages = self.unsaved.pop(name, None)
+            if not messages:
+                continue
+            try:
+                self.append(name, _not_yet_in(self.load(name), messages))
+            except Exception:
+                self._keep_unsaved(name, messages, first=True)  # before what came since
+                raise
+            written += 1
+        return written
+
+    def _start_saving(self) -> None:
+        if self._saver is None and self.client is not None:
+            self._saver = asyncio.ensure_future(self._keep_saving())
+
+    async def _keep_saving(self) -> None:
+        """Every second while something is unsaved: write it back (off the event loop)."""
+        while True:
+            await asyncio.sleep(1.0)
+            if not self.unsaved or time.monotonic() < self._skip_until:
+                continue
+            try:
+                written = await asyncio.to_thread(self.save_unsaved)
+                if written:
+                    say(f"wrote back to the shared history what turns of {written} session(s) added while it "
+                        "could not be written")
+                self._note_recovery()
+            except Exception as exc:  # noqa: BLE001 - still unusable: the next round
+                self._note_failure(exc)
 
     async def _unlock(self, lock: str, token: str) -> None:
         """Release the session's lock if it is still ours (compare-and-delete)."""
@@ -198,6 +258,18 @@ class SharedSessions:
         if self.failing:
             say("shared session history available again")
         self.failing = False
+
+
+def _not_yet_in(history: List[Dict[str, Any]], messages: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
+    """What of ``messages`` the history still lacks: an append that timed out while Redis was paused
+    still runs when it resumes (the command was queued), up to the message it had sent, so the part
+    of ``messages`` the history already ends with (or all of it, found in a row) is left out."""
+    want = [(m.get("role"), m.get("content")) for m in messages]
+    have = [(m.get("role"), m.get("content")) for m in history]
+    if want and any(have[i:i + len(want)] == want for i in range(len(have) - len(want) + 1)):
+        return []
+    done = next((k for k in range(min(len(want), len(have)), 0, -1) if have[-k:] == want[:k]), 0)
+    return messages[done:]
 
 
 def _turn_copy(agent: Any, history: List[Dict[str, Any]]) -> Any:

@@ -99,6 +99,8 @@ REQUIREMENTS: Tuple[Requirement, ...] = (
                 "in-flight duplicates, the outage journal, claims released at the drain",
                 lambda: _source_has(lambda: _gateway_class().start, "self._hook_reserve(", "self._hook_record(",
                                     "self._hook_release(", f'Route("{HOOK_ROUTE}"')),
+    Requirement("WebSocketGateway._get_hook_idem_store", "claims leased from the first webhook on",
+                lambda: _callable(_gateway_class, "_get_hook_idem_store")),
     Requirement("WebSocketGateway._hook_idem", "the Redis store the journal and the claims use",
                 lambda: _source_has(lambda: _gateway_class().__init__, "self._hook_idem")),
     Requirement("WebSocketGateway._server (uvicorn.Server)", "the drain's bound, the in-flight answer",
@@ -304,6 +306,10 @@ class RedisStore:
         """This replica's in-flight claim, only where nothing is (SET NX)."""
         self.client.set(self.key(key), self.token, nx=True, px=left_ms)
 
+    def lease(self, token: str, inflight_ms: int) -> None:
+        """Before its first claim: the owner token its claims carry and their in-flight lease."""
+        self.store._token, self.store._inflight_ms = token, int(inflight_ms)
+
     def is_recorded(self, key: str) -> bool:
         return self.client.get(self.key(key)) in (b"recorded", "recorded")
 
@@ -320,6 +326,11 @@ class RedisStore:
 def idempotency_store(gateway: Any) -> Any:
     """The store the gateway built (on its first webhook), or None."""
     return gateway._hook_idem
+
+
+def build_store(gateway: Any) -> Any:
+    """The gateway's store, built now if it is not yet (what its first reserve would do)."""
+    return gateway._get_hook_idem_store()
 
 
 def redis_store(gateway: Any) -> Optional[RedisStore]:

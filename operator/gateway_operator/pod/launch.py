@@ -12,7 +12,8 @@ names, and it checks every one of them before anything starts.
 
 The modules, by job: gwop_config (the documented config and its translation), gwop_upstream (the
 adapter), gwop_tls, gwop_migration (one SQLite replica -> Redis), gwop_sessions (shared session
-history), gwop_claims (in-flight answers, claims released), gwop_journal (the outage journal),
+history), gwop_claims (in-flight answers, claims released), gwop_leases (claims that free themselves),
+gwop_journal (the fail-closed window and the outage journal),
 gwop_serve (serve and drain), gwop_redis and gwop_log (shared helpers).
 
 Exit codes follow the gateway protocol: 0 clean stop (including SIGTERM), 75 restartable failure,
@@ -33,9 +34,9 @@ from typing import Any, Dict, List, Mapping, Optional
 import gwop_upstream as upstream
 from gwop_claims import release_predecessor_claims
 from gwop_config import (SESSION_KEY_ENV, ConfigError, apply_bind, config_warnings, describe_redis,
-                         drain_timeout, env_refs, idempotency_backend, read_documented, redis_config_kwargs,
-                         redis_settings, session_settings, translate_config, turn_lock_settings,
-                         write_working_copy)
+                         drain_timeout, env_refs, guard_settings, idempotency_backend, read_documented,
+                         redis_config_kwargs, redis_settings, session_settings, translate_config,
+                         turn_lock_settings, write_working_copy)
 from gwop_log import redact, say
 from gwop_migration import SQLITE_MIGRATION_ENV, migrate_before_start
 from gwop_serve import clear_stale_pid_lock, serve
@@ -104,6 +105,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         working = apply_bind(translate_config(documented), args.host, args.port)
         redis = redis_settings(documented, os.environ)
         turn_lock = turn_lock_settings(documented, os.environ)
+        guard = guard_settings(documented)
         path = write_working_copy(working, args.workdir)
         versions = upstream.check()  # before anything reaches into the gateway
         loaded = upstream.load_checked(path)
@@ -124,9 +126,10 @@ def main(argv: Optional[List[str]] = None) -> int:
             f"redis={describe_redis(redis)} turn_lock={(turn_lock or {}).get('backend', 'local')} "
             f"webhook sessions={'shared in Redis' if shared and shared.client else 'per replica'}"
             f"{' (encrypted)' if shared and shared.client and os.environ.get(SESSION_KEY_ENV) else ''} "
+            f"fail_closed={guard['fail_closed_seconds']:g}s claim_lease={guard['claim_lease_seconds']:g}s "
             f"gateway={' '.join(f'{p}={v}' for p, v in versions.items())}"
         )
-        return asyncio.run(serve(gateway, path, drain_timeout(loaded)))
+        return asyncio.run(serve(gateway, path, drain_timeout(loaded), guard, shared))
     except KeyboardInterrupt:
         return EXIT_OK
     except Exception as exc:  # noqa: BLE001 - every failure becomes one clear line + exit code
