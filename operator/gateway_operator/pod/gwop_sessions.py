@@ -53,6 +53,12 @@ class RedisHistoryStore:
         return rows[-max_messages:] if max_messages else rows
 
 
+class HistoryUnavailable(Exception):
+    """The turn's shared history cannot be read now, within the fail-closed window: the turn is not
+    run on this replica's (possibly stale) copy; the gateway answers the delivery 500 and releases
+    its claim, and the provider's retry runs it with the whole history."""
+
+
 class SharedSessions:
     """One history per webhook session (the hook's ``session_key``), kept in Redis under
     ``{prefix}session:<sha256 of the key>`` as a list of JSON messages, bounded to ``max_messages``
@@ -81,6 +87,10 @@ class SharedSessions:
                 raise ConfigError(f"{SESSION_KEY_ENV} (spec.sessions.encryptionKeySecretRef) is not a Fernet key: "
                                   "32 url-safe base64-encoded bytes (or cryptography is missing)") from None
         self.failing = False
+        # like the webhook's fail-closed window: from the first failed call, a turn whose history
+        # cannot be read is refused (retried by the provider) this long before it runs on the copy
+        self.fail_closed = 0.0
+        self._failing_since: Optional[float] = None
         self.local: "collections.OrderedDict[str, List[Dict[str, Any]]]" = collections.OrderedDict()
         self._local_locks: Dict[str, List[Any]] = {}  # session -> [asyncio.Lock, turns holding or waiting]
         self._skip_until = 0.0
@@ -160,7 +170,10 @@ class SharedSessions:
     async def run(self, session: str, agent: Any, dispatch: Any, content: str, *args: Any, **kwargs: Any) -> Any:
         """One turn of ``session`` on a copy of ``agent`` whose history is the session's."""
         import secrets
-        if self.client is None or time.monotonic() < self._skip_until:  # store: replica, or Redis just failed
+        if self.client is None:  # store: replica
+            return await self._run_local(session, agent, dispatch, content, *args, **kwargs)
+        if time.monotonic() < self._skip_until:  # Redis just failed
+            self._refuse_while_closed()
             return await self._run_local(session, agent, dispatch, content, *args, **kwargs)
         token = secrets.token_hex(16)
         _, lock = self._keys(session)
@@ -174,6 +187,7 @@ class SharedSessions:
             self._note_failure(exc)
             if locked:  # taken, then the history could not be read: let the next turn have it
                 await self._unlock(lock, token)
+            self._refuse_while_closed()
             return await self._run_local(session, agent, dispatch, content, *args, **kwargs)
         renew = asyncio.ensure_future(self._renew(session, token)) if locked else None
         try:
@@ -247,14 +261,21 @@ class SharedSessions:
         except Exception:  # noqa: BLE001 - the lease ends it
             pass
 
+    def _refuse_while_closed(self) -> None:
+        if self._failing_since is not None and time.monotonic() - self._failing_since < self.fail_closed:
+            raise HistoryUnavailable("the conversation's shared history cannot be read now; retry")
+
     def _note_failure(self, exc: BaseException) -> None:
         self._skip_until = time.monotonic() + self.SKIP_SECONDS
+        if self._failing_since is None:
+            self._failing_since = time.monotonic()
         if not self.failing:
             say(f"shared session history unavailable ({type(exc).__name__}): turns use this replica's history "
                  "until Redis answers again")
         self.failing = True
 
     def _note_recovery(self) -> None:
+        self._failing_since = None
         if self.failing:
             say("shared session history available again")
         self.failing = False
@@ -281,8 +302,8 @@ def _turn_copy(agent: Any, history: List[Dict[str, Any]]) -> Any:
     return turn
 
 
-def share_sessions(gateway: Any, settings: Optional[Mapping[str, Any]],
-                   redis: Optional[Mapping[str, Any]]) -> Optional["SharedSessions"]:
+def share_sessions(gateway: Any, settings: Optional[Mapping[str, Any]], redis: Optional[Mapping[str, Any]],
+                   fail_closed_seconds: float = 0.0) -> Optional["SharedSessions"]:
     """Wrap the gateway's webhook path so that each turn runs on its session's shared history
     (what 0.1.16 offers no hook for: ``_run_hook`` resolves the session key and then calls the
     static ``_dispatch_agent_turn(agent, message)`` without it). The session key reaches the
@@ -297,6 +318,7 @@ def share_sessions(gateway: Any, settings: Optional[Mapping[str, Any]],
                                 settings["max_messages"], settings["ttl_seconds"], os.environ.get(SESSION_KEY_ENV, ""))
     else:
         shared = SharedSessions(None, "", settings["max_messages"], settings["ttl_seconds"])
+    shared.fail_closed = float(fail_closed_seconds)
     current: "contextvars.ContextVar[Optional[str]]" = contextvars.ContextVar("gwop_session", default=None)
     run_hook, dispatch = upstream.turn_calls(gateway)
 

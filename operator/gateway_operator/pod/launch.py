@@ -117,7 +117,7 @@ def main(argv: Optional[List[str]] = None) -> int:
             say("removed a stale gateway PID lock left by an earlier container of this pod")
         gateway = build_gateway(loaded, redis, turn_lock)
         sessions = session_settings(documented)
-        shared = share_sessions(gateway, sessions, redis)
+        shared = share_sessions(gateway, sessions, redis, guard["fail_closed_seconds"])
         for warning in config_warnings(working, redis):
             say(f"warning: {warning}")
         say(
