@@ -47,7 +47,7 @@ AUTH_TOKEN = "test-gw-token-4f9c2e7a1b8d4c6e9f0a3b5c7d9e1f2a"
 # Characters that must be URL-quoted when embedded in redis://:pw@host.
 REDIS_PASSWORD = "s3cr3t/p@ss:w0rd"
 PREFIX = "gwop:testns:gw:"
-HOOK_PATH = "events"
+HOOK_PATH = pod_code.HOOK_PATH
 STARTUP_TIMEOUT = 20.0
 REQUEST_TIMEOUT = 30.0
 
@@ -150,18 +150,7 @@ def documented_config(redis: Optional[RedisServer], *, url_form: bool = True,
                       guard: Optional[Dict[str, float]] = None) -> Dict[str, Any]:
     """A config in the operator's documented shape (``guard``: its idempotency_guard section; the
     launcher's defaults without it)."""
-    cfg: Dict[str, Any] = {
-        "gateway": {"host": "127.0.0.1", "port": 8765, "allowed_origins": ["http://127.0.0.1"]},
-        "agents": {"assistant": {"instructions": "Reply in one short sentence.", "model": "gpt-4o-mini"}},
-        # 0.1.16 demands a channel. A telegram channel whose token env is unset
-        # is skipped at start (no network) and only reported as degraded.
-        "channels": {"telegram": {"token": "${TEST_UNSET_TELEGRAM_TOKEN}"}},
-        "hooks": {
-            "idempotency": {"store_backend": "redis"},
-            "hooks": [{"path": HOOK_PATH, "message": "Event: {text}", "idempotency_key": "{id}"}],
-        },
-        "turn_lock": {"backend": "redis"},
-    }
+    cfg: Dict[str, Any] = pod_code.documented_config()
     if redis is not None:
         where = ({"url": f"redis://127.0.0.1:{redis.port}/0"} if url_form
                  else {"host": "127.0.0.1", "port": redis.port, "db": 0})

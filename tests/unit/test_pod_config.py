@@ -19,21 +19,7 @@ import gwop_log as pod_log  # noqa: E402
 import gwop_migration as migration  # noqa: E402
 import launch as entry  # noqa: E402
 
-HOOK_PATH = "events"
-
-
-def documented_config() -> Dict[str, Any]:
-    """A config in the operator's documented shape, without Redis."""
-    return {
-        "gateway": {"host": "127.0.0.1", "port": 8765, "allowed_origins": ["http://127.0.0.1"]},
-        "agents": {"assistant": {"instructions": "Reply in one short sentence.", "model": "gpt-4o-mini"}},
-        "channels": {"telegram": {"token": "${TEST_UNSET_TELEGRAM_TOKEN}"}},
-        "hooks": {
-            "idempotency": {"store_backend": "redis"},
-            "hooks": [{"path": HOOK_PATH, "message": "Event: {text}", "idempotency_key": "{id}"}],
-        },
-        "turn_lock": {"backend": "redis"},
-    }
+documented_config = pod_code.documented_config
 
 
 def test_translate_config_flattens_nested_hooks_and_drops_python_only_sections() -> None:
