@@ -17,6 +17,7 @@ import json
 import os
 import re
 import subprocess
+import time
 import uuid
 from pathlib import Path
 from typing import Callable, Iterator, NamedTuple
@@ -439,18 +440,25 @@ def test_a_redis_outage_on_the_managed_redis_pod_shows_and_clears(sandbox: Sandb
           timeout=60, what="the managed Redis pod Ready again")
     wait_condition(cluster, NS, "ops-bot", "RedisReachable", "True", "ProbeSucceeded", timeout=60)
 
-    # an outage the operator cannot undo: Redis stops answering clients for 30 s (kubectl exec)
+    # an outage the operator cannot undo: Redis stops answering clients for 45 s (kubectl exec),
+    # longer than the replicas' fail-closed window (spec.redis.failClosedSeconds, 30 s by default)
     ips, token = pod_ips(cluster, "ops-bot"), node.gateway_token(cluster, NS, "ops-bot")
-    redis_cli(cluster, "CLIENT", "PAUSE", "30000", "ALL")
-    for i, ip in enumerate(ips):  # each replica notices on its next webhook, and fails open
+    redis_cli(cluster, "CLIENT", "PAUSE", "45000", "ALL")
+    first = time.monotonic()
+    for i, ip in enumerate(ips):  # each replica notices on its next webhook and holds it: 503, retry
         answer = node.webhook(ip, token, f"during-outage-{i}-{uuid.uuid4().hex[:6]}", timeout=20)
-        assert answer.status == 200 and answer.body.get("ok") is True, answer
+        assert answer.status == 503 and answer.body.get("retry") is True, answer
     every = f"{len(ips)} of {len(ips)} replicas"  # each replica's /health, polled by the operator pod
     until(lambda: (lambda c: c["status"] == "True" and c["reason"] == "RuntimeOutage" and every in c["message"])(
         conditions(cluster, NS, "ops-bot")["IdempotencyDegraded"]), timeout=20, what=f"IdempotencyDegraded: {every}")
     now = conditions(cluster, NS, "ops-bot")
     assert now["ExactlyOnceAdmission"]["status"] == "False", now
     assert (now["RedisReachable"]["status"], now["RedisReachable"]["reason"]) == ("False", "ConnectionFailed"), now
+    # past the window each replica fails open, as the gateway documents (announced all along)
+    until(lambda: time.monotonic() - first > 31, timeout=40, interval=0.5, what="the fail-closed window over")
+    for i, ip in enumerate(ips):
+        answer = node.webhook(ip, token, f"past-the-window-{i}-{uuid.uuid4().hex[:6]}", timeout=20)
+        assert answer.status == 200 and answer.body.get("ok") is True, answer
 
     until(lambda: redis_cli(cluster, "PING").strip() == "PONG", timeout=45, interval=2, what="the pause to end")
     for i, ip in enumerate(ips):  # the next Redis operation clears the degradation
