@@ -67,6 +67,8 @@ async def serve(gateway: Any, config_path: str, drain: float, guard: Mapping[str
     pod = os.environ.get("HOSTNAME", "")
     journal = OutageJournal(gateway, guard["fail_closed_seconds"])
     leases = Leases(gateway, guard["claim_lease_seconds"], pod)
+    if sessions is not None:
+        sessions.other_window = lambda: journal.broken_since
     guarding = asyncio.ensure_future(guard_webhooks(gateway, start, pod, journal, leases))
     try:
         await start

@@ -12,7 +12,7 @@ import copy
 import os
 import threading
 import time
-from typing import Any, Dict, List, Mapping, Optional, Tuple
+from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
 
 import gwop_upstream as upstream
 from gwop_config import SESSION_KEY_ENV, ConfigError
@@ -91,6 +91,10 @@ class SharedSessions:
         # cannot be read is refused (retried by the provider) this long before it runs on the copy
         self.fail_closed = 0.0
         self._failing_since: Optional[float] = None
+        self._past_window = False
+        # when the webhook path's own window began (the outage journal's), if it did: one window per
+        # outage, from the first failure either side saw, never two in a row
+        self.other_window: Callable[[], Optional[float]] = lambda: None
         self.local: "collections.OrderedDict[str, List[Dict[str, Any]]]" = collections.OrderedDict()
         self._local_locks: Dict[str, List[Any]] = {}  # session -> [asyncio.Lock, turns holding or waiting]
         self._skip_until = 0.0
@@ -262,8 +266,16 @@ class SharedSessions:
             pass
 
     def _refuse_while_closed(self) -> None:
-        if self._failing_since is not None and time.monotonic() - self._failing_since < self.fail_closed:
-            raise HistoryUnavailable("the conversation's shared history cannot be read now; retry")
+        """Within the window (from the first failure either side saw) a turn is refused; once the
+        window has passed, turns run on the replica's copy until Redis answers again (no second
+        window for the same outage)."""
+        starts = [t for t in (self._failing_since, self.other_window()) if t is not None]
+        if not starts or self._past_window:
+            return
+        if time.monotonic() - min(starts) >= self.fail_closed:
+            self._past_window = True
+            return
+        raise HistoryUnavailable("the conversation's shared history cannot be read now; retry")
 
     def _note_failure(self, exc: BaseException) -> None:
         self._skip_until = time.monotonic() + self.SKIP_SECONDS
@@ -275,7 +287,7 @@ class SharedSessions:
         self.failing = True
 
     def _note_recovery(self) -> None:
-        self._failing_since = None
+        self._failing_since, self._past_window = None, False
         if self.failing:
             say("shared session history available again")
         self.failing = False
