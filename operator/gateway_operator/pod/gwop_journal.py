@@ -41,7 +41,6 @@ class OutageJournal:
         # the fail-closed window: from the first failed call, new deliveries are held (503) this long
         self.fail_closed = float(fail_closed_seconds)
         self.broken_since: Optional[float] = None   # monotonic, while broken
-        self.held = 0                                # deliveries answered 503 by the window, in all
         self.holding: "contextvars.ContextVar[bool]" = contextvars.ContextVar("gwop_holding", default=False)
         # keys whose reserve failed and was held: its SET may still have reached Redis (a stall that
         # outlasted the client's timeout), so this replica's claim is released once Redis answers
@@ -127,7 +126,6 @@ class OutageJournal:
         """This delivery is answered 503 with Retry-After (by the route's endpoint): not run, not
         deduplicated."""
         self.holding.set(True)
-        self.held += 1
         return False
 
     def release_maybe_claimed(self) -> None:

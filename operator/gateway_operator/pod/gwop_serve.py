@@ -1,7 +1,8 @@
 """Serving and draining: the gateway runs until SIGTERM/SIGINT, its webhook path is guarded once it
-runs (the outage journal, the in-flight answer, the store's owner recorded), and the stop drains:
-no new requests, in-flight turns get the drain, then uvicorn cancels them and their claims are
-released. Also the stale PID lock an earlier container of this pod left."""
+runs (the fail-closed window and outage journal, the claims' leases, the in-flight answer, the
+store's owner recorded), and the stop drains: no new requests, in-flight turns get the drain, then
+uvicorn cancels them, what the journal and the shared sessions hold is carried to Redis, and the
+claims left are released. Also the stale PID lock an earlier container of this pod left."""
 
 from __future__ import annotations
 
@@ -45,7 +46,6 @@ def clear_stale_pid_lock(home: str, port: Optional[int]) -> bool:
         except OSError:
             pass
     return removed
-
 
 
 async def serve(gateway: Any, config_path: str, drain: float, guard: Mapping[str, float],

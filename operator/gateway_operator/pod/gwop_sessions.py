@@ -86,11 +86,10 @@ class SharedSessions:
             except SessionEncryptionError:
                 raise ConfigError(f"{SESSION_KEY_ENV} (spec.sessions.encryptionKeySecretRef) is not a Fernet key: "
                                   "32 url-safe base64-encoded bytes (or cryptography is missing)") from None
-        self.failing = False
         # like the webhook's fail-closed window: from the first failed call, a turn whose history
         # cannot be read is refused (retried by the provider) this long before it runs on the copy
         self.fail_closed = 0.0
-        self._failing_since: Optional[float] = None
+        self._failing_since: Optional[float] = None  # monotonic, from the first failed call until one succeeds
         self._past_window = False
         # when the webhook path's own window began (the outage journal's), if it did: one window per
         # outage, from the first failure either side saw, never two in a row
@@ -185,7 +184,8 @@ class SharedSessions:
         self._start_saving()
         try:
             locked = await self._lock(session, token)
-            await asyncio.to_thread(self.save_unsaved, session)  # this session's earlier turns first
+            if session in self.unsaved:  # this session's earlier turns first
+                await asyncio.to_thread(self.save_unsaved, session)
             history = await asyncio.to_thread(self.load, session)
         except Exception as exc:  # noqa: BLE001 - Redis unusable: this turn runs on this replica's copy
             self._note_failure(exc)
@@ -215,7 +215,8 @@ class SharedSessions:
     def _keep_unsaved(self, session: str, messages: List[Dict[str, Any]], first: bool = False) -> None:
         with self._unsaved_lock:
             kept = self.unsaved.setdefault(session, [])
-            kept[0 if first else len(kept):0 if first else len(kept)] = [dict(m) for m in messages]
+            at = 0 if first else len(kept)  # a write-back that failed goes before what came since
+            kept[at:at] = [dict(m) for m in messages]
             del kept[:-self.inner.max_messages]
             self.unsaved.move_to_end(session)
             while len(self.unsaved) > self.LOCAL_SESSIONS:
@@ -281,16 +282,13 @@ class SharedSessions:
         self._skip_until = time.monotonic() + self.SKIP_SECONDS
         if self._failing_since is None:
             self._failing_since = time.monotonic()
-        if not self.failing:
             say(f"shared session history unavailable ({type(exc).__name__}): turns use this replica's history "
-                 "until Redis answers again")
-        self.failing = True
+                "until Redis answers again")
 
     def _note_recovery(self) -> None:
-        self._failing_since, self._past_window = None, False
-        if self.failing:
+        if self._failing_since is not None:
             say("shared session history available again")
-        self.failing = False
+        self._failing_since, self._past_window = None, False
 
 
 def _not_yet_in(history: List[Dict[str, Any]], messages: List[Dict[str, Any]]) -> List[Dict[str, Any]]:

@@ -57,9 +57,12 @@ def _source_has(function: Callable[[], Any], *needles: str) -> bool:
     return all(needle in source for needle in needles)
 
 
-def _probe_store() -> Any:
-    """A store over no client: its constructor only keeps the arguments and mints the token."""
-    return _redis_store_class()(object(), prefix="p:hookidem:")
+def _store_state_present() -> bool:
+    """A store over no client (its constructor only keeps the arguments and mints the token) has
+    the attributes the launcher reads, and an owner token long enough to tell replicas apart."""
+    store = _redis_store_class()(object(), prefix="p:hookidem:")
+    return (all(hasattr(store, n) for n in ("_client", "_prefix", "_token", "_ttl_ms", "_inflight_ms"))
+            and len(store._token) >= 16)
 
 
 def _is_static(owner: Callable[[], Any], name: str) -> bool:
@@ -107,8 +110,7 @@ REQUIREMENTS: Tuple[Requirement, ...] = (
                 lambda: _source_has(lambda: _gateway_class().__init__, "self._server")),
     Requirement("RedisIdempotencyStore._client/_prefix/_token/_ttl_ms/_inflight_ms",
                 "claims released by owner, the journal's records",
-                lambda: all(hasattr(_probe_store(), n) for n in ("_client", "_prefix", "_token", "_ttl_ms", "_inflight_ms"))
-                and len(_probe_store()._token) >= 16),
+                _store_state_present),
     Requirement("RedisIdempotencyStore._redis_key", "the journal's records", lambda: _callable(_redis_store_class, "_redis_key")),
     Requirement("RedisIdempotencyStore._RECORD_LUA/_RECORDED", "the journal's owner-checked records",
                 lambda: isinstance(_redis_store_class()._RECORD_LUA, str) and _redis_store_class()._RECORDED == "recorded"),
