@@ -21,7 +21,9 @@ re-run was admitted (an earlier run answered 2xx outside every fault that keeps 
 writing to Redis, and no fault that makes Redis forget since): a replica that asked Redis would
 have answered ``deduplicated``, so no announcement excuses it. A message is **lost** when no turn of it was answered
 although a delivery got a 2xx (the provider stops retrying) or every delivery failed (its retries
-ran out). A **split** is an answered turn whose history lacks an earlier answered turn of its
+ran out), or when its first answered turn started more than the retry horizon (300 s) after its
+first delivery. A claim's **orphaned** time is how long a holder that died without its drain kept
+the message answered "in progress". A **split** is an answered turn whose history lacks an earlier answered turn of its
 session (one that ended ``slack`` seconds before it started, within the last ``window`` turns
 of that session when histories are bounded). A **crossed** turn is one whose history holds a
 message of another session: two conversations mixed into one (what a session key that renders
@@ -44,6 +46,10 @@ FORGETTING = ("redis_flush", "redis_restart", "redis_persistence_flip", "sqlite_
 # faults during which some replica may not reach Redis to record what it answered
 UNRECORDED = (*OUTAGES, "redis_latency", "replica_partition", "stop_during_outage", "redis_refuses_writes")
 RECORD_SLACK_S = 2.0  # a 2xx answer reaches the provider just after its record is written
+RETRY_HORIZON_S = 300.0  # a provider gives a message up this long after its first delivery
+# faults that end a claim's holder without its drain (nothing of it releases what it held)
+HOLDER_DEATHS = ("kill_pod", "force_delete")
+ORPHANED_CLAIM_BOUND_S = 90.0  # a dead holder's claim is gone within one lease (60 s) and the retry's backoff
 # faults after which the shared history starts empty: the switch from one SQLite replica (whose
 # session history was in its memory) to Redis
 SESSION_RESETS = ("sqlite_to_redis",)
@@ -61,6 +67,9 @@ class Delivery:
     status: int | None      # None: no HTTP answer (refused, reset, timed out)
     deduplicated: bool = False
     error: str = ""
+    # what a 503 said: "retry" (held: the replica could not ask Redis), "in_progress" (another
+    # request holds the message's claim), "" otherwise
+    said: str = ""
 
     @property
     def ok(self) -> bool:
@@ -158,8 +167,11 @@ class Timeline:
 
 
 def classify(deliveries: Iterable[Delivery], turns: Iterable[Turn], samples: Iterable[Sample],
-             faults: Iterable[Fault], lag: float, slack: float = 2.0, window: int | None = None) -> dict[str, Any]:
-    """The run's report (the JSON the checker writes; ``table`` prints it for people)."""
+             faults: Iterable[Fault], lag: float, slack: float = 2.0, window: int | None = None,
+             horizon: float = RETRY_HORIZON_S) -> dict[str, Any]:
+    """The run's report (the JSON the checker writes; ``table`` prints it for people). A message
+    whose first answered turn started more than ``horizon`` seconds after its first delivery is
+    lost too: the provider had given up on it."""
     deliveries, turns, faults = list(deliveries), list(turns), list(faults)
     timeline = Timeline(list(samples))
     by_msg: dict[str, list[Delivery]] = {}
@@ -193,11 +205,14 @@ def classify(deliveries: Iterable[Delivery], turns: Iterable[Turn], samples: Ite
                         and not any(a <= d.done <= b for a, b in unrecorded)]
             if recorded and not any(min(recorded) <= end and start <= since for start, end in forgetting):
                 avoidable.append({**row, "recorded_at": round(min(recorded), 3)})
-        elif not ran:
+        first_sent = min(d.sent for d in sent)
+        if not ran or ran[0].started > first_sent + horizon:
             # the run waits for every delivery and retry, so either a 2xx told the provider to
-            # stop, or every delivery failed and its retries ran out: nobody will deliver it again
+            # stop, or every delivery failed and its retries ran out: nobody will deliver it again;
+            # or it ran only after the provider would have given up
             lost.append({"msg": msg, "deliveries": len(sent), "ok": sum(d.ok for d in sent),
-                         "deduplicated": sum(d.deduplicated for d in sent), "turns_started": started.get(msg, 0)})
+                         "deduplicated": sum(d.deduplicated for d in sent), "turns_started": started.get(msg, 0),
+                         **({"ran_after_s": round(ran[0].started - first_sent, 1)} if ran else {})})
 
     # a fault that makes Redis forget (flush, a restart without persistence) takes the session
     # histories with it, and while Redis is unusable (paused, restarting) a turn runs on its
@@ -216,6 +231,7 @@ def classify(deliveries: Iterable[Delivery], turns: Iterable[Turn], samples: Ite
                 "foreign": [m for m in t.history if session_of.get(m, t.session) != t.session][:5]}
                for ts in answered.values() for t in ts
                if t.session and any(session_of.get(m, t.session) != t.session for m in t.history)]
+    orphaned = _orphaned_claims(by_msg, turns, faults)
     lags = [_fault_lag(f, timeline) for f in faults]
     announce = [x["announced_after_s"] for x in lags if x["announced_after_s"] is not None]
     clear = [x["cleared_after_s"] for x in lags if x["cleared_after_s"] is not None]
@@ -232,6 +248,10 @@ def classify(deliveries: Iterable[Delivery], turns: Iterable[Turn], samples: Ite
         "announced_duplicates": len(announced),
         "avoidable_duplicates": len(avoidable),
         "lost": len(lost),
+        "retry_horizon_s": horizon,
+        "fail_closed_503s": sum(d.status == 503 and d.said == "retry" for d in deliveries),
+        "in_progress_503s": sum(d.status == 503 and d.said == "in_progress" for d in deliveries),
+        "orphaned_claim_max_s": max((x["held_s"] for x in orphaned), default=0.0),
         "splits": len(splits),
         "splits_across_faults": len(every_split) - len(splits),
         "crossed": len(crossed),
@@ -244,7 +264,8 @@ def classify(deliveries: Iterable[Delivery], turns: Iterable[Turn], samples: Ite
         "duplicates_at": {"silent": [x["at"] for x in silent], "announced": [x["at"] for x in announced]},
         "examples": {"silent_duplicates": silent[:10], "announced_duplicates": announced[:10],
                      "avoidable_duplicates": avoidable[:10],
-                     "lost": lost[:10], "splits": splits[:10], "crossed": crossed[:10]},
+                     "lost": lost[:10], "splits": splits[:10], "crossed": crossed[:10],
+                     "orphaned_claims": sorted(orphaned, key=lambda x: -x["held_s"])[:10]},
     }
 
 
@@ -257,7 +278,8 @@ def reclassify(report: Mapping[str, Any]) -> dict[str, Any]:
     faults = [Fault(**{**f, "expect": Expectation(**f["expect"]) if f.get("expect") else None}) for f in records["faults"]]
     samples = [Sample(x["at"], {k: tuple(v) for k, v in x["conditions"].items()}) for x in report["timeline"]]
     settings = report.get("settings") or {}
-    return classify(deliveries, turns, samples, faults, lag=report["lag_bound_s"], window=settings.get("session_window"))
+    return classify(deliveries, turns, samples, faults, lag=report["lag_bound_s"], window=settings.get("session_window"),
+                    horizon=report.get("retry_horizon_s", RETRY_HORIZON_S))
 
 
 def _count(keys: Iterable[str]) -> dict[str, int]:
@@ -291,6 +313,25 @@ def _splits(answered: list[Turn], slack: float, window: int | None) -> list[dict
     return found
 
 
+def _orphaned_claims(by_msg: Mapping[str, list[Delivery]], turns: Iterable[Turn],
+                     faults: Sequence[Fault]) -> list[dict[str, Any]]:
+    """How long a claim outlived its holder: for a turn that never answered (its holder died, was
+    stopped or cut off) and was started before a fault that ends a holder without its drain, from
+    that fault to the last "in progress" answer its message got afterwards (the claim still stood
+    then). A turn cut without such a fault counts from its own start."""
+    deaths = sorted(f.started for f in faults if f.kind in HOLDER_DEATHS)
+    found = []
+    for t in turns:
+        if t.answered:
+            continue
+        died = next((at for at in deaths if at >= t.started and (t.ended is None or at <= t.ended)), t.started)
+        told = [d.done for d in by_msg.get(t.msg, []) if d.status == 503 and d.said == "in_progress" and d.sent >= died]
+        if told:
+            found.append({"msg": t.msg, "turn_started": t.started, "holder_gone": died,
+                          "held_s": round(max(told) - died, 1)})
+    return found
+
+
 def _fault_lag(fault: Fault, timeline: Timeline) -> dict[str, Any]:
     row: dict[str, Any] = {"kind": fault.kind, "started": fault.started, "ended": fault.ended,
                            "detail": fault.detail, "expected": None, "clears": False,
@@ -315,13 +356,14 @@ def targets_met(report: Mapping[str, Any]) -> bool:
     within the bound and cleared within it after it ended."""
     lag = report["lag_bound_s"]
     return (report["silent_duplicates"] == 0 and report.get("avoidable_duplicates", 0) == 0 and report["lost"] == 0
+            and report.get("orphaned_claim_max_s", 0.0) <= ORPHANED_CLAIM_BOUND_S
             and report["splits"] == 0
             and report.get("crossed", 0) == 0 and report["faults_unannounced"] == 0 and report["faults_uncleared"] == 0
             and (report["fault_lag_max_s"] or 0) <= lag and (report["fault_clear_max_s"] or 0) <= lag)
 
 
 KEYS = ("deliveries", "unique", "silent_duplicates", "announced_duplicates", "avoidable_duplicates", "lost", "splits",
-        "fault_lag_max_s")
+        "fault_lag_max_s", "orphaned_claim_max_s", "fail_closed_503s", "in_progress_503s")
 
 
 def table(report: Mapping[str, Any]) -> str:

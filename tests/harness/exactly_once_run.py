@@ -308,20 +308,26 @@ class Nemesis:
             detail = f"stalled {pause:g}s"
         elif kind == "replica_partition":
             # one replica cut off from Redis (its packets dropped inside its own network namespace)
-            # while the others and the operator reach it
+            # while the others and the operator reach it; half the time a replica that has not built
+            # its store yet (0.1.16 builds it on the first webhook): a pod replaced, cut off as soon
+            # as its containers run, before it is Ready
             pods, redis = self._pods("gateway"), self._pods("redis")
             if pods and redis:
-                pod = self.rng.choice(pods)
+                pod, fresh = self.rng.choice(pods), self.rng.random() < 0.5
                 service = self.cluster.get_json("service", f"{NAME}-redis", "-n", NAMESPACE)["spec"]["clusterIP"]
                 rules = [["OUTPUT", "-d", address, "-p", "tcp", "--dport", "6379", "-j", "DROP"]
                          for address in (service, redis[0]["status"]["podIP"])]
+                if fresh:
+                    pod = self._replacement(pod)
                 pid = netns_pid(pod["metadata"]["uid"])
                 for rule in rules:
                     subprocess.run(["nsenter", "-t", str(pid), "-n", "iptables", "-I", *rule], check=True)
                 time.sleep(self.rng.uniform(8, 20))
                 for rule in rules:
                     subprocess.run(["nsenter", "-t", str(pid), "-n", "iptables", "-D", *rule], check=False)
-                detail = pod["metadata"]["name"]
+                detail = f"{pod['metadata']['name']} ({'before' if fresh else 'after'} its store was built)"
+                if fresh:
+                    self._settle()
         elif kind == "stop_during_outage":
             # a replica stopped (gracefully) while Redis is paused: what it admitted meanwhile must
             # still reach Redis, or a redelivery to another replica runs again
@@ -362,6 +368,28 @@ class Nemesis:
         fault = Fault(kind, start, time.time(), detail, expect)
         self.faults.append(fault)
         return fault
+
+    def _replacement(self, pod: dict[str, Any]) -> dict[str, Any]:
+        """Delete ``pod`` (gracefully) and return the pod that replaces it as soon as a process of its
+        containers runs in its own network namespace (before it is Ready, so before any webhook)."""
+        every = lambda: self.cluster.get_json("pods", "-n", NAMESPACE, "-l", f"app.kubernetes.io/instance={NAME},"
+                                              "app.kubernetes.io/component=gateway")["items"]
+        before = {p["metadata"]["uid"] for p in every()}
+        self.cluster.kubectl("delete", "pod", "-n", NAMESPACE, pod["metadata"]["name"], "--wait=false")
+        found: dict[str, Any] = {}
+
+        def started() -> bool:
+            for p in every():
+                if p["metadata"]["uid"] not in before and not is_ready(p):
+                    try:
+                        netns_pid(p["metadata"]["uid"])
+                    except AssertionError:
+                        continue
+                    found["pod"] = p
+                    return True
+            return False
+        until(started, timeout=120, interval=0.2, what="the replacement pod's containers running")
+        return found["pod"]
 
     def _settle(self, timeout: float = 300) -> None:
         until(lambda: len(self._pods("gateway")) == self.replicas, timeout=timeout, interval=1,
@@ -433,14 +461,15 @@ class Provider:
     def _deliver(self, msg: str, copy: int, retry: int, text: str) -> None:
         label, address = self._target()
         sent = time.time()
-        status, dedup, error = None, False, ""
+        status, dedup, error, said = None, False, "", ""
         try:
             answer = node.webhook(address, self.token, msg, text, timeout=self.settings.long_s[1] + 150,
                                   session=self.sessions[msg])
             status, dedup = answer.status, bool(answer.body.get("deduplicated"))
+            said = "retry" if answer.body.get("retry") else "in_progress" if answer.body.get("in_progress") else ""
         except Exception as e:  # noqa: BLE001 - a refused, reset or timed-out delivery is a record too
             error = type(e).__name__
-        d = Delivery(msg, copy * 10 + retry, label, sent, time.time(), status, dedup, error)
+        d = Delivery(msg, copy * 10 + retry, label, sent, time.time(), status, dedup, error, said)
         with self._cv:
             self.deliveries.append(d)
         if not d.ok and retry < self.settings.retries:

@@ -26,8 +26,8 @@ def no_admission(at: float) -> Sample:
 
 
 def delivery(msg: str, sent: float, attempt: int = 0, status: int | None = 200, deduplicated: bool = False,
-             target: str = "service", error: str = "") -> Delivery:
-    return Delivery(msg, attempt, target, sent, sent + 0.1, status, deduplicated, error)
+             target: str = "service", error: str = "", said: str = "") -> Delivery:
+    return Delivery(msg, attempt, target, sent, sent + 0.1, status, deduplicated, error, said)
 
 
 def turn(msg: str, started: float, session: str = "", answered: bool = True, history: tuple[str, ...] = (),
@@ -246,6 +246,40 @@ def test_lost_counts_turns_started_but_not_answered() -> None:
     assert report["lost"] == 1
     assert report["examples"]["lost"][0]["turns_started"] == 1
     assert report["failures"] == {"service 502": 1}
+
+
+def test_lost_when_it_ran_only_after_the_provider_gave_up() -> None:
+    """A message held (503) past the retry horizon: it ran, but the provider had stopped retrying."""
+    held_off = [delivery("m1", T0 + 30.0 * i, attempt=i, status=503, said="retry") for i in range(11)]
+    report = run([*held_off, delivery("m1", T0 + 301.0, attempt=11)], [turn("m1", T0 + 301.2)],
+                 samples=steady(T0 + 400.0))
+    assert (report["lost"], report["retry_horizon_s"], report["fail_closed_503s"]) == (1, 300.0, 11)
+    assert report["examples"]["lost"][0]["ran_after_s"] == 301.2
+    assert targets_met(report) is False
+    assert run([*held_off, delivery("m1", T0 + 301.0, attempt=11)], [turn("m1", T0 + 301.2)],
+               samples=steady(T0 + 400.0), horizon=400.0)["lost"] == 0
+
+
+def orphaned(last_in_progress: float) -> dict:
+    """A holder force-deleted at T0+5 mid-turn; its message's retries are told "in progress" until
+    ``last_in_progress``, then run elsewhere."""
+    deliveries = [delivery("m1", T0, status=None, error="RemoteDisconnected", target="pod:10.0.0.2")]
+    deliveries += [delivery("m1", at, attempt=1 + i, status=503, said="in_progress")
+                   for i, at in enumerate(range(int(T0 + 6), int(last_in_progress) + 1, 10))]
+    deliveries.append(delivery("m1", last_in_progress + 5.0, attempt=20))
+    turns = [turn("m1", T0 + 0.5, answered=False), turn("m1", last_in_progress + 5.2)]
+    return run(deliveries, turns, samples=steady(T0 + 1000.0), faults=[Fault("force_delete", T0 + 5.0, T0 + 6.0)])
+
+
+def test_a_dead_holders_claim_is_measured_from_its_death_to_the_last_in_progress_answer() -> None:
+    assert orphaned(T0 + 66.0)["orphaned_claim_max_s"] == 61.1
+    assert orphaned(T0 + 66.0)["in_progress_503s"] == 7
+    assert targets_met(orphaned(T0 + 66.0)) is True
+    # 0.1.16's 900 s claim: held far past the bound (and past the horizon: lost as well)
+    report = orphaned(T0 + 836.0)
+    assert report["orphaned_claim_max_s"] == 831.1 and report["lost"] == 1
+    assert report["examples"]["orphaned_claims"][0]["holder_gone"] == T0 + 5.0
+    assert targets_met(report) is False
 
 
 # -- splits -------------------------------------------------------------------------------
