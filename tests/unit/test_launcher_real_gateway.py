@@ -237,19 +237,33 @@ def test_two_replicas_share_redis_idempotency(launch, real_redis: RedisServer, l
     assert REDIS_PASSWORD not in a.output() + b.output()
 
 
-def test_redis_down_before_first_webhook_reports_fallback(launch, real_redis: RedisServer) -> None:
-    gw = launch("replica", documented_config(real_redis))
-    assert gw.idempotency_owners() == []  # nothing built yet
-    real_redis.stop()
-
-    status, body = gw.webhook({"id": "while-redis-down", "text": "hello"})
-    assert status == 200 and body.get("ok") is True, body  # admitted via per-replica fallback
-
-    owners = gw.idempotency_owners()
-    assert len(owners) == 1, gw.health().get("degraded_owners")
-    assert owners[0]["owner_kind"] == "gateway"
-    assert owners[0]["reason"] == "redis idempotency backend not available (running per-replica)"
-    assert {"state", "retry_hint"} <= set(owners[0])
+def test_a_store_built_while_redis_is_down_holds_then_asks_redis_once_it_answers(
+        launch, real_redis: RedisServer, llm: StandInLLM) -> None:
+    """A replica whose first webhook arrives while Redis does not answer (a partition from Redis
+    before its store is built): 0.1.16 falls back to a per-replica SQLite store for the life of the
+    process and runs the agent, so the same webhook delivered to a replica that reaches Redis runs
+    again (a silent duplicate). The launcher treats it as an outage of the Redis store: the delivery
+    is answered 503 (retry), /health says "unreachable at runtime", nothing runs; once Redis answers
+    the replica asks it, and the webhook that the other replica ran meanwhile is deduplicated."""
+    from gateway_operator.render import REDIS_CLIENT_OPTIONS
+    documented = documented_config(real_redis)
+    documented["push"]["redis"]["url"] += f"?{REDIS_CLIENT_OPTIONS}"
+    cut_off = launch("cut-off", documented)
+    other = launch("other", documented)
+    assert cut_off.idempotency_owners() == []  # nothing built yet
+    real_redis.pause()
+    try:
+        status, body = cut_off.webhook({"id": "first", "text": "msg=first"})
+        assert status == 503 and body.get("retry") is True, body
+        owners = cut_off.idempotency_owners()
+        assert len(owners) == 1 and "unreachable at runtime" in owners[0]["reason"], owners
+    finally:
+        real_redis.resume()
+    assert other.webhook({"id": "first", "text": "msg=first"})[1].get("action") == "agent"
+    _wait_until(lambda: cut_off.idempotency_owners() == [], 10, "the cut-off replica asking Redis again")
+    assert cut_off.webhook({"id": "first", "text": "msg=first"}) == (200, {"ok": True, "deduplicated": True})
+    assert [t["msg"] for t in llm.turns].count("first") == 1
+    assert "handled as an outage of the Redis store" in cut_off.output(), cut_off.output()
 
 
 def test_a_hung_redis_is_answered_503_within_a_second_then_fails_open_after_the_window(
@@ -791,14 +805,36 @@ def _plants() -> List[Tuple[str, Callable[[pytest.MonkeyPatch], None]]]:
     def gateway_init_without_idem(mp: pytest.MonkeyPatch) -> None:
         def init(self: Any, config: Any = None) -> None:
             self._server = None
+            self._hook_idempotency_ttl = 86_400.0
             self._idempotency = None
+        mp.setattr(Gateway, "__init__", init)
+
+    def gateway_init_without_ttl(mp: pytest.MonkeyPatch) -> None:
+        def init(self: Any, config: Any = None) -> None:
+            self._server = None
+            self._hook_idem = None
+            self._hook_idempotency_seconds = 86_400.0
         mp.setattr(Gateway, "__init__", init)
 
     def gateway_init_without_server(mp: pytest.MonkeyPatch) -> None:
         def init(self: Any, config: Any = None) -> None:
             self._hook_idem = None
+            self._hook_idempotency_ttl = 86_400.0
             self._uvicorn = None
         mp.setattr(Gateway, "__init__", init)
+
+    def store_ttl_renamed(mp: pytest.MonkeyPatch) -> None:
+        init = Store.__init__
+
+        def renamed(self: Any, client: Any, *, prefix: str = "praison:hookidem:", ttl: float = 86_400.0,
+                    inflight_lease_seconds: float = 900.0) -> None:
+            init(self, client, prefix=prefix, ttl_seconds=ttl, inflight_lease_seconds=inflight_lease_seconds)
+        mp.setattr(Store, "__init__", renamed)
+
+    def degraded_signature(mp: pytest.MonkeyPatch) -> None:
+        def mark(self: Any, error: Exception) -> None:
+            self._runtime_degraded = True
+        mp.setattr(Store, "_mark_runtime_degraded", mark)
 
     def handler_calls_the_store(mp: pytest.MonkeyPatch) -> None:
         async def start(self: Any) -> None:  # the handler reserves on the store itself
@@ -843,11 +879,14 @@ def _plants() -> List[Tuple[str, Callable[[pytest.MonkeyPatch], None]]]:
         ("the /hooks/ handler calls self._hook_reserve/_hook_record/_hook_release", handler_calls_the_store),
         ("WebSocketGateway._get_hook_idem_store", lambda mp: mp.delattr(Gateway, "_get_hook_idem_store")),
         ("WebSocketGateway._hook_idem", gateway_init_without_idem),
+        ("WebSocketGateway._hook_idempotency_ttl", gateway_init_without_ttl),
         ("WebSocketGateway._server (uvicorn.Server)", gateway_init_without_server),
         ("RedisIdempotencyStore._client/_prefix/_token/_ttl_ms/_inflight_ms", store_without_token),
         ("RedisIdempotencyStore._redis_key", lambda mp: mp.delattr(Store, "_redis_key")),
         ("RedisIdempotencyStore._RECORD_LUA/_RECORDED", lambda mp: mp.delattr(Store, "_RECORD_LUA")),
-        ("RedisIdempotencyStore._runtime_degraded", degraded_renamed),
+        ("RedisIdempotencyStore(client, prefix=, ttl_seconds=)", store_ttl_renamed),
+        ("RedisIdempotencyStore._mark_runtime_degraded(op, error) / _runtime_degraded", degraded_renamed),
+        ("RedisIdempotencyStore._mark_runtime_degraded(op, error) / _runtime_degraded", degraded_signature),
         ("RedisIdempotencyStore._mark_runtime_recovered", lambda mp: mp.delattr(Store, "_mark_runtime_recovered")),
         ("Agent.__chat_history_state (AsyncSafeState)", history_renamed),
         ("HookConfig.resolve_session_key", lambda mp: mp.delattr(HookConfig, "resolve_session_key")),

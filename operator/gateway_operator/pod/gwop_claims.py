@@ -10,7 +10,7 @@ from typing import Any, List, Mapping, Optional
 
 import gwop_upstream as upstream
 from gwop_log import say
-from gwop_redis import release_claims_of, redis_client
+from gwop_redis import release_claims_of, redis_client, store_client
 
 # {push prefix}hookidem-owner:<pod> holds the owner token of the pod's running gateway process, so
 # that the next process in the same pod (a container restarted after SIGKILL, OOM or a liveness
@@ -18,6 +18,22 @@ from gwop_redis import release_claims_of, redis_client
 OWNER_KEY = "hookidem-owner:"
 STORE_SUFFIX = "hookidem:"  # the store's prefix is push.redis.prefix + this
 HOLD_RETRY_AFTER_SECONDS = 2  # a delivery held by the fail-closed window: retry soon (another replica may answer)
+
+
+def build_store(gateway: Any, redis: Optional[Mapping[str, Any]]) -> None:
+    """Build the gateway's idempotency store (what its first reserve would do). With
+    ``store_backend: redis`` (``redis``: the push.redis settings) a Redis that does not answer the
+    build's one PING must not leave this replica on 0.1.16's fallback, a per-replica SQLite store for
+    the life of the process: its first webhook ran the agent without asking anyone, and so did the
+    same webhook on a replica that could ask (a silent duplicate; the operator then restarted the
+    replica, which heals a partition only by luck). The Redis store is put in place anyway, marked
+    unreachable: the outage journal holds deliveries for the fail-closed window, then admits them
+    best-effort, journalled and announced, and it all ends when Redis answers, not when the pod restarts."""
+    upstream.build_store(gateway)
+    if redis and upstream.redis_store(gateway) is None:
+        upstream.install_redis_store(gateway, store_client(redis), str(redis.get("prefix") or "praison:push:"))
+        say("Redis did not answer as the idempotency store was built: handled as an outage of the Redis store "
+            "(held, then best-effort, until Redis answers), not a per-replica store for the life of the process")
 
 
 def release_unfinished_claims(store: Optional[upstream.RedisStore]) -> int:

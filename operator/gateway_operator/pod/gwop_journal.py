@@ -75,6 +75,8 @@ class OutageJournal:
                 return reserve(key)
             if key in self.admitted or key in self.done:
                 return False  # this replica admitted it during the outage: not again
+            if store.degraded():  # known unusable before this call (built while Redis did not answer)
+                self._break()
             if self.broken:
                 if self._closed():
                     return self._hold()

@@ -13,9 +13,10 @@ from __future__ import annotations
 
 import asyncio
 import secrets
-from typing import Any, Optional, Set
+from typing import Any, Mapping, Optional, Set
 
 import gwop_upstream as upstream
+from gwop_claims import build_store
 from gwop_log import say
 
 # extend KEYS[1]'s expiry only while it still holds ARGV[1] (this process's claim)
@@ -24,8 +25,10 @@ RENEW_LUA = ("if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('p
 
 
 class Leases:
-    def __init__(self, gateway: Any, lease_seconds: float, pod: str) -> None:
-        self.gateway, self.lease_ms = gateway, int(lease_seconds * 1000)
+    def __init__(self, gateway: Any, lease_seconds: float, pod: str,
+                 redis: Optional[Mapping[str, Any]] = None) -> None:
+        # redis: the push.redis settings when the store is the Redis one (store_backend: redis)
+        self.gateway, self.lease_ms, self.redis = gateway, int(lease_seconds * 1000), redis
         self.token = f"{pod or 'gateway'}:{secrets.token_hex(12)}"
         self.held: Set[str] = set()
         self.lost = 0
@@ -44,7 +47,7 @@ class Leases:
 
         def reserve_leased(key: str) -> bool:
             if upstream.idempotency_store(self.gateway) is None:
-                upstream.build_store(self.gateway)  # built here, so its first claim is leased too
+                build_store(self.gateway, self.redis)  # built here, so its first claim is leased too
             store = self._store()
             admitted = calls.reserve(key)
             if admitted and store is not None and not store.degraded():

@@ -23,6 +23,17 @@ def redis_client(redis: Mapping[str, Any], timeout: float = 5.0) -> Any:
                           password=redis.get("password") or None, **kwargs)
 
 
+def store_client(redis: Mapping[str, Any]) -> Any:
+    """A client made as the gateway's Redis idempotency store makes its own (0.1.16's
+    ``_build_redis_client``: ``from_url`` with the URL's own socket timeouts, or host/port/db/password;
+    decoded replies), without the PING that client is sent before the store is built."""
+    import redis as redis_py
+    if "url" in redis:
+        return redis_py.Redis.from_url(str(redis["url"]), decode_responses=True)
+    return redis_py.Redis(host=redis["host"], port=int(redis.get("port", 6379)), db=int(redis.get("db", 0)),
+                          password=redis.get("password") or None, decode_responses=True)
+
+
 def release_claims_of(client: Any, prefix: str, token: str, budget: float = RELEASE_BUDGET_SECONDS) -> int:
     """Delete every key under ``prefix`` whose value is ``token`` (compare-and-delete, one Lua call
     each), within ``budget`` seconds; a failure is logged, never raised."""

@@ -49,8 +49,9 @@ def clear_stale_pid_lock(home: str, port: Optional[int]) -> bool:
 
 
 async def serve(gateway: Any, config_path: str, drain: float, guard: Mapping[str, float],
-                sessions: Optional[SharedSessions] = None) -> int:
-    """Run the gateway until SIGTERM/SIGINT; return the process exit code (0). At the stop, what
+                sessions: Optional[SharedSessions] = None, store_redis: Optional[Mapping[str, Any]] = None) -> int:
+    """Run the gateway until SIGTERM/SIGINT; return the process exit code (0). ``store_redis``: the
+    push.redis settings when the idempotency store is the Redis one. At the stop, what
     the journal and the shared sessions still hold is carried to Redis (within CARRY_BUDGET_SECONDS:
     Redis may be coming back), then this replica's unfinished claims are released."""
     loop = asyncio.get_running_loop()
@@ -66,7 +67,7 @@ async def serve(gateway: Any, config_path: str, drain: float, guard: Mapping[str
     stopper = asyncio.ensure_future(_stop_when_requested(gateway, start, stop_requested, drain))
     pod = os.environ.get("HOSTNAME", "")
     journal = OutageJournal(gateway, guard["fail_closed_seconds"])
-    leases = Leases(gateway, guard["claim_lease_seconds"], pod)
+    leases = Leases(gateway, guard["claim_lease_seconds"], pod, store_redis)
     if sessions is not None:
         sessions.other_window = lambda: journal.broken_since
     guarding = asyncio.ensure_future(guard_webhooks(gateway, start, pod, journal, leases))

@@ -15,6 +15,7 @@ praisonaiagents 1.7.17.
 from __future__ import annotations
 
 import inspect
+import re
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
 
@@ -65,6 +66,11 @@ def _store_state_present() -> bool:
             and len(store._token) >= 16)
 
 
+def _assigns(function: Callable[[], Any], attribute: str) -> bool:
+    """``function``'s source assigns ``self.<attribute>`` (that exact name, not a longer one)."""
+    return re.search(rf"self\.{re.escape(attribute)}\s*(:[^=\n]*)?=(?!=)", inspect.getsource(function())) is not None
+
+
 def _is_static(owner: Callable[[], Any], name: str) -> bool:
     return isinstance(inspect.getattr_static(owner(), name), staticmethod)
 
@@ -105,17 +111,24 @@ REQUIREMENTS: Tuple[Requirement, ...] = (
     Requirement("WebSocketGateway._get_hook_idem_store", "claims leased from the first webhook on",
                 lambda: _callable(_gateway_class, "_get_hook_idem_store")),
     Requirement("WebSocketGateway._hook_idem", "the Redis store the journal and the claims use",
-                lambda: _source_has(lambda: _gateway_class().__init__, "self._hook_idem")),
+                lambda: _assigns(lambda: _gateway_class().__init__, "_hook_idem")),
+    Requirement("WebSocketGateway._hook_idempotency_ttl", "a store built while Redis did not answer is the Redis one",
+                lambda: _assigns(lambda: _gateway_class().__init__, "_hook_idempotency_ttl")),
     Requirement("WebSocketGateway._server (uvicorn.Server)", "the drain's bound, the in-flight answer",
-                lambda: _source_has(lambda: _gateway_class().__init__, "self._server")),
+                lambda: _assigns(lambda: _gateway_class().__init__, "_server")),
     Requirement("RedisIdempotencyStore._client/_prefix/_token/_ttl_ms/_inflight_ms",
                 "claims released by owner, the journal's records",
                 _store_state_present),
     Requirement("RedisIdempotencyStore._redis_key", "the journal's records", lambda: _callable(_redis_store_class, "_redis_key")),
     Requirement("RedisIdempotencyStore._RECORD_LUA/_RECORDED", "the journal's owner-checked records",
                 lambda: isinstance(_redis_store_class()._RECORD_LUA, str) and _redis_store_class()._RECORDED == "recorded"),
-    Requirement("RedisIdempotencyStore._runtime_degraded", "the journal sees the store fail open",
-                lambda: _source_has(lambda: _redis_store_class()._mark_runtime_degraded, "self._runtime_degraded = True")),
+    Requirement("RedisIdempotencyStore(client, prefix=, ttl_seconds=)",
+                "a store built while Redis did not answer is the Redis one",
+                lambda: _redis_store_class()(object(), prefix="p:", ttl_seconds=5)._ttl_ms == 5000),
+    Requirement("RedisIdempotencyStore._mark_runtime_degraded(op, error) / _runtime_degraded",
+                "the journal sees the store fail open",
+                lambda: list(inspect.signature(_redis_store_class()._mark_runtime_degraded).parameters) == ["self", "op", "error"]
+                and _source_has(lambda: _redis_store_class()._mark_runtime_degraded, "self._runtime_degraded = True")),
     Requirement("RedisIdempotencyStore._mark_runtime_recovered", "/health recovers once Redis answers",
                 lambda: _callable(_redis_store_class, "_mark_runtime_recovered")),
     Requirement("Agent.__chat_history_state (AsyncSafeState)", "conversations never cross",
@@ -333,6 +346,16 @@ def idempotency_store(gateway: Any) -> Any:
 def build_store(gateway: Any) -> Any:
     """The gateway's store, built now if it is not yet (what its first reserve would do)."""
     return gateway._get_hook_idem_store()
+
+
+def install_redis_store(gateway: Any, client: Any, prefix: str) -> RedisStore:
+    """Put in place, as the gateway's store, the Redis store 0.1.16 builds when its one PING answers
+    (same class, prefix and TTL; ``client`` made as its own), marked degraded as 0.1.16 marks a store
+    that lost Redis at runtime (which also replaces the build-time fact in /health)."""
+    store = _redis_store_class()(client, prefix=f"{prefix}hookidem:", ttl_seconds=gateway._hook_idempotency_ttl)
+    store._mark_runtime_degraded("build", ConnectionError("Redis did not answer when the store was built"))
+    gateway._hook_idem = store
+    return RedisStore(store)
 
 
 def redis_store(gateway: Any) -> Optional[RedisStore]:

@@ -129,7 +129,8 @@ def main(argv: Optional[List[str]] = None) -> int:
             f"fail_closed={guard['fail_closed_seconds']:g}s claim_lease={guard['claim_lease_seconds']:g}s "
             f"gateway={' '.join(f'{p}={v}' for p, v in versions.items())}"
         )
-        return asyncio.run(serve(gateway, path, drain_timeout(loaded), guard, shared))
+        store_redis = redis if idempotency_backend(working) == "redis" else None
+        return asyncio.run(serve(gateway, path, drain_timeout(loaded), guard, shared, store_redis))
     except KeyboardInterrupt:
         return EXIT_OK
     except Exception as exc:  # noqa: BLE001 - every failure becomes one clear line + exit code
