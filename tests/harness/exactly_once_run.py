@@ -319,12 +319,17 @@ class Nemesis:
                          for address in (service, redis[0]["status"]["podIP"])]
                 if fresh:
                     pod = self._replacement(pod)
-                pid = netns_pid(pod["metadata"]["uid"])
-                for rule in rules:
-                    subprocess.run(["nsenter", "-t", str(pid), "-n", "iptables", "-I", *rule], check=True)
+                uid = pod["metadata"]["uid"]
+                # a process of the pod in its namespace: an init container's may end meanwhile, so
+                # each step looks one up again (the namespace itself lives as long as the pod)
+                until(lambda: self._iptables(uid, "-I", rules), timeout=60, interval=0.2,
+                      what=f"{pod['metadata']['name']} cut off from Redis")
+                if fresh:  # cut off from its start until it has taken webhooks (it is Ready)
+                    until(lambda: is_ready(self.cluster.get_json("pod", pod["metadata"]["name"], "-n", NAMESPACE)),
+                          timeout=120, interval=0.5, what=f"{pod['metadata']['name']} Ready")
                 time.sleep(self.rng.uniform(8, 20))
-                for rule in rules:
-                    subprocess.run(["nsenter", "-t", str(pid), "-n", "iptables", "-D", *rule], check=False)
+                until(lambda: self._iptables(uid, "-D", rules) if self._exists(pod) else True, timeout=60,
+                      interval=0.2, what=f"{pod['metadata']['name']} reaching Redis again (or gone)")
                 detail = f"{pod['metadata']['name']} ({'before' if fresh else 'after'} its store was built)"
                 if fresh:
                     self._settle()
@@ -368,6 +373,26 @@ class Nemesis:
         fault = Fault(kind, start, time.time(), detail, expect)
         self.faults.append(fault)
         return fault
+
+    def _exists(self, pod: dict[str, Any]) -> bool:
+        """The pod is still there (the same one: its namespace goes with it)."""
+        found = self.cluster.get_json("pods", "-n", NAMESPACE, "--field-selector",
+                                      f"metadata.name={pod['metadata']['name']}")["items"]
+        return any(p["metadata"]["uid"] == pod["metadata"]["uid"] for p in found)
+
+    @staticmethod
+    def _iptables(uid: str, action: str, rules: list[list[str]]) -> bool:
+        """Insert (-I) or delete (-D) ``rules`` in the pod's network namespace; each rule that is
+        already in place (-I) or already gone (-D) is left."""
+        pid = str(netns_pid(uid))
+        for rule in rules:
+            present = subprocess.run(["nsenter", "-t", pid, "-n", "iptables", "-C", *rule],
+                                     capture_output=True).returncode == 0
+            if present != (action == "-I"):
+                done = subprocess.run(["nsenter", "-t", pid, "-n", "iptables", action, *rule], capture_output=True)
+                if done.returncode != 0:
+                    raise AssertionError(f"iptables {action} in pod {uid}: {done.stderr.decode().strip()}")
+        return True
 
     def _replacement(self, pod: dict[str, Any]) -> dict[str, Any]:
         """Delete ``pod`` (gracefully) and return the pod that replaces it as soon as a process of its
