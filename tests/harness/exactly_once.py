@@ -317,18 +317,25 @@ def _orphaned_claims(by_msg: Mapping[str, list[Delivery]], turns: Iterable[Turn]
                      faults: Sequence[Fault]) -> list[dict[str, Any]]:
     """How long a claim outlived its holder: for a turn that never answered (its holder died, was
     stopped or cut off) and was started before a fault that ends a holder without its drain, from
-    that fault to the last "in progress" answer its message got afterwards (the claim still stood
-    then). A turn cut without such a fault counts from its own start."""
+    that fault until the message's next turn started (a retry took the claim: an upper bound, the
+    provider's backoff included), counted when its message got an "in progress" answer meanwhile
+    (else the claim went at once); with no next turn, until the last such answer. A turn cut
+    without such a fault counts from its own start."""
     deaths = sorted(f.started for f in faults if f.kind in HOLDER_DEATHS)
+    starts: dict[str, list[float]] = {}
+    for t in turns:
+        starts.setdefault(t.msg, []).append(t.started)
     found = []
     for t in turns:
         if t.answered:
             continue
         died = next((at for at in deaths if at >= t.started and (t.ended is None or at <= t.ended)), t.started)
-        told = [d.done for d in by_msg.get(t.msg, []) if d.status == 503 and d.said == "in_progress" and d.sent >= died]
+        after = min((at for at in starts[t.msg] if at > t.started), default=None)
+        told = [d.done for d in by_msg.get(t.msg, []) if d.status == 503 and d.said == "in_progress"
+                and died <= d.sent and (after is None or d.sent < after)]
         if told:
             found.append({"msg": t.msg, "turn_started": t.started, "holder_gone": died,
-                          "held_s": round(max(told) - died, 1)})
+                          "held_s": round((after if after is not None else max(told)) - died, 1)})
     return found
 
 
