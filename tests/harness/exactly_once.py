@@ -297,11 +297,19 @@ def _splits(answered: list[Turn], slack: float, window: int | None) -> list[dict
     found = []
     for session, ts in by_session.items():
         ts.sort(key=lambda t: t.started)
+        order: dict[str, int] = {}
+        for i, u in enumerate(ts):
+            order.setdefault(u.msg, i)
         for t in ts:
             earlier = [u.msg for u in ts if u.ended is not None and u.ended < t.started - slack and u.msg != t.msg]
             earlier = list(dict.fromkeys(earlier))
             if window is not None:
                 earlier = earlier[-window:]
+                # a full bounded history dropped what is older than its oldest entry: turns that
+                # ended within the slack, or whose caller hung up, took the places of older ones
+                held = [order[m] for m in t.history if m in order]
+                if len(t.history) >= window and held:
+                    earlier = [m for m in earlier if order[m] > min(held)]
             missing = [m for m in earlier if m not in t.history]
             if missing:
                 # the missing turns as they had ended by then (a duplicate of one may run later)

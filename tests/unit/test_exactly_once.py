@@ -357,6 +357,19 @@ def test_window_requires_only_the_last_earlier_turns() -> None:
     assert report["splits"] == 1 and report["examples"]["splits"][0]["missing"] == ["A2"]
 
 
+def test_a_full_window_that_dropped_an_older_turn_for_a_newer_one_is_no_split() -> None:
+    """A bounded history of 2 that holds the last turn and one that ended within the slack (or
+    whose caller hung up) has dropped the turn before them: not a split; a gap inside it is."""
+    turns = [turn("A1", T0, session="s"), turn("A2", T0 + 10.0, session="s", history=("A1",)),
+             turn("A3", T0 + 18.5, session="s", answered=False, ended=T0 + 19.5)]
+    full = turns + [turn("B", T0 + 20.0, session="s", history=("A2", "A3"))]
+    assert run(turns=full, window=2)["splits"] == 0
+    gap = [*turns[:2], turn("A2b", T0 + 12.0, session="s", history=("A1", "A2")),
+           turn("B", T0 + 20.0, session="s", history=("A1", "A3"))]
+    report = run(turns=gap, window=2)
+    assert report["splits"] == 1 and report["examples"]["splits"][0]["missing"] == ["A2", "A2b"]
+
+
 # -- fault lag ----------------------------------------------------------------------------
 
 def test_fault_lag_is_measured_from_start_and_end() -> None:
