@@ -26,7 +26,9 @@ ORDER = (READY, RECONCILING, STALLED, REDIS_REACHABLE, IDEMPOTENCY_DEGRADED, EXA
          SESSIONS_SHARED, REDIS_TLS_VERIFIED)
 
 # a replica state worse than another decides the IdempotencyDegraded reason
-_SEVERITY = (Idempotency.BUILD_TIME_FALLBACK, Idempotency.RUNTIME_OUTAGE, Idempotency.OTHER)
+_SEVERITY = (Idempotency.BUILD_TIME_FALLBACK, Idempotency.REDIS_OUT_OF_MEMORY, Idempotency.REDIS_READ_ONLY,
+             Idempotency.REDIS_COMMAND_NOT_PERMITTED, Idempotency.REDIS_LOADING, Idempotency.RUNTIME_OUTAGE,
+             Idempotency.OTHER)
 
 
 @dataclass(frozen=True)

@@ -24,6 +24,11 @@ class Idempotency(enum.Enum):
     HEALTHY = "Healthy"                      # no durability:idempotency owner
     BUILD_TIME_FALLBACK = "BuildTimeFallback"  # store built while Redis was missing: sticky
     RUNTIME_OUTAGE = "RuntimeOutage"          # Redis lost later: admits best-effort
+    # Redis answers but refuses (the launcher names it after the runtime text): held, then best-effort
+    REDIS_OUT_OF_MEMORY = "RedisOutOfMemory"
+    REDIS_READ_ONLY = "RedisReadOnly"
+    REDIS_COMMAND_NOT_PERMITTED = "RedisCommandNotPermitted"
+    REDIS_LOADING = "RedisLoading"
     OTHER = "OtherDegradation"               # an entry whose reason we do not know
     UNKNOWN = "Unreachable"                  # /health did not answer
 
@@ -33,6 +38,11 @@ class Idempotency(enum.Enum):
 # never copied into status.
 _FRAGMENTS = (
     ("not available (running per-replica)", Idempotency.BUILD_TIME_FALLBACK),
+    # the launcher's refusals (pod/gwop_journal.REFUSALS), before the runtime text they follow
+    ("refuses writes: out of memory", Idempotency.REDIS_OUT_OF_MEMORY),
+    ("refuses writes: a read-only replica", Idempotency.REDIS_READ_ONLY),
+    ("to its ACL user (NOPERM)", Idempotency.REDIS_COMMAND_NOT_PERMITTED),
+    ("is loading its dataset", Idempotency.REDIS_LOADING),
     ("unreachable at runtime", Idempotency.RUNTIME_OUTAGE),
 )
 
@@ -40,6 +50,13 @@ DESCRIPTIONS = {
     Idempotency.BUILD_TIME_FALLBACK: "fell back to a per-replica SQLite store at build time (Redis was "
                                      "unavailable); sticky until the replica restarts",
     Idempotency.RUNTIME_OUTAGE: "lost Redis at runtime; admitting webhooks best-effort until it recovers",
+    Idempotency.REDIS_OUT_OF_MEMORY: "cannot write to Redis: it is out of memory (maxmemory under noeviction); "
+                                     "raise maxmemory, or bound what else it keeps (spec.sessions)",
+    Idempotency.REDIS_READ_ONLY: "cannot write to Redis: it is a read-only replica (after a failover?); point "
+                                 "spec.redis at the primary",
+    Idempotency.REDIS_COMMAND_NOT_PERMITTED: "Redis refuses its ACL user a command or the key prefix; grant "
+                                             "what docs/redis.md lists",
+    Idempotency.REDIS_LOADING: "Redis is loading its dataset; it is used again once loaded",
     Idempotency.OTHER: "reports durability:idempotency degraded for an unrecognised reason",
     Idempotency.UNKNOWN: "did not answer GET /health",
 }

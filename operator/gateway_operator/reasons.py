@@ -94,4 +94,5 @@ REPLICAS_UNVERIFIED = "ReplicasUnverified"  #: some replica did not answer GET /
 #: every reason above, for the CRD's description of status.conditions (and the tests)
 ALL: tuple[str, ...] = tuple(dict.fromkeys(
     [v for k, v in list(globals().items()) if k.isupper() and isinstance(v, str)]
-    + [*POD_WAITING, "BuildTimeFallback", "RuntimeOutage", "OtherDegradation"]))
+    + [*POD_WAITING, "BuildTimeFallback", "RedisOutOfMemory", "RedisReadOnly", "RedisCommandNotPermitted",
+       "RedisLoading", "RuntimeOutage", "OtherDegradation"]))

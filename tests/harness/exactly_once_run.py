@@ -363,6 +363,8 @@ class Nemesis:
                 self._redis_cli("CONFIG", "SET", "maxmemory", before)
                 self._redis_cli("CONFIG", "SET", "maxmemory-policy", policy)
             detail = "OOM (maxmemory under noeviction)"
+            # the replicas name it (the launcher's refusal text), the operator's reason says what to do
+            expect = Expectation("IdempotencyDegraded", "True", "RedisOutOfMemory")
         elif kind == "operator_kill":
             lease = self.cluster.get_json("lease", "-n", node.SYSTEM_NAMESPACE)["items"]
             holder = next((l["spec"].get("holderIdentity") for l in lease if l["spec"].get("holderIdentity")), "")

@@ -337,6 +337,32 @@ def test_a_stall_shorter_than_the_window_never_runs_a_recorded_webhook_again(
     assert [t["msg"] for t in llm.turns if t["answered"]].count("new") == 1
 
 
+def test_a_redis_out_of_memory_is_named_in_health_and_holds_webhooks_until_it_takes_writes(
+        launch, real_redis: RedisServer, llm: StandInLLM) -> None:
+    """A Redis that answers PING but refuses writes (maxmemory under noeviction): 0.1.16 says only
+    "unreachable at runtime". The replica holds webhooks (503, retry), /health names the refusal
+    (the operator's RedisOutOfMemory), and once Redis takes writes the held webhook runs once."""
+    from gateway_operator.health import Idempotency, classify
+    gw = launch("oom", documented_config(real_redis))
+    assert gw.webhook({"id": "before", "text": "msg=before"})[0] == 200  # the store is built
+    admin = real_redis.client()
+    used = int(admin.info("memory")["used_memory"])
+    admin.config_set("maxmemory-policy", "noeviction")
+    admin.config_set("maxmemory", str(used // 2))
+    try:
+        status, body = gw.webhook({"id": "held", "text": "msg=held"})
+        assert status == 503 and body.get("retry") is True, body
+        _wait_until(lambda: classify(gw.health()) is Idempotency.REDIS_OUT_OF_MEMORY, 10,
+                    "/health naming the refusal")
+        assert admin.ping()  # PING still answers
+    finally:
+        admin.config_set("maxmemory", "0")
+    _wait_until(lambda: gw.idempotency_owners() == [], 10, "the replica asking Redis again")
+    assert gw.webhook({"id": "held", "text": "msg=held"})[1].get("action") == "agent"
+    assert [t["msg"] for t in llm.turns].count("held") == 1
+    assert "Redis refuses writes: out of memory" in gw.output(), gw.output()
+
+
 def test_what_a_replica_admitted_while_redis_was_paused_is_recorded_once_it_answers(
         launch, real_redis: RedisServer, llm: StandInLLM) -> None:
     """0.1.16 fails open while Redis hangs and records nothing, so a redelivery after Redis is
@@ -888,6 +914,9 @@ def _plants() -> List[Tuple[str, Callable[[pytest.MonkeyPatch], None]]]:
         ("RedisIdempotencyStore._mark_runtime_degraded(op, error) / _runtime_degraded", degraded_renamed),
         ("RedisIdempotencyStore._mark_runtime_degraded(op, error) / _runtime_degraded", degraded_signature),
         ("RedisIdempotencyStore._mark_runtime_recovered", lambda mp: mp.delattr(Store, "_mark_runtime_recovered")),
+        ("praisonai_bot.bots._session.record_durability_degraded(component, *, reason)",
+         lambda mp: mp.setattr(__import__("praisonai_bot.bots._session").bots._session, "record_durability_degraded",
+                               lambda kind, *, why: None)),
         ("Agent.__chat_history_state (AsyncSafeState)", history_renamed),
         ("HookConfig.resolve_session_key", lambda mp: mp.delattr(HookConfig, "resolve_session_key")),
         ("uvicorn.Config.timeout_graceful_shutdown", lambda mp: mp.setattr(uvicorn, "Config", Config)),

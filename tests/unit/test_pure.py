@@ -8,7 +8,7 @@ import yaml
 from gateway_operator import api, conditions, reasons, render, status
 from gateway_operator.api import GatewaySpec
 from gateway_operator.conditions import Facts, Problem
-from gateway_operator.health import Idempotency, ReplicaHealth, classify
+from gateway_operator.health import DESCRIPTIONS, Idempotency, ReplicaHealth, classify
 from gateway_operator.kube import is_subset
 from gateway_operator.redis_probe import ProbeResult
 from gateway_operator.redis_target import InvalidRedisURL, resolve
@@ -145,6 +145,27 @@ def test_classify(body: dict, expected: Idempotency) -> None:
     assert classify(body) is expected
 
 
+def test_each_refusal_the_launcher_names_has_its_own_reason() -> None:
+    """The launcher's /health text for a Redis that answers but refuses (gwop_journal.REFUSALS: OOM,
+    READONLY, NOPERM, LOADING) maps to a reason of its own, with what to do; the same text without
+    the launcher's tail stays RuntimeOutage."""
+    import redis
+    from harness import pod_code
+    pod_code.importable()
+    import gwop_journal
+    expected = {redis.exceptions.OutOfMemoryError: Idempotency.REDIS_OUT_OF_MEMORY,
+                redis.exceptions.ReadOnlyError: Idempotency.REDIS_READ_ONLY,
+                redis.exceptions.NoPermissionError: Idempotency.REDIS_COMMAND_NOT_PERMITTED,
+                redis.exceptions.BusyLoadingError: Idempotency.REDIS_LOADING}
+    assert len(gwop_journal.REFUSALS) == len(expected)
+    for error, state in expected.items():
+        text = f"{gwop_journal.RUNTIME_TEXT}: {gwop_journal.refusal_of(error('refused'))}"
+        assert classify({"degraded_owners": [owner(text)]}) is state, text
+        assert state.value in reasons.ALL and "Redis" in DESCRIPTIONS[state]
+    assert gwop_journal.refusal_of(redis.exceptions.TimeoutError("slow")) is None
+    assert classify({"degraded_owners": [owner(gwop_journal.RUNTIME_TEXT)]}) is Idempotency.RUNTIME_OUTAGE
+
+
 # -- conditions ----------------------------------------------------------------------------
 
 def facts(**kw) -> Facts:
@@ -174,6 +195,15 @@ def test_degraded_replicas_pick_the_worst_reason_and_count() -> None:
     assert (c["IdempotencyDegraded"].status, c["IdempotencyDegraded"].reason) == ("True", "BuildTimeFallback")
     assert c["IdempotencyDegraded"].message.startswith("2 of 3 replicas")
     assert c["ExactlyOnceAdmission"].status == "False"
+
+
+def test_a_redis_out_of_memory_is_named_over_a_timeout_and_says_what_to_do() -> None:
+    health = (ReplicaHealth("a", Idempotency.RUNTIME_OUTAGE), ReplicaHealth("b", Idempotency.REDIS_OUT_OF_MEMORY),
+              ReplicaHealth("c", Idempotency.HEALTHY))
+    c = by_type(facts(health=health))
+    assert (c["IdempotencyDegraded"].status, c["IdempotencyDegraded"].reason) == ("True", "RedisOutOfMemory")
+    assert "raise maxmemory" in c["IdempotencyDegraded"].message
+    assert (c["ExactlyOnceAdmission"].status, c["ExactlyOnceAdmission"].reason) == ("False", "IdempotencyDegraded")
 
 
 def test_gate_and_unreachable_redis() -> None:

@@ -18,6 +18,21 @@ from gwop_log import say
 from gwop_redis import RELEASE_LUA
 
 
+# A Redis that answers but refuses writes (redis-py's exception for each refusal) and what /health
+# then says after 0.1.16's own text, so that the operator can name it (health.py maps the text)
+RUNTIME_TEXT = "redis idempotency backend unreachable at runtime (dedup best-effort until it recovers)"
+REFUSALS = (("OutOfMemoryError", "Redis refuses writes: out of memory (maxmemory under noeviction)"),
+            ("ReadOnlyError", "Redis refuses writes: a read-only replica (READONLY)"),
+            ("NoPermissionError", "Redis refuses a command or the key prefix to its ACL user (NOPERM)"),
+            ("BusyLoadingError", "Redis is loading its dataset (LOADING)"))
+
+
+def refusal_of(error: BaseException) -> Optional[str]:
+    """What a refusal says (REFUSALS), None for anything else (a timeout, a closed connection)."""
+    names = {klass.__name__ for klass in type(error).__mro__}
+    return next((text for name, text in REFUSALS if name in names), None)
+
+
 class OutageJournal:
     """What this replica admitted while Redis could not be used, written to Redis once it answers.
 
@@ -53,6 +68,8 @@ class OutageJournal:
         # loop for the client's socket timeout, and liveness probes then fail) until the journal's
         # own attempt, off the loop, finds Redis answering again
         self.broken = False
+        self.refusal: Optional[str] = None  # what the last failed call said, when Redis refused it
+        self._told: Optional[str] = None    # the refusal /health carries
 
     def _store(self) -> Optional[upstream.RedisStore]:
         return upstream.redis_store(self.gateway)
@@ -156,7 +173,8 @@ class OutageJournal:
                     store.record(key, left)
                 elif left > 0:
                     store.claim(key, left)
-            except Exception:  # noqa: BLE001 - still down: the next attempt
+            except Exception as exc:  # noqa: BLE001 - still down: the next attempt
+                self.refusal = refusal_of(exc)
                 break
             with self._lock:
                 (self.done if ran else self.admitted).pop(key, None)
@@ -171,8 +189,16 @@ class OutageJournal:
         store = self._store()
         try:
             return store is not None and bool(store.client.set(store.key(self.PROBE_KEY), store.token, px=1000))
-        except Exception:  # noqa: BLE001 - still down, or refusing
+        except Exception as exc:  # noqa: BLE001 - still down, or refusing
+            self.refusal = refusal_of(exc)
             return False
+
+    def _tell_refusal(self) -> None:
+        """/health names a refusal (0.1.16's text says only "unreachable"), once per change."""
+        if self.broken and self.refusal and self.refusal != self._told:
+            upstream.record_idempotency_degraded(f"{RUNTIME_TEXT}: {self.refusal}")
+            self._told = self.refusal
+            say(f"{self.refusal}: webhooks are held, then admitted best-effort, until it takes writes again")
 
     async def run(self) -> None:
         """Every second while Redis is taken as down or something is journalled: see whether
@@ -194,8 +220,9 @@ class OutageJournal:
                     self.broken = False
                     if written:
                         say(f"wrote {written} webhook record(s) admitted while Redis was unusable to Redis")
+            self._tell_refusal()
             if was and not self.broken:
-                self.broken_since = None
+                self.broken_since, self.refusal, self._told = None, None, None
                 say("Redis answers again: webhooks are asked of it again")
                 # Redis answers again: what 0.1.16's next successful call would do (it clears the
                 # store's degraded fact, so /health and the conditions recover without a webhook)

@@ -131,6 +131,10 @@ REQUIREMENTS: Tuple[Requirement, ...] = (
                 and _source_has(lambda: _redis_store_class()._mark_runtime_degraded, "self._runtime_degraded = True")),
     Requirement("RedisIdempotencyStore._mark_runtime_recovered", "/health recovers once Redis answers",
                 lambda: _callable(_redis_store_class, "_mark_runtime_recovered")),
+    Requirement("praisonai_bot.bots._session.record_durability_degraded(component, *, reason)",
+                "/health names a Redis that refuses writes",
+                lambda: {"component", "reason"} <= set(inspect.signature(
+                    __import__("praisonai_bot.bots._session").bots._session.record_durability_degraded).parameters)),
     Requirement("Agent.__chat_history_state (AsyncSafeState)", "conversations never cross",
                 lambda: _source_has(_agent_class, "self.__chat_history_state = AsyncSafeState(")
                 and _async_safe_state() is not None),
@@ -356,6 +360,12 @@ def install_redis_store(gateway: Any, client: Any, prefix: str) -> RedisStore:
     store._mark_runtime_degraded("build", ConnectionError("Redis did not answer when the store was built"))
     gateway._hook_idem = store
     return RedisStore(store)
+
+
+def record_idempotency_degraded(reason: str) -> None:
+    """Replace the reason /health gives for ``durability:idempotency`` (0.1.16's registry)."""
+    from praisonai_bot.bots._session import record_durability_degraded
+    record_durability_degraded("idempotency", reason=reason)
 
 
 def redis_store(gateway: Any) -> Optional[RedisStore]:
