@@ -222,6 +222,9 @@ def test_two_replicas_share_redis_idempotency(launch, real_redis: RedisServer, l
         status, body = gw.webhook({"id": f"warmup-{name}", "text": "hello"})
         assert (status, body.get("ok"), body.get("action")) == (200, True, "agent"), body
         assert gw.idempotency_owners() == [], gw.health().get("degraded_owners")
+        own = gw.health()["gateway_operator"]
+        assert own["versions"] == {"praisonai-bot": "0.1.16", "praisonaiagents": "1.7.17"}, own
+        assert (own["idempotency"]["store"], own["idempotency"]["redis"]) == ("redis", "answers"), own
 
     status, first = a.webhook({"id": "shared-1", "text": "same delivery"})
     assert status == 200 and first.get("ok") is True and not first.get("deduplicated"), first
@@ -289,6 +292,9 @@ def test_a_hung_redis_is_answered_503_within_a_second_then_fails_open_after_the_
             print(f"webhook with Redis paused, in the window: {status} in {took:.2f} s")
             assert status == 503 and body.get("retry") is True, body
             assert took < (2.0 if attempt == 0 else 0.5), took  # the second one does not ask Redis
+        own = gw.health()["gateway_operator"]["idempotency"]  # the replica's own view
+        assert (own["store"], own["redis"], own["holding"], own["admitted_best_effort"]) == \
+            ("redis", "unreachable", True, 0), own
         _wait_until(lambda: time.monotonic() - paused > window + 0.5, window + 5, "the window over")
         started = time.monotonic()
         status, body = gw.webhook({"id": "after-the-window", "text": "hello"})
@@ -296,6 +302,9 @@ def test_a_hung_redis_is_answered_503_within_a_second_then_fails_open_after_the_
         assert time.monotonic() - started < 2.0
         owners = gw.idempotency_owners()
         assert owners and "unreachable at runtime" in owners[0]["reason"], owners
+        own = gw.health()["gateway_operator"]["idempotency"]
+        assert (own["holding"], own["admitted_best_effort"], own["journalled"]) == (False, 1, 1), own
+        assert own["unusable_for_s"] > window, own
     finally:
         real_redis.resume()
     assert not [t for t in llm.turns if t["msg"].startswith("held-")]
@@ -355,6 +364,9 @@ def test_a_redis_out_of_memory_is_named_in_health_and_holds_webhooks_until_it_ta
         _wait_until(lambda: classify(gw.health()) is Idempotency.REDIS_OUT_OF_MEMORY, 10,
                     "/health naming the refusal")
         assert admin.ping()  # PING still answers
+        own = gw.health()["gateway_operator"]["idempotency"]
+        assert (own["redis"], own["refusal"]) == ("refusing", "Redis refuses writes: out of memory (maxmemory under "
+                                                               "noeviction)"), own
     finally:
         admin.config_set("maxmemory", "0")
     _wait_until(lambda: gw.idempotency_owners() == [], 10, "the replica asking Redis again")
@@ -819,6 +831,8 @@ def _plants() -> List[Tuple[str, Callable[[pytest.MonkeyPatch], None]]]:
     from praisonai_bot.gateway.port_utils import GatewayPIDLock
     from praisonai_bot.gateway.server import WebSocketGateway as Gateway
     from praisonaiagents.gateway.hooks import HookConfig
+    from starlette.responses import JSONResponse
+    from starlette.routing import Route
 
     def store_without_token(mp: pytest.MonkeyPatch) -> None:
         init = Store.__init__
@@ -864,8 +878,19 @@ def _plants() -> List[Tuple[str, Callable[[pytest.MonkeyPatch], None]]]:
 
     def handler_calls_the_store(mp: pytest.MonkeyPatch) -> None:
         async def start(self: Any) -> None:  # the handler reserves on the store itself
-            if not self._get_hook_idem_store().reserve("k"):
+            routes = [Route("/health", lambda request: JSONResponse(self.health()))]
+            if not self._get_hook_idem_store().reserve("k") and routes:
                 return None
+        mp.setattr(Gateway, "start", start)
+
+    def health_answered_elsewhere(mp: pytest.MonkeyPatch) -> None:
+        async def start(self: Any) -> None:  # /health no longer answers self.health()
+            routes = [Route("/health", lambda request: JSONResponse(self.health_snapshot())),
+                      Route("/hooks/{path:path}", None)]
+            if self._hook_reserve("k") and routes:
+                self._hook_record("k")
+            else:
+                self._hook_release("k")
         mp.setattr(Gateway, "start", start)
 
     def degraded_renamed(mp: pytest.MonkeyPatch) -> None:
@@ -903,6 +928,7 @@ def _plants() -> List[Tuple[str, Callable[[pytest.MonkeyPatch], None]]]:
         ("WebSocketGateway._hook_record", lambda mp: mp.delattr(Gateway, "_hook_record")),
         ("WebSocketGateway._hook_release", lambda mp: mp.delattr(Gateway, "_hook_release")),
         ("the /hooks/ handler calls self._hook_reserve/_hook_record/_hook_release", handler_calls_the_store),
+        ("the /health route answers self.health()", health_answered_elsewhere),
         ("WebSocketGateway._get_hook_idem_store", lambda mp: mp.delattr(Gateway, "_get_hook_idem_store")),
         ("WebSocketGateway._hook_idem", gateway_init_without_idem),
         ("WebSocketGateway._hook_idempotency_ttl", gateway_init_without_ttl),

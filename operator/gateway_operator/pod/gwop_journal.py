@@ -11,7 +11,7 @@ import collections
 import contextvars
 import threading
 import time
-from typing import Any, Optional, Set
+from typing import Any, Dict, Optional, Set
 
 import gwop_upstream as upstream
 from gwop_log import say
@@ -63,6 +63,7 @@ class OutageJournal:
         self.admitted: "collections.OrderedDict[str, float]" = collections.OrderedDict()  # in flight
         self.done: "collections.OrderedDict[str, float]" = collections.OrderedDict()      # ran, not recorded
         self.dropped = 0
+        self.best_effort = 0  # deliveries admitted without asking Redis (past the window), since the start
         self._lock = threading.Lock()
         # after a failed call the request path stops calling Redis (each call would hold the event
         # loop for the client's socket timeout, and liveness probes then fail) until the journal's
@@ -99,6 +100,7 @@ class OutageJournal:
                     return self._hold()
                 # past the window: fail open at once, as 0.1.16 would after its timeout, journalled
                 self._keep(self.admitted, key)
+                self.best_effort += 1
                 return True
             admitted = reserve(key)
             if store.degraded():  # the call failed (0.1.16 then admits without a claim)
@@ -109,6 +111,7 @@ class OutageJournal:
                     return self._hold()
                 if admitted:
                     self._keep(self.admitted, key)
+                    self.best_effort += 1
             return admitted
 
         def record_journalled(key: str) -> None:
@@ -140,6 +143,14 @@ class OutageJournal:
     def _closed(self) -> bool:
         """Within the fail-closed window (from the first failed call)."""
         return self.broken_since is not None and time.monotonic() - self.broken_since < self.fail_closed
+
+    def view(self) -> Dict[str, Any]:
+        """This replica's own view of Redis, for /health (gwop_health)."""
+        return {"redis": "answers" if not self.broken else "refusing" if self.refusal else "unreachable",
+                "refusal": self.refusal if self.broken else None, "holding": self.broken and self._closed(),
+                "unusable_for_s": round(time.monotonic() - self.broken_since, 1) if self.broken_since else 0.0,
+                "admitted_best_effort": self.best_effort, "journalled": len(self.admitted) + len(self.done),
+                "journal_dropped": self.dropped}
 
     def _hold(self) -> bool:
         """This delivery is answered 503 with Retry-After (by the route's endpoint): not run, not

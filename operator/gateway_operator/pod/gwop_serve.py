@@ -15,6 +15,7 @@ from typing import Any, Mapping, Optional
 
 import gwop_upstream as upstream
 from gwop_claims import answer_inflight_duplicates, record_owner, release_unfinished_claims
+from gwop_health import extend as extend_health
 from gwop_journal import OutageJournal
 from gwop_leases import Leases
 from gwop_log import say
@@ -117,6 +118,7 @@ async def guard_webhooks(gateway: Any, start: "asyncio.Future[Any]", pod: str, j
         journal.wrap()
         leases.wrap()
         answer_inflight_duplicates(gateway, journal)
+        extend_health(gateway, journal, leases, upstream.versions())
     except Exception as exc:  # noqa: BLE001 - 0.1.16's own answer stays
         say(f"wrapping the webhook path failed: {type(exc).__name__}")
     tasks = [asyncio.ensure_future(journal.run()), asyncio.ensure_future(leases.run())]

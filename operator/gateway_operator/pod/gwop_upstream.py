@@ -108,6 +108,8 @@ REQUIREMENTS: Tuple[Requirement, ...] = (
                 "in-flight duplicates, the outage journal, claims released at the drain",
                 lambda: _source_has(lambda: _gateway_class().start, "self._hook_reserve(", "self._hook_record(",
                                     "self._hook_release(", f'Route("{HOOK_ROUTE}"')),
+    Requirement("the /health route answers self.health()", "/health carries the launcher's own view",
+                lambda: _source_has(lambda: _gateway_class().start, "JSONResponse(self.health())", 'Route("/health"')),
     Requirement("WebSocketGateway._get_hook_idem_store", "claims leased from the first webhook on",
                 lambda: _callable(_gateway_class, "_get_hook_idem_store")),
     Requirement("WebSocketGateway._hook_idem", "the Redis store the journal and the claims use",
@@ -266,6 +268,15 @@ def set_agent_history(agent: Any, history: List[Dict[str, Any]]) -> None:
     """Give ``agent`` (a copy of the hook's one Agent) a history of its own: praisonaiagents keeps
     it in the private ``AsyncSafeState`` the public ``chat_history`` reads."""
     agent._Agent__chat_history_state = _async_safe_state()([dict(m) for m in history])
+
+
+def health_call(gateway: Any) -> Callable[[], Any]:
+    """What ``GET /health`` answers (the route calls ``self.health()`` at each request)."""
+    return gateway.health
+
+
+def set_health_call(gateway: Any, call: Callable[[], Any]) -> None:
+    gateway.health = call
 
 
 def server(gateway: Any) -> Any:

@@ -1,0 +1,33 @@
+"""What the launcher adds to the gateway's own ``GET /health``: a ``gateway_operator`` section with the
+gateway's versions and this replica's own view of its idempotency store: whether it can ask Redis,
+what Redis refused, whether it holds deliveries (the fail-closed window), and what it admitted
+without Redis since it started. 0.1.16's keys are left as they are; the operator reads what it
+knows of the section and ignores the rest."""
+
+from __future__ import annotations
+
+from typing import Any, Dict, Mapping
+
+import gwop_upstream as upstream
+from gwop_journal import OutageJournal
+from gwop_leases import Leases
+
+SECTION = "gateway_operator"
+
+
+def section(gateway: Any, journal: OutageJournal, leases: Leases, versions: Mapping[str, str]) -> Dict[str, Any]:
+    built = upstream.idempotency_store(gateway)
+    store = "not built" if built is None else "redis" if upstream.redis_store(gateway) is not None else "other"
+    return {"versions": dict(versions), "idempotency": {"store": store, **journal.view(),
+                                                        "claims_held": len(leases.held), "leases_lost": leases.lost}}
+
+
+def extend(gateway: Any, journal: OutageJournal, leases: Leases, versions: Mapping[str, str]) -> None:
+    """/health answers the gateway's own body with the section added."""
+    own = upstream.health_call(gateway)
+
+    def health() -> Any:
+        body = own()
+        return {**body, SECTION: section(gateway, journal, leases, versions)} if isinstance(body, dict) else body
+
+    upstream.set_health_call(gateway, health)
