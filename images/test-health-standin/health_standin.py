@@ -2,7 +2,8 @@
 in-process by tests/harness/standins.py at a simulated pod's IP).
 
 It answers /ready and /live as the gateway does, and GET /health the way the test last chose:
-    PUT /standin  {"mode": "answer", "degraded_owners": [...]}   the gateway's documented body
+    PUT /standin  {"mode": "answer", "degraded_owners": [...]}   the gateway's documented body, with the
+                  launcher's own section ("own_redis": its view of Redis, "answers" unless given)
                   {"mode": "endless" | "huge" | "deep"}          a hostile tenant's answers
     GET /standin  {"mode": ..., "health_requests": <polls so far>}
 In a pod, whatever command the operator runs, `python3` is this server (the image's wrapper).
@@ -27,14 +28,17 @@ class State:
     def __init__(self) -> None:
         self.mode = "answer"
         self.degraded_owners: list[dict[str, Any]] = []
+        self.own_redis = "answers"
         self.health_requests = 0
         self.lock = threading.Lock()
 
 
-def health_body(degraded_owners: list[dict[str, Any]]) -> dict[str, Any]:
-    """``GET /health`` as the gateway documents it."""
+def health_body(degraded_owners: list[dict[str, Any]], own_redis: str = "answers") -> dict[str, Any]:
+    """``GET /health`` as the gateway documents it, with the operator's launcher's own section
+    (its view of Redis only: a stand-in has no versions to tell)."""
     body: dict[str, Any] = {"status": "healthy", "uptime": 1.0, "agents": 1, "sessions": 0, "clients": 0,
-                            "channels": {}, "last_inbound_at": None}
+                            "channels": {}, "last_inbound_at": None,
+                            "gateway_operator": {"idempotency": {"redis": own_redis}}}
     if degraded_owners:
         body["degraded_owners"] = degraded_owners
     return body
@@ -56,6 +60,7 @@ class Handler(BaseHTTPRequestHandler):
         with self.state.lock:
             self.state.mode = wanted.get("mode", "answer")
             self.state.degraded_owners = list(wanted.get("degraded_owners") or [])
+            self.state.own_redis = str(wanted.get("own_redis") or "answers")
         self.fixed(200, {"mode": self.state.mode})
 
     def do_GET(self) -> None:  # noqa: N802
@@ -70,7 +75,7 @@ class Handler(BaseHTTPRequestHandler):
             return self.fixed(404, {})
         with self.state.lock:
             self.state.health_requests += 1
-            mode, owners = self.state.mode, list(self.state.degraded_owners)
+            mode, owners, self.own_redis = self.state.mode, list(self.state.degraded_owners), self.state.own_redis
         ANSWERS[mode](self, owners)
 
     def fixed(self, status: int, payload: Any) -> None:
@@ -84,7 +89,7 @@ class Handler(BaseHTTPRequestHandler):
         self.wfile.write(body)
 
     def answer(self, owners: list[dict[str, Any]]) -> None:
-        self.fixed(200, health_body(owners))
+        self.fixed(200, health_body(owners, self.own_redis))
 
     def endless(self, _owners: object) -> None:
         """A chunked body that never ends (for 60 s; then the thread is free again)."""

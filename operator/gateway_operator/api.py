@@ -251,7 +251,7 @@ class HealthSpec(fields.Section):
         minimum=1, maximum=100))
     restart_stale_replicas: bool = fields.api(fields.scalar(
         "restartStaleReplicas", "boolean", "Restart, one at a time, replicas stuck on the build-time SQLite fallback "
-        "while Redis answers. Default {default}.", True, convert=bool))
+        "once they say (GET /health) that they reach Redis themselves. Default {default}.", True, convert=bool))
     restart_cooldown_seconds: float = fields.api(fields.scalar(
         "restartCooldownSeconds", "integer", "Minimum seconds between two such restarts, {range}. Default {default}.",
         60, convert=float, minimum=0))

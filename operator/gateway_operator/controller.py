@@ -236,8 +236,8 @@ class GatewayController:
 
     async def _restart_stale(self, spec: GatewaySpec, facts: Facts, outcome: Outcome) -> None:
         """replicas.stale_replica says which, the schedule when (its cooldown)."""
-        name = stale_replica(spec.health.restart_stale_replicas and bool(outcome.probe and outcome.probe.ok),
-                             facts.health, facts.ready_replicas, facts.running_replicas)
+        name = stale_replica(spec.health.restart_stale_replicas, facts.health, facts.ready_replicas,
+                             facts.running_replicas)
         pod = next((p for p in self.pods() if p.name == name), None) if name else None
         if pod is None or not self.schedule.restart_allowed(time.monotonic(), spec.health.restart_cooldown_seconds):
             return

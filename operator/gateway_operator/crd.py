@@ -379,6 +379,16 @@ def status_schema() -> Schema:
                            "url": _s("string", "The URL for webhooks and WebSocket clients."),
                            "message": _s("string", "Why there is no address yet."),
                        }},
+            "gateway": {"type": "object", "description": "What the polled replicas run, as each one's launcher "
+                        "tells it in GET /health.", "properties": {
+                            "versions": {"type": "array", "description": "Each set of versions found, with how "
+                                         "many replicas run it (more than one while a rollout runs).",
+                                         "items": {"type": "object", "properties": {
+                                             "praisonaiBot": _s("string", "praisonai-bot's version."),
+                                             "praisonaiagents": _s("string", "praisonaiagents' version."),
+                                             "replicas": _s("integer", "Polled replicas running it."),
+                                         }}},
+                        }},
             "networkPolicy": {"type": "object", "description": "The gateway pods' NetworkPolicy (spec.networkPolicy), "
                               "when enabled.", "properties": {"name": _s("string", "Its name.")}},
             "sqliteMigration": {"type": "object", "description": "The switch from one SQLite replica with "

@@ -10,6 +10,7 @@ import asyncio
 import enum
 import json
 import logging
+import re
 import time
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping
@@ -62,10 +63,20 @@ DESCRIPTIONS = {
 }
 
 
+# what the launcher says of itself in /health (pod/gwop_health.py), as far as the operator reads it
+OWN_SECTION = "gateway_operator"
+OWN_REDIS = ("answers", "unreachable", "refusing")   # the replica's own view of Redis
+VERSIONED = ("praisonai-bot", "praisonaiagents")     # the packages whose versions status shows
+_VERSION = re.compile(r"[0-9A-Za-z.+!_-]{1,64}")     # a version as PEP 440 spells one (or a local build)
+
+
 @dataclass(frozen=True)
 class ReplicaHealth:
     pod: str
     state: Idempotency
+    # the replica's own view of Redis (its launcher's section), None when it gives none (another image)
+    redis: str | None = None
+    versions: tuple[str, ...] = ()   # the VERSIONED packages' versions, in that order; () when not given
 
 
 def classify(health: Mapping[str, Any]) -> Idempotency:
@@ -79,6 +90,19 @@ def classify(health: Mapping[str, Any]) -> Idempotency:
                     return state
             return Idempotency.OTHER
     return Idempotency.HEALTHY
+
+
+def own_view(health: Mapping[str, Any]) -> tuple[str | None, tuple[str, ...]]:
+    """What the replica's launcher says of itself: its view of Redis (one of OWN_REDIS) and the
+    versions it runs. The body is the tenant's: anything unexpected is left out, never copied."""
+    section = health.get(OWN_SECTION)
+    if not isinstance(section, Mapping):
+        return None, ()
+    store, versions = section.get("idempotency"), section.get("versions")
+    redis = store.get("redis") if isinstance(store, Mapping) else None
+    found = tuple(versions.get(p) for p in VERSIONED) if isinstance(versions, Mapping) else ()
+    ok = all(isinstance(v, str) and _VERSION.fullmatch(v) for v in found)
+    return (redis if redis in OWN_REDIS else None), (found if found and ok else ())
 
 
 @dataclass(frozen=True)
@@ -262,14 +286,16 @@ def _request(target: Target, keep_alive: bool) -> bytes:
             ).encode()
 
 
-def _state(status: int, body: bytes) -> Idempotency:
+def _health(pod: str, status: int, body: bytes) -> ReplicaHealth:
     if status != 200:
-        return Idempotency.UNKNOWN
+        return ReplicaHealth(pod, Idempotency.UNKNOWN)
     try:
         parsed = json.loads(body)
     except (ValueError, RecursionError):
-        return Idempotency.UNKNOWN
-    return classify(parsed) if isinstance(parsed, Mapping) else Idempotency.UNKNOWN
+        return ReplicaHealth(pod, Idempotency.UNKNOWN)
+    if not isinstance(parsed, Mapping):
+        return ReplicaHealth(pod, Idempotency.UNKNOWN)
+    return ReplicaHealth(pod, classify(parsed), *own_view(parsed))
 
 
 class Poller:
@@ -295,18 +321,18 @@ class Poller:
     async def _poll_one(self, target: Target, timeout: float, gate: asyncio.Semaphore | None,
                         keep_alive: bool) -> ReplicaHealth:
         if gate is None:
-            return ReplicaHealth(target.pod, await self._ask(target, timeout, keep_alive))
+            return await self._ask(target, timeout, keep_alive)
         async with gate:
-            return ReplicaHealth(target.pod, await self._ask(target, timeout, keep_alive))
+            return await self._ask(target, timeout, keep_alive)
 
-    async def _ask(self, target: Target, timeout: float, keep_alive: bool) -> Idempotency:
+    async def _ask(self, target: Target, timeout: float, keep_alive: bool) -> ReplicaHealth:
         key, request = (target.ip, target.port), _request(target, keep_alive)
         exchange = self._connections.pop(key, None)
         try:
             async with asyncio.timeout(timeout):
                 if exchange is not None and exchange.reusable(time.monotonic()):
                     try:
-                        return self._answered(key, exchange, keep_alive, *await exchange.ask(request))
+                        return self._answered(target, exchange, keep_alive, *await exchange.ask(request))
                     except _Failed:
                         if exchange.got_bytes:
                             raise
@@ -314,24 +340,24 @@ class Poller:
                 if exchange is not None:
                     exchange.close()
                 _, exchange = await asyncio.get_running_loop().create_connection(_Exchange, target.ip, target.port)
-                return self._answered(key, exchange, keep_alive, *await exchange.ask(request))
+                return self._answered(target, exchange, keep_alive, *await exchange.ask(request))
         except BaseException as e:
             if exchange is not None:
                 exchange.close()
             if isinstance(e, (OSError, TimeoutError, _Failed)):
-                return Idempotency.UNKNOWN
+                return ReplicaHealth(target.pod, Idempotency.UNKNOWN)
             if not isinstance(e, Exception):
                 raise  # cancelled: the loop is stopping
             log.warning("health poll of pod %s failed: %s", target.pod, type(e).__name__)  # never fails the poll
-            return Idempotency.UNKNOWN
+            return ReplicaHealth(target.pod, Idempotency.UNKNOWN)
 
-    def _answered(self, key: tuple[str, int], exchange: _Exchange, keep_alive: bool, status: int,
-                  body: bytes) -> Idempotency:
+    def _answered(self, target: Target, exchange: _Exchange, keep_alive: bool, status: int,
+                  body: bytes) -> ReplicaHealth:
         if keep_alive and exchange.open and exchange.keep:
-            self._connections[key] = exchange
+            self._connections[(target.ip, target.port)] = exchange
         else:
             exchange.close()
-        return _state(status, body)
+        return _health(target.pod, status, body)
 
     def close(self) -> None:
         for exchange in self._connections.values():

@@ -65,8 +65,11 @@ def replicas_to_run(spec: GatewaySpec, probe_ok: bool, running: int, migration: 
 
 
 def stale_replica(enabled: bool, health: Sequence[ReplicaHealth], ready: int, running: int) -> str | None:
-    """The replica to restart next (``enabled``: spec.health.restartStaleReplicas, and Redis
-    answers the probe): one whose store fell back to SQLite at build time keeps it until
-    restarted. One at a time, by name: none while a previous restart is not back ready."""
-    stale = sorted(h.pod for h in health if h.state is Idempotency.BUILD_TIME_FALLBACK)
+    """The replica to restart next (``enabled``: spec.health.restartStaleReplicas): one whose
+    store fell back to SQLite at build time keeps it until restarted, but a restart helps only
+    once that replica itself reaches Redis again (its own view in /health says so): the
+    operator's own probe reaching Redis says nothing of a replica cut off from it, whose
+    replacement would be cut off too. One at a time, by name: none while a previous restart is
+    not back ready."""
+    stale = sorted(h.pod for h in health if h.state is Idempotency.BUILD_TIME_FALLBACK and h.redis == "answers")
     return stale[0] if enabled and stale and ready >= running else None

@@ -1,6 +1,7 @@
 """The ``status`` a GatewayDeployment should carry, from facts (pure)."""
 from __future__ import annotations
 
+from collections import Counter
 from typing import Any, Mapping
 
 from . import conditions
@@ -8,7 +9,8 @@ from .conditions import Facts
 from .expose import Exposure
 from .redis_target import RedisTarget
 
-REMOVABLE = ("redis", "expose", "networkPolicy", "sqliteMigration")  # keys that go when the spec stops asking for them
+# keys that go when the spec stops asking for them (or, gateway, when no replica tells its versions)
+REMOVABLE = ("redis", "expose", "networkPolicy", "sqliteMigration", "gateway")
 
 
 def build(previous: Mapping[str, Any] | None, facts: Facts, target: RedisTarget | None, now: str,
@@ -32,6 +34,10 @@ def build(previous: Mapping[str, Any] | None, facts: Facts, target: RedisTarget 
     }
     if selector:
         status["selector"] = selector
+    versions = Counter(h.versions for h in facts.health if h.versions)
+    if versions:  # what the polled replicas run, as their launchers tell it (several while a rollout runs)
+        status["gateway"] = {"versions": [{"praisonaiBot": bot, "praisonaiagents": agents, "replicas": n}
+                                          for (bot, agents), n in sorted(versions.items())]}
     if target is not None:
         status["redis"] = {"endpoint": target.endpoint, "prefix": target.prefix, **facts.dedup.status()}
     if exposure is not None:

@@ -66,8 +66,14 @@ class HealthStandIn:
 
     @degraded_owners.setter
     def degraded_owners(self, owners: list[dict[str, Any]]) -> None:
-        """From now on /health answers the documented body with these owners."""
-        self._call("PUT", {"mode": "answer", "degraded_owners": owners})
+        """From now on /health answers the documented body with these owners (its own view of
+        Redis: it answers)."""
+        self.answer(owners)
+
+    def answer(self, owners: list[dict[str, Any]], own_redis: str = "answers") -> None:
+        """From now on /health answers the documented body with these owners, and the launcher's
+        section with ``own_redis`` as the replica's own view of Redis."""
+        self._call("PUT", {"mode": "answer", "degraded_owners": owners, "own_redis": own_redis})
         self._owners = list(owners)
 
     def hostile(self, mode: str) -> None:

@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from gateway_operator import api, conditions, reasons, render, status
+from gateway_operator import api, conditions, reasons, render, replicas, status
 from gateway_operator.api import GatewaySpec
 from gateway_operator.conditions import Facts, Problem
-from gateway_operator.health import DESCRIPTIONS, Idempotency, ReplicaHealth, classify
+from gateway_operator.health import DESCRIPTIONS, Idempotency, ReplicaHealth, classify, own_view
 from gateway_operator.kube import is_subset
 from gateway_operator.redis_probe import ProbeResult
 from gateway_operator.redis_target import InvalidRedisURL, resolve
@@ -143,6 +143,43 @@ def owner(reason: str, owner_id: str = "durability:idempotency") -> dict:
 ])
 def test_classify(body: dict, expected: Idempotency) -> None:
     assert classify(body) is expected
+
+
+@pytest.mark.parametrize("section, expected", [
+    ({"versions": {"praisonai-bot": "0.1.16", "praisonaiagents": "1.7.17"}, "idempotency": {"redis": "answers"}},
+     ("answers", ("0.1.16", "1.7.17"))),
+    ({"idempotency": {"redis": "unreachable"}}, ("unreachable", ())),
+    (None, (None, ())),
+    ("garbage", (None, ())),
+    ({"idempotency": {"redis": "fine, trust me"}, "versions": {"praisonai-bot": "0.1.16"}}, (None, ())),
+    ({"versions": {"praisonai-bot": "0.1.16; rm -rf /", "praisonaiagents": "1"}}, (None, ())),
+    ({"versions": {"praisonai-bot": "9" * 65, "praisonaiagents": "1"}}, (None, ())),
+    ({"versions": {"praisonai-bot": 16, "praisonaiagents": "1"}, "idempotency": "x"}, (None, ())),
+])
+def test_the_launchers_own_view_is_read_and_anything_else_left_out(section: object, expected: tuple) -> None:
+    assert own_view({"status": "healthy", "gateway_operator": section}) == expected
+
+
+def test_a_build_time_fallback_is_restarted_only_once_the_replica_itself_reaches_redis() -> None:
+    """The operator's probe reaching Redis says nothing of a replica cut off from it."""
+    def stale(own: str | None) -> str | None:
+        health = [ReplicaHealth("a", Idempotency.BUILD_TIME_FALLBACK, own), ReplicaHealth("b", Idempotency.HEALTHY)]
+        return replicas.stale_replica(True, health, ready=2, running=2)
+    assert (stale("answers"), stale("unreachable"), stale("refusing"), stale(None)) == ("a", None, None, None)
+
+
+def test_status_shows_what_the_replicas_run_and_drops_it_when_none_tells() -> None:
+    health = (ReplicaHealth("a", Idempotency.HEALTHY, "answers", ("0.1.16", "1.7.17")),
+              ReplicaHealth("b", Idempotency.HEALTHY, "answers", ("0.1.17", "1.7.17")),
+              ReplicaHealth("c", Idempotency.HEALTHY, "answers", ("0.1.16", "1.7.17")),
+              ReplicaHealth("d", Idempotency.UNKNOWN))
+    built = status.build(None, facts(health=health), None, "2026-12-04T00:00:00Z")
+    assert built["gateway"] == {"versions": [
+        {"praisonaiBot": "0.1.16", "praisonaiagents": "1.7.17", "replicas": 2},
+        {"praisonaiBot": "0.1.17", "praisonaiagents": "1.7.17", "replicas": 1}]}
+    later = status.build(built, facts(health=(ReplicaHealth("d", Idempotency.HEALTHY),)), None, "2026-12-04T00:00:01Z")
+    assert "gateway" not in later and status.changed(built, later)
+    assert status.merge_patch(built, later)["gateway"] is None
 
 
 def test_each_refusal_the_launcher_names_has_its_own_reason() -> None:
