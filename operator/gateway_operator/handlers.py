@@ -160,12 +160,14 @@ def pod_view(name: str, uid: str, meta: Any, status: Any) -> PodView:
     # the kubelet's words for an image or config problem (stable across retries, unlike a
     # crash loop's back-off countdown, so the status is not rewritten on every retry)
     message = str(state.get("message") or "")[:WAITING_MESSAGE_LIMIT] if waiting in reasons.POD_WAITING else ""
-    last_exit = next((c["lastState"]["terminated"].get("exitCode") for c in containers
-                      if (c.get("lastState") or {}).get("terminated")), None)
+    terminated = next((c["lastState"]["terminated"] for c in containers
+                       if (c.get("lastState") or {}).get("terminated")), {})
+    last_exit = terminated.get("exitCode")
     return PodView(name=name, uid=uid, ip=status.get("podIP"),
                    ready=pods.ready(status),
                    deleting=bool(meta.get("deletionTimestamp")), waiting_reason=waiting,
-                   waiting_message=message, last_exit_code=last_exit)
+                   waiting_message=message, last_exit_code=last_exit,
+                   refused_gateway=pods.refused_gateway(last_exit, terminated.get("message")))
 
 
 # Host claims (tenancy.py): every host a GatewayDeployment exposes, and every host of an Ingress or

@@ -22,11 +22,26 @@ class PodView:
     waiting_reason: str | None = None
     waiting_message: str = ""   # the kubelet's, for the POD_WAITING reasons only (bounded)
     last_exit_code: int | None = None
+    # the launcher's last words when it refused the gateway release (exit 78, "unsupported gateway"), bounded
+    refused_gateway: str = ""
 
     @property
     def serving(self) -> bool:
         """As ``serving`` below: ready and not being deleted (and so polled)."""
         return self.ready and not self.deleting
+
+
+REFUSED_GATEWAY = "gateway-launcher: unsupported gateway: "  # the launcher's exit-78 line (pod/launch.py)
+REFUSED_GATEWAY_LIMIT = 600  # characters kept
+
+
+def refused_gateway(exit_code: Any, message: Any) -> str:
+    """What the launcher said when it refused the gateway release in the image (exit 78 with its
+    one line in the kubelet's termination message), else "". Only that line, bounded."""
+    if exit_code != 78 or not isinstance(message, str):
+        return ""
+    line = message.strip().splitlines()[0] if message.strip() else ""
+    return line[len(REFUSED_GATEWAY):][:REFUSED_GATEWAY_LIMIT] if line.startswith(REFUSED_GATEWAY) else ""
 
 
 def ready(status: Mapping[str, Any]) -> bool:

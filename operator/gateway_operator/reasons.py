@@ -40,6 +40,8 @@ HOST_CLAIMED = "HostClaimed"               #: a host of spec.expose is claimed b
 FAILED_CREATE = "FailedCreate"             #: the API server refused to create a gateway pod (e.g. Pod Security)
 RECONCILE_ERROR = "ReconcileError"         #: an unexpected error; retried with backoff
 GATEWAY_CONFIG_REJECTED = "GatewayConfigRejected"  #: a replica exited 78 on its gateway.yaml
+#: a replica exited 78: the image's gateway release lacks what the launcher relies on (it names what)
+GATEWAY_INCOMPATIBLE = "GatewayIncompatible"
 CRASH_LOOP = "CrashLoop"                   #: a replica is in CrashLoopBackOff
 #: pod waiting reasons reported as they are
 POD_WAITING = ("ImagePullBackOff", "ErrImagePull", "ErrImageNeverPull", "CreateContainerConfigError",

@@ -33,7 +33,7 @@ PRECEDENCE: tuple[str, ...] = (
     # the spec asks for what is refused: the rest is applied despite the first and the last
     R.REPLICA_POLICY_VIOLATION, R.REDIS_TARGET_NOT_ALLOWED, R.HOST_CLAIMED,
     # what the replicas and the Deployment controller report
-    R.GATEWAY_CONFIG_REJECTED, R.CRASH_LOOP, *R.POD_WAITING, R.FAILED_CREATE,
+    R.GATEWAY_INCOMPATIBLE, R.GATEWAY_CONFIG_REJECTED, R.CRASH_LOOP, *R.POD_WAITING, R.FAILED_CREATE,
 )
 #: problems that still leave the rest applied: the replica guard (one replica runs), a host
 #: claimed by someone older (everything but the routes)
@@ -79,6 +79,10 @@ def deployment_problem(failure: str) -> Problem | None:
 def pod_problem(pods: Sequence[PodView]) -> Problem | None:
     """A replica that crash-loops, or that the gateway itself refused to start (exit 78)."""
     for pod in pods:
+        if pod.refused_gateway:
+            return Problem(R.GATEWAY_INCOMPATIBLE, f"pod {pod.name} refused to start (exit 78): {pod.refused_gateway}; "
+                                                   "use an image with the gateway release the operator supports; "
+                                                   "the previous replicas keep serving")
         if pod.last_exit_code == 78:
             return Problem(R.GATEWAY_CONFIG_REJECTED, f"pod {pod.name} exited 78: the gateway rejected its "
                                                       "gateway.yaml (see kubectl logs); the previous replicas "

@@ -155,3 +155,17 @@ def spec_of(extra: Dict[str, Any]) -> Any:
     """A GatewaySpec from a partial spec."""
     from gateway_operator.api import GatewaySpec
     return GatewaySpec.parse({"image": "x", "config": {}, **extra})
+
+
+def test_the_last_words_go_where_the_kubelet_keeps_them_and_nowhere_else(tmp_path: Path, capsys) -> None:
+    """The exit line also goes to the termination-message file the kubelet made (the operator reads
+    it from the pod's lastState); outside a pod no such file is created."""
+    made = tmp_path / "termination-log"
+    made.write_text("")
+    pod_log.last_words("unsupported gateway: lacks X", str(made))
+    assert made.read_text() == "gateway-launcher: unsupported gateway: lacks X"
+    absent = tmp_path / "absent"
+    pod_log.last_words("fatal config error: y", str(absent))
+    assert not absent.exists()
+    assert capsys.readouterr().err.splitlines() == ["gateway-launcher: unsupported gateway: lacks X",
+                                                    "gateway-launcher: fatal config error: y"]

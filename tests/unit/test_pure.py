@@ -477,6 +477,33 @@ def test_a_waiting_pod_is_a_stalled_reason_with_the_kubelets_words(reason: str, 
         assert len(problem.message) < WAITING_MESSAGE_LIMIT + 50
 
 
+REFUSAL = ("gateway-launcher: unsupported gateway: this gateway (praisonai-bot 0.1.17, praisonaiagents 1.7.17) "
+           "lacks what the launcher relies on: RedisIdempotencyStore._RECORD_LUA/_RECORDED (written for "
+           "praisonai-bot 0.1.16, praisonaiagents 1.7.17); refusing to start rather than run without exactly-once")
+
+
+@pytest.mark.parametrize("code, message, reason", [
+    (78, REFUSAL, reasons.GATEWAY_INCOMPATIBLE),
+    (78, "gateway-launcher: fatal config error: agents: unknown model", reasons.GATEWAY_CONFIG_REJECTED),
+    (78, None, reasons.GATEWAY_CONFIG_REJECTED),
+    (1, REFUSAL, None),  # not the launcher's refusal: a crash, which a crash loop reports
+])
+def test_a_replica_that_refused_the_gateway_release_says_what_it_lacks(code: int, message: str | None,
+                                                                       reason: str | None) -> None:
+    """The launcher's exit-78 line, as the kubelet keeps it in the pod's lastState, names the
+    missing names and the versions in Stalled: GatewayIncompatible, not a config error."""
+    from gateway_operator.handlers import pod_view
+    from gateway_operator.summarize import pod_problem
+    terminated = {"exitCode": code, **({"message": message + "\n"} if message else {})}
+    status = {"podIP": "198.18.0.9", "containerStatuses": [{"state": {"running": {}},
+                                                            "lastState": {"terminated": terminated}}]}
+    problem = pod_problem([pod_view("p", "u", {}, status)])
+    assert (problem.reason if problem else None) == reason
+    if reason == reasons.GATEWAY_INCOMPATIBLE:
+        assert "praisonai-bot 0.1.17" in problem.message and "_RECORD_LUA" in problem.message
+        assert problem.message.startswith("pod p refused to start (exit 78): this gateway")
+
+
 # -- spec.expose -----------------------------------------------------------------------------
 
 EDGE = {"ingress": {"className": "traefik", "host": "gw.example.test", "tlsSecretName": "gw-tls",

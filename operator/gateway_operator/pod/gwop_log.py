@@ -4,6 +4,7 @@ pydantic's echo of its whole input). Standard library only."""
 
 from __future__ import annotations
 
+import os
 import re
 import sys
 from typing import Iterable, Optional
@@ -15,6 +16,25 @@ _PYDANTIC_SUFFIX = re.compile(r"\s*\[type=.*$", re.MULTILINE)
 
 def say(message: str) -> None:
     print(f"gateway-launcher: {message}", file=sys.stderr, flush=True)
+
+
+# where the kubelet takes a stopped container's last words from (the pod's terminationMessagePath,
+# by default): they show in the pod's lastState.terminated.message, which the operator reads
+TERMINATION_LOG = "/dev/termination-log"
+
+
+def last_words(message: str, path: str = TERMINATION_LOG) -> None:
+    """The line the process stops with, also where the kubelet keeps it (never fails the exit)."""
+    say(message)
+    try:  # only into a file the kubelet made (never creates one: outside a pod there is none)
+        fd = os.open(path, os.O_WRONLY | os.O_TRUNC)
+    except OSError:
+        return  # not in a pod: the log has it
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as out:
+            out.write(f"gateway-launcher: {message}"[:1024])
+    except OSError:
+        pass
 
 
 def redact(message: str, secrets: Iterable[Optional[str]]) -> str:

@@ -37,7 +37,7 @@ from gwop_config import (SESSION_KEY_ENV, ConfigError, apply_bind, config_warnin
                          drain_timeout, env_refs, guard_settings, idempotency_backend, read_documented,
                          redis_config_kwargs, redis_settings, session_settings, translate_config,
                          turn_lock_settings, write_working_copy)
-from gwop_log import redact, say
+from gwop_log import last_words, redact, say
 from gwop_migration import SQLITE_MIGRATION_ENV, migrate_before_start
 from gwop_serve import clear_stale_pid_lock, serve
 from gwop_sessions import share_sessions
@@ -137,7 +137,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         code = exit_code_for(exc)
         kind = ("unsupported gateway" if isinstance(exc, upstream.UpstreamMismatch) else
                 "fatal config error" if code == EXIT_FATAL_CONFIG else f"gateway failed ({type(exc).__name__})")
-        say(f"{kind}: {redact(str(exc), _secrets(documented, redis))}")
+        last_words(f"{kind}: {redact(str(exc), _secrets(documented, redis))}")
         return code
 
 
