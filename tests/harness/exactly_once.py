@@ -297,19 +297,23 @@ def _splits(answered: list[Turn], slack: float, window: int | None) -> list[dict
     found = []
     for session, ts in by_session.items():
         ts.sort(key=lambda t: t.started)
-        order: dict[str, int] = {}
-        for i, u in enumerate(ts):
-            order.setdefault(u.msg, i)
+        by_end = sorted((u for u in ts if u.ended is not None), key=lambda u: u.ended or 0.0)
         for t in ts:
-            earlier = [u.msg for u in ts if u.ended is not None and u.ended < t.started - slack and u.msg != t.msg]
-            earlier = list(dict.fromkeys(earlier))
+            # a history is the session's appends in order, one per answered run (a message that ran
+            # twice, a duplicate, takes two places; one that ended within the slack takes one too),
+            # and a bounded one keeps the last ``window`` of them
+            appended = [u for u in by_end if (u.ended or 0.0) < t.started and u is not t]
             if window is not None:
-                earlier = earlier[-window:]
-                # a full bounded history dropped what is older than its oldest entry: turns that
-                # ended within the slack, or whose caller hung up, took the places of older ones
-                held = [order[m] for m in t.history if m in order]
+                appended = appended[-window:]
+            last = {u.msg: i for i, u in enumerate(appended)}
+            due = {u.msg for u in appended if (u.ended or 0.0) < t.started - slack and u.msg != t.msg}
+            earlier = [m for m in sorted(last, key=last.__getitem__) if m in due]
+            if window is not None:
+                # a full bounded history dropped what is older than its oldest entry: a turn whose
+                # caller hung up (never counted here) may still have taken a place
+                held = [last[m] for m in t.history if m in last]
                 if len(t.history) >= window and held:
-                    earlier = [m for m in earlier if order[m] > min(held)]
+                    earlier = [m for m in earlier if last[m] > min(held)]
             missing = [m for m in earlier if m not in t.history]
             if missing:
                 # the missing turns as they had ended by then (a duplicate of one may run later)

@@ -324,9 +324,10 @@ class Nemesis:
                 # each step looks one up again (the namespace itself lives as long as the pod)
                 until(lambda: self._iptables(uid, "-I", rules), timeout=60, interval=0.2,
                       what=f"{pod['metadata']['name']} cut off from Redis")
-                if fresh:  # cut off from its start until it has taken webhooks (it is Ready)
-                    until(lambda: is_ready(self.cluster.get_json("pod", pod["metadata"]["name"], "-n", NAMESPACE)),
-                          timeout=120, interval=0.5, what=f"{pod['metadata']['name']} Ready")
+                if fresh:  # cut off from its start until it has taken webhooks (it is Ready), or is gone
+                    until(lambda: not self._exists(pod) or is_ready(
+                        self.cluster.get_json("pod", pod["metadata"]["name"], "-n", NAMESPACE)),
+                        timeout=120, interval=0.5, what=f"{pod['metadata']['name']} Ready (or gone)")
                 time.sleep(self.rng.uniform(8, 20))
                 until(lambda: self._iptables(uid, "-D", rules) if self._exists(pod) else True, timeout=60,
                       interval=0.2, what=f"{pod['metadata']['name']} reaching Redis again (or gone)")

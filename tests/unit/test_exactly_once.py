@@ -370,6 +370,18 @@ def test_a_full_window_that_dropped_an_older_turn_for_a_newer_one_is_no_split() 
     assert report["splits"] == 1 and report["examples"]["splits"][0]["missing"] == ["A2", "A2b"]
 
 
+def test_a_message_that_ran_twice_sits_in_the_window_where_its_latest_run_put_it() -> None:
+    """A duplicate's second run appends it again: a bounded history of 2 after A1, A2, A1 (again)
+    holds A2 and A1, and A1's first place no longer counts; a gap is still a split."""
+    turns = [turn("A1", T0, session="s"), turn("A2", T0 + 10.0, session="s", history=("A1",)),
+             turn("A1", T0 + 20.0, session="s", history=("A1", "A2")), turn("A3", T0 + 25.0, session="s")]
+    turns[-1] = turn("A3", T0 + 25.0, session="s", history=("A2", "A1"))
+    assert run(turns=turns, window=2)["splits"] == 0
+    lacking = [*turns[:3], turn("A3", T0 + 25.0, session="s", history=("A1",))]
+    report = run(turns=lacking, window=2)
+    assert report["splits"] == 1 and report["examples"]["splits"][0]["missing"] == ["A2"]
+
+
 # -- fault lag ----------------------------------------------------------------------------
 
 def test_fault_lag_is_measured_from_start_and_end() -> None:
