@@ -144,8 +144,8 @@ up() {
   # kube-apiserver refuses to start with a loopback --advertise-address and an endpoint reconciler.
   local reconciler=()
   [[ $api_address != 127.* ]] || reconciler=(--endpoint-reconciler-type none)
-  local etcd_port etcd_peer api_port kcm_port
-  etcd_port=$(free_port); etcd_peer=$(free_port); api_port=$(free_port); kcm_port=$(free_port)
+  local etcd_port etcd_peer api_port
+  etcd_port=$(free_port); etcd_peer=$(free_port)
 
   start etcd "$bin/etcd" --name local --data-dir "$dir/etcd-data" \
     --listen-client-urls "http://127.0.0.1:$etcd_port" --advertise-client-urls "http://127.0.0.1:$etcd_port" \
@@ -167,6 +167,8 @@ rules:
   verbs: [create, update, patch, delete, deletecollection]
 - level: None
 POLICY
+  # chosen as late as possible: a port free earlier may be some connection's local port by now
+  api_port=$(free_port)
   start kube-apiserver "$(component kube-apiserver)" \
     --audit-policy-file "$dir/audit-policy.yaml" --audit-log-path "$logs/audit.log" \
     --audit-log-maxsize 200 --audit-log-maxbackup 1 \
@@ -187,7 +189,7 @@ POLICY
 
   start kube-controller-manager "$(component kube-controller-manager)" \
     --kubeconfig "$kubeconfig" --authentication-kubeconfig "$kubeconfig" --authorization-kubeconfig "$kubeconfig" \
-    --leader-elect=false --bind-address 127.0.0.1 --secure-port "$kcm_port" \
+    --leader-elect=false --secure-port 0 \
     --service-account-private-key-file "$pki/sa.key" --root-ca-file "$pki/ca.crt" \
     --use-service-account-credentials=true \
     --cluster-signing-cert-file "$pki/ca.crt" --cluster-signing-key-file "$pki/ca.key" \
