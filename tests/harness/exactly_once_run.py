@@ -206,9 +206,13 @@ class Nemesis:
         self.persistent = True   # a managed Redis for 3 replicas persists by default
         self.lag = 2 + 1 + 1.0   # health interval + timeout + 1 s
 
+    def _all_pods(self, component: str, namespace: str = NAMESPACE, instance: str = NAME) -> list[dict[str, Any]]:
+        return self.cluster.get_json("pods", "-n", namespace, "-l", f"app.kubernetes.io/instance={instance},"
+                                     f"app.kubernetes.io/component={component}")["items"]
+
     def _pods(self, component: str, namespace: str = NAMESPACE, instance: str = NAME) -> list[dict[str, Any]]:
-        return [p for p in self.cluster.get_json("pods", "-n", namespace, "-l", f"app.kubernetes.io/instance={instance},"
-                                                 f"app.kubernetes.io/component={component}")["items"] if is_ready(p)]
+        """The ready ones."""
+        return [p for p in self._all_pods(component, namespace, instance) if is_ready(p)]
 
     def _patch(self, spec: dict[str, Any]) -> None:
         self.cluster.kubectl("patch", "gatewaydeployment", NAME, "-n", NAMESPACE, "--type", "merge",
@@ -400,14 +404,12 @@ class Nemesis:
     def _replacement(self, pod: dict[str, Any]) -> dict[str, Any]:
         """Delete ``pod`` (gracefully) and return the pod that replaces it as soon as a process of its
         containers runs in its own network namespace (before it is Ready, so before any webhook)."""
-        every = lambda: self.cluster.get_json("pods", "-n", NAMESPACE, "-l", f"app.kubernetes.io/instance={NAME},"
-                                              "app.kubernetes.io/component=gateway")["items"]
-        before = {p["metadata"]["uid"] for p in every()}
+        before = {p["metadata"]["uid"] for p in self._all_pods("gateway")}
         self.cluster.kubectl("delete", "pod", "-n", NAMESPACE, pod["metadata"]["name"], "--wait=false")
         found: dict[str, Any] = {}
 
         def started() -> bool:
-            for p in every():
+            for p in self._all_pods("gateway"):
                 if p["metadata"]["uid"] not in before and not is_ready(p):
                     try:
                         netns_pid(p["metadata"]["uid"])

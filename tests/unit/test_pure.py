@@ -8,7 +8,7 @@ import yaml
 from gateway_operator import api, conditions, reasons, render, replicas, status
 from gateway_operator.api import GatewaySpec
 from gateway_operator.conditions import Facts, Problem
-from gateway_operator.health import DESCRIPTIONS, Idempotency, ReplicaHealth, classify, own_view
+from gateway_operator.health import OWN_SECTION, DESCRIPTIONS, Idempotency, ReplicaHealth, classify, own_view
 from gateway_operator.kube import is_subset
 from gateway_operator.redis_probe import ProbeResult
 from gateway_operator.redis_target import InvalidRedisURL, resolve
@@ -189,7 +189,9 @@ def test_each_refusal_the_launcher_names_has_its_own_reason() -> None:
     import redis
     from harness import pod_code
     pod_code.importable()
+    import gwop_health
     import gwop_journal
+    assert gwop_health.SECTION == OWN_SECTION  # the launcher writes the section the operator reads
     expected = {redis.exceptions.OutOfMemoryError: Idempotency.REDIS_OUT_OF_MEMORY,
                 redis.exceptions.ReadOnlyError: Idempotency.REDIS_READ_ONLY,
                 redis.exceptions.NoPermissionError: Idempotency.REDIS_COMMAND_NOT_PERMITTED,
