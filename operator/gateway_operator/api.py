@@ -59,6 +59,9 @@ DEFAULT_DRAIN_SECONDS = 120
 PRESTOP_SECONDS = 5        # the Service and the edge stop sending to a terminating pod meanwhile
 EXIT_MARGIN_SECONDS = 20   # WebSocket drain (at most 10 s) and releasing unfinished claims
 IDEMPOTENCY_OWNER = "durability:idempotency"
+# the pod condition the operator sets on each Redis-backed replica (spec.health.readinessGate): False
+# while that replica cannot reach Redis and another one can (it leaves the Service and the edge)
+READINESS_GATE = f"{GROUP}/redis-reachable"
 
 
 class Policy:
@@ -255,6 +258,13 @@ class HealthSpec(fields.Section):
     restart_cooldown_seconds: float = fields.api(fields.scalar(
         "restartCooldownSeconds", "integer", "Minimum seconds between two such restarts, {range}. Default {default}.",
         60, convert=float, minimum=0))
+    readiness_gate: bool = fields.api(fields.scalar(
+        "readinessGate", "boolean", "Redis store only: each pod gets the readiness gate "
+        "gateway-operator.dev/redis-reachable, which the operator sets False while that replica says (GET /health) it "
+        "cannot reach Redis and another replica has reached it for a while (a partition, not an outage of Redis), so "
+        "that replica leaves the Service and the edge instead of admitting webhooks it cannot deduplicate, and True "
+        "again once it reaches Redis. A pod is then Ready only once the operator has polled it. Default {default}.",
+        True, convert=bool))
 
 
 @dataclass(frozen=True)

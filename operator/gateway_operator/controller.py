@@ -27,17 +27,19 @@ from .expose import Exposure
 from .inputs import Checked, SecretInputs, kept, resource_version
 from .kube import Kube
 from .pods import LiveDeployment, PodView
-from .publish import ObjectLog, publish
+from .publish import ObjectLog, now_iso, publish
 from .reconcile import Observation, Outcome, reconcile
 from .redis_probe import KeptConnection, ProbeResult, Prober
 from .redis_probe import bound as probe_bound
-from .replicas import stale_replica
+from .pods import gate_condition
+from .replicas import out_of_traffic, stale_replica
 from .rollouts import RolloutGate
 from .schedule import Schedule
 from .steps import ControllerSettings
 from .tenancy import Claim
 
 log = logging.getLogger(__name__)
+GATE_LAG_S = 5.0  # a readiness gate just written is not written again while the pod index may still lag
 
 
 class Passed(NamedTuple):
@@ -85,6 +87,7 @@ class GatewayController:
     _pending: asyncio.Future[Passed] | None = None  # a pass that outlasted its step (it wakes the loop when it ends)
     _waking: bool = False                 # ... and it will
     _last: Passed | None = None           # the last pass, published again with each poll while the next runs
+    _gates: dict[str, tuple[bool, float]] = field(default_factory=dict)  # readiness gates written: by pod uid
 
     def __post_init__(self) -> None:
         self.log = ObjectLog(log, {"object": f"{self.namespace}/{self.name}"})
@@ -144,6 +147,8 @@ class GatewayController:
         # full pass queued behind others for the API threads never delays what the replicas
         # report, and no poll is skipped
         replicas = await self._poll(health_spec, poll_due)
+        if spec is not None:
+            await self._gate(spec, replicas)
         wait = self.schedule.next_poll - time.monotonic()
         if poll_due:  # published together when the pass ends within its Redis probe's bound (or by the
             # next poll), so that a Redis that hangs shows in the same status as the replicas that
@@ -224,7 +229,7 @@ class GatewayController:
     async def _poll(self, health_spec: HealthSpec, due: bool) -> list[health.ReplicaHealth]:
         """Every serving replica's answer: polled when the poll is due, else the last one (a
         replica without one, a new pod, is polled at once)."""
-        targets = [health.Target(p.name, p.ip, api.GATEWAY_PORT) for p in self.pods() if p.serving and p.ip]
+        targets = [health.Target(p.name, p.ip, api.GATEWAY_PORT) for p in self.pods() if p.polled and p.ip]
         asked = [t for t in targets if due or t.pod not in self._health]
         if asked:
             answers = await self.poller.poll(asked, health_spec.timeout_seconds, health_spec.max_concurrency,
@@ -233,6 +238,48 @@ class GatewayController:
             self._health.update((r.pod, r) for r in answers)
         self._health = {t.pod: self._health[t.pod] for t in targets if t.pod in self._health}
         return list(self._health.values())
+
+    async def _gate(self, spec: GatewaySpec, replicas: Sequence[health.ReplicaHealth]) -> None:
+        """The readiness gate of each polled pod that carries it (render.gated): False for the
+        replicas out_of_traffic says are cut off from Redis, True for the others, each written
+        only when it changes (the pod index shows what was written once its watch event comes)."""
+        if not render.gated(spec):
+            return
+        polled = [p for p in self.pods() if p.polled]
+        pods = [p for p in polled if p.gated]
+        answered = {h.pod for h in replicas}
+        # a replica that reaches Redis counts once its containers are ready: its own gate is set
+        # True in this same round, so a fresh replica cut off from its start never takes traffic
+        out = out_of_traffic(replicas, {p.name for p in polled})
+        now, taken_out = time.monotonic(), 0
+        for pod in pods:
+            if pod.name not in answered:
+                continue  # not polled yet: its gate waits for its first answer
+            want = pod.name not in out
+            written = self._gates.get(pod.uid)
+            if pod.gate is want or (written is not None and written[0] is want and now - written[1] < GATE_LAG_S):
+                continue
+            reachers = sorted(h.pod for h in replicas if h.redis == "answers" and h.pod != pod.name)
+            reason, message = (("RedisReachable", "this replica reaches Redis (or does not say otherwise)") if want else
+                               ("CutOffFromRedis", f"this replica cannot reach Redis while {', '.join(reachers[:3])} can: "
+                                "out of the Service and the edge until it reaches Redis again"))
+            await asyncio.to_thread(self.kube.set_pod_condition, self.namespace, pod.name, pod.uid,
+                                    gate_condition(want, reason, message, now_iso()))
+            self._gates[pod.uid] = (want, now)
+            if not want:
+                taken_out += 1
+                self.log.warning("pod %s cannot reach Redis while %s can: taken out of the traffic", pod.name,
+                                 ", ".join(reachers[:3]))
+                kopf.event(dict(self.body), type="Warning", reason="ReplicaCutOffFromRedis",
+                           message=f"pod {pod.name} cannot reach Redis while {', '.join(reachers[:3])} can: it leaves "
+                                   "the Service and the edge (readiness gate) until it reaches Redis again")
+            elif pod.gate is False:
+                self.log.info("pod %s reaches Redis again: back in the traffic", pod.name)
+                kopf.event(dict(self.body), type="Normal", reason="ReplicaBackInTraffic",
+                           message=f"pod {pod.name} reaches Redis again: back in the Service and the edge")
+        live = {p.uid for p in pods}
+        self._gates = {uid: w for uid, w in self._gates.items() if uid in live}
+        metrics.traffic_gated(self.namespace, self.name, taken_out, sum(1 for p in pods if p.name in out))
 
     async def _restart_stale(self, spec: GatewaySpec, facts: Facts, outcome: Outcome) -> None:
         """replicas.stale_replica says which, the schedule when (its cooldown)."""

@@ -142,9 +142,9 @@ async def shutdown(memo: kopf.Memo, **_: Any) -> None:
 
 
 @kopf.index("", "v1", "pods", labels={**OWNED, api.LABEL_COMPONENT: "gateway"})
-def gateway_pods(namespace: str, name: str, uid: str, labels: Any, status: Any, meta: Any,
+def gateway_pods(namespace: str, name: str, uid: str, labels: Any, status: Any, meta: Any, spec: Any,
                  **_: Any) -> dict[tuple[str, str], PodView]:
-    return {(namespace, labels.get(api.LABEL_INSTANCE, "")): pod_view(name, uid, meta, status)}
+    return {(namespace, labels.get(api.LABEL_INSTANCE, "")): pod_view(name, uid, meta, status, spec)}
 
 
 @kopf.index("apps", "v1", "deployments", labels={**OWNED, api.LABEL_COMPONENT: "gateway"})
@@ -153,7 +153,7 @@ def gateway_deployments(namespace: str, name: str, body: kopf.Body,
     return {(namespace, name): live_deployment(body)}
 
 
-def pod_view(name: str, uid: str, meta: Any, status: Any) -> PodView:
+def pod_view(name: str, uid: str, meta: Any, status: Any, spec: Any = None) -> PodView:
     containers = status.get("containerStatuses") or []
     state = next((c["state"]["waiting"] for c in containers if (c.get("state") or {}).get("waiting")), {})
     waiting = state.get("reason")
@@ -167,7 +167,9 @@ def pod_view(name: str, uid: str, meta: Any, status: Any) -> PodView:
                    ready=pods.ready(status),
                    deleting=bool(meta.get("deletionTimestamp")), waiting_reason=waiting,
                    waiting_message=message, last_exit_code=last_exit,
-                   refused_gateway=pods.refused_gateway(last_exit, terminated.get("message")))
+                   refused_gateway=pods.refused_gateway(last_exit, terminated.get("message")),
+                   containers_ready=pods.containers_ready(status), gated=pods.gated(spec or {}),
+                   gate=pods.gate(status))
 
 
 # Host claims (tenancy.py): every host a GatewayDeployment exposes, and every host of an Ingress or

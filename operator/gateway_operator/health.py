@@ -77,6 +77,8 @@ class ReplicaHealth:
     # the replica's own view of Redis (its launcher's section), None when it gives none (another image)
     redis: str | None = None
     versions: tuple[str, ...] = ()   # the VERSIONED packages' versions, in that order; () when not given
+    # while its own view is "answers": how long it has reached Redis without a break (None: not given)
+    answers_for_s: float | None = None
 
 
 def classify(health: Mapping[str, Any]) -> Idempotency:
@@ -92,17 +94,25 @@ def classify(health: Mapping[str, Any]) -> Idempotency:
     return Idempotency.HEALTHY
 
 
-def own_view(health: Mapping[str, Any]) -> tuple[str | None, tuple[str, ...]]:
-    """What the replica's launcher says of itself: its view of Redis (one of OWN_REDIS) and the
-    versions it runs. The body is the tenant's: anything unexpected is left out, never copied."""
+MAX_SECONDS = 1e9  # a duration the launcher reports, as far as it is believed
+
+
+def own_view(health: Mapping[str, Any]) -> tuple[str | None, tuple[str, ...], float | None]:
+    """What the replica's launcher says of itself: its view of Redis (one of OWN_REDIS), the
+    versions it runs, and, while it reaches Redis, for how long without a break. The body is the
+    tenant's: anything unexpected is left out, never copied."""
     section = health.get(OWN_SECTION)
     if not isinstance(section, Mapping):
-        return None, ()
+        return None, (), None
     store, versions = section.get("idempotency"), section.get("versions")
     redis = store.get("redis") if isinstance(store, Mapping) else None
     found = tuple(versions.get(p) for p in VERSIONED) if isinstance(versions, Mapping) else ()
     ok = all(isinstance(v, str) and _VERSION.fullmatch(v) for v in found)
-    return (redis if redis in OWN_REDIS else None), (found if found and ok else ())
+    redis = redis if redis in OWN_REDIS else None
+    since = store.get("answers_for_s") if isinstance(store, Mapping) and redis == "answers" else None
+    since = float(since) if isinstance(since, (int, float)) and not isinstance(since, bool) and \
+        0 <= since <= MAX_SECONDS else None
+    return redis, (found if found and ok else ()), since
 
 
 @dataclass(frozen=True)

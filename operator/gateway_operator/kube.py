@@ -261,6 +261,12 @@ class Kube:
             name, namespace, body=client.V1DeleteOptions(preconditions=client.V1Preconditions(uid=uid)),
             _request_timeout=REQUEST_TIMEOUT)
 
+    def set_pod_condition(self, namespace: str, name: str, uid: str, condition: Mapping[str, str]) -> None:
+        """One condition of a pod's status (merged by type), on that pod only (its uid)."""
+        self.core.patch_namespaced_pod_status(
+            name, namespace, {"metadata": {"uid": uid}, "status": {"conditions": [dict(condition)]}},
+            _content_type="application/strategic-merge-patch+json", _request_timeout=REQUEST_TIMEOUT)
+
     def pods(self, namespace: str, selector: Mapping[str, str]) -> list[dict[str, Any]]:
         label_selector = ",".join(f"{k}={v}" for k, v in selector.items())
         items = self.core.list_namespaced_pod(namespace, label_selector=label_selector,

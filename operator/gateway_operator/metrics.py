@@ -25,7 +25,7 @@ class _Series:
     (another thread) reads them, and a float read is atomic under the GIL."""
 
     __slots__ = ("reconciles", "errors", "writes", "restarts", "polls", "conditions", "buckets",
-                 "duration_sum", "duration_count")
+                 "duration_sum", "duration_count", "cut_offs", "out_of_traffic")
 
     def __init__(self) -> None:
         self.reconciles = self.errors = self.writes = self.restarts = 0.0
@@ -34,6 +34,8 @@ class _Series:
         self.buckets = [0] * len(BUCKETS)  # non-cumulative counts
         self.duration_sum = 0.0
         self.duration_count = 0
+        self.cut_offs = 0.0        # replicas the readiness gate took out of the traffic, since the start
+        self.out_of_traffic = 0.0  # ... and out now
 
 
 _series: dict[tuple[str, str], _Series] = {}
@@ -80,6 +82,12 @@ def restarted_stale_replica(namespace: str, name: str) -> None:
     _of(namespace, name).restarts += 1
 
 
+def traffic_gated(namespace: str, name: str, taken_out: int, out_now: int) -> None:
+    s = _of(namespace, name)
+    s.cut_offs += taken_out
+    s.out_of_traffic = float(out_now)
+
+
 def observe_conditions(namespace: str, name: str, conditions: Iterable[Mapping[str, Any]]) -> None:
     # Every counter of a known GatewayDeployment is exposed from its first pass on, at 0: a
     # counter series that appears at 1 hides its first increase from rate()/increase(), and
@@ -105,6 +113,12 @@ class _PerObjectCollector(Collector):
                                     labels=[*_LABELS, "result"])
         restarts = CounterMetricFamily("gateway_operator_stale_replica_restarts",
                                        "Replicas restarted to leave the build-time SQLite fallback.", labels=_LABELS)
+        cut_offs = CounterMetricFamily("gateway_operator_replicas_cut_off",
+                                       "Replicas taken out of the traffic (readiness gate) because they could not reach "
+                                       "Redis while another replica could.", labels=_LABELS)
+        out_now = GaugeMetricFamily("gateway_operator_replicas_out_of_traffic",
+                                    "Replicas out of the traffic now (readiness gate False): cut off from Redis.",
+                                    labels=_LABELS)
         condition = GaugeMetricFamily("gateway_operator_condition", "1 for the current status of each condition.",
                                       labels=[*_LABELS, "type", "status"])
         durations = HistogramMetricFamily("gateway_operator_reconcile_duration_seconds",
@@ -115,6 +129,8 @@ class _PerObjectCollector(Collector):
             errors.add_metric(labels, s.errors)
             writes.add_metric(labels, s.writes)
             restarts.add_metric(labels, s.restarts)
+            cut_offs.add_metric(labels, s.cut_offs)
+            out_now.add_metric(labels, s.out_of_traffic)
             for result, count in list(s.polls.items()):
                 polls.add_metric([*labels, result], count)
             for type_, current in s.conditions:
@@ -126,7 +142,7 @@ class _PerObjectCollector(Collector):
                     running += count
                     cumulative.append(("+Inf" if bound == float("inf") else repr(bound), running))
                 durations.add_metric(labels, cumulative, s.duration_sum)
-        yield from (reconciles, errors, writes, polls, restarts, condition, durations)
+        yield from (reconciles, errors, writes, polls, restarts, cut_offs, out_now, condition, durations)
 
 
 REGISTRY.register(_PerObjectCollector())

@@ -24,11 +24,20 @@ class PodView:
     last_exit_code: int | None = None
     # the launcher's last words when it refused the gateway release (exit 78, "unsupported gateway"), bounded
     refused_gateway: str = ""
+    containers_ready: bool = False  # the kubelet's probes pass (Ready but for readiness gates)
+    gated: bool = False             # its spec lists the operator's readiness gate (api.READINESS_GATE)
+    gate: bool | None = None        # that condition as set (None: not set yet)
 
     @property
     def serving(self) -> bool:
-        """As ``serving`` below: ready and not being deleted (and so polled)."""
+        """As ``serving`` below: ready and not being deleted."""
         return self.ready and not self.deleting
+
+    @property
+    def polled(self) -> bool:
+        """Its /health is read: its containers are ready (a pod the operator's readiness gate keeps
+        out of the traffic is still asked, or it could never come back), with an IP, not being deleted."""
+        return (self.containers_ready or self.ready) and bool(self.ip) and not self.deleting
 
 
 REFUSED_GATEWAY = "gateway-launcher: unsupported gateway: "  # the launcher's exit-78 line (pod/launch.py)
@@ -47,6 +56,31 @@ def refused_gateway(exit_code: Any, message: Any) -> str:
 def ready(status: Mapping[str, Any]) -> bool:
     """The pod's Ready condition is True (the kubelet's readiness probe passes)."""
     return any(c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or [])
+
+
+def containers_ready(status: Mapping[str, Any]) -> bool:
+    """The pod's ContainersReady condition is True: every container's readiness probe passes
+    (Ready also waits for the pod's readiness gates)."""
+    return any(c.get("type") == "ContainersReady" and c.get("status") == "True" for c in status.get("conditions") or [])
+
+
+def gated(spec: Mapping[str, Any]) -> bool:
+    """The pod's spec lists the operator's readiness gate."""
+    return any(g.get("conditionType") == api.READINESS_GATE for g in spec.get("readinessGates") or []
+               if isinstance(g, Mapping))
+
+
+def gate(status: Mapping[str, Any]) -> bool | None:
+    """The operator's readiness gate condition as last set: True, False, or None when not set."""
+    found = next((c.get("status") for c in status.get("conditions") or [] if c.get("type") == api.READINESS_GATE), None)
+    return None if found is None else found == "True"
+
+
+def gate_condition(value: bool, reason: str, message: str, now: str) -> dict[str, str]:
+    """The condition the operator writes (a strategic merge patch of the pod's status merges
+    conditions by type)."""
+    return {"type": api.READINESS_GATE, "status": "True" if value else "False", "reason": reason,
+            "message": message, "lastTransitionTime": now}
 
 
 def serving(pod: Mapping[str, Any]) -> bool:

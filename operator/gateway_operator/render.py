@@ -176,6 +176,8 @@ def deployment(owner: Owner, spec: GatewaySpec, redis: RedisTarget | None, repli
                                           session_key_ref(owner.name, spec) if redis is not None else None)],
         "volumes": _volumes(owner, spec, redis, bool(migration)),
     }
+    if gated(spec):
+        pod_spec["readinessGates"] = [{"conditionType": api.READINESS_GATE}]
     if spec.image_pull_secrets:
         pod_spec["imagePullSecrets"] = [{"name": n} for n in spec.image_pull_secrets]
     for key in ("nodeSelector", "tolerations", "affinity", "priorityClassName"):
@@ -196,6 +198,12 @@ def deployment(owner: Owner, spec: GatewaySpec, redis: RedisTarget | None, repli
     # what an operator upgrade would change (rollouts.py): the pods, not the replica count
     manifest["metadata"]["annotations"] = {api.ANNOTATION_TEMPLATE_HASH: digest(template)}
     return manifest
+
+
+def gated(spec: GatewaySpec) -> bool:
+    """The pods carry the operator's readiness gate (api.READINESS_GATE): Redis store, and not
+    turned off (spec.health.readinessGate)."""
+    return spec.store_backend == "redis" and spec.health.readiness_gate
 
 
 def auth_token_ref(name: str, spec: GatewaySpec) -> SecretKeyRef:

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Collection, Mapping, Sequence
 
 from .api import GatewaySpec, Policy
 from .health import Idempotency, ReplicaHealth
@@ -73,3 +73,24 @@ def stale_replica(enabled: bool, health: Sequence[ReplicaHealth], ready: int, ru
     not back ready."""
     stale = sorted(h.pod for h in health if h.state is Idempotency.BUILD_TIME_FALLBACK and h.redis == "answers")
     return stale[0] if enabled and stale and ready >= running else None
+
+
+#: a replica that cannot reach Redis leaves the traffic only once another one has reached Redis this
+#: long without a break: when Redis itself comes back, the replicas see it within about a second of
+#: each other (their journals ask every second), and none of them is cut off
+CUT_OFF_AFTER_S = 5.0
+UNUSABLE = ("unreachable", "refusing")
+
+
+def out_of_traffic(health: Sequence[ReplicaHealth], serving: Collection[str]) -> frozenset[str]:
+    """The replicas the readiness gate takes out of the Service and the edge: each says itself
+    (GET /health) that it cannot use Redis while another replica that takes traffic, or will once
+    its own gate is set (``serving``: its containers are ready), says it has reached Redis for CUT_OFF_AFTER_S without a break: a partition. A cut-off replica
+    would hold each webhook for the fail-closed window, then admit it best-effort, and the same
+    webhook retried to a replica that can ask Redis runs again. When no replica reaches Redis (an
+    outage, or a refusal every replica meets) none is taken out: stopping them all would stop even
+    what can run, and the window and its announcement are the answer there. A replica that does
+    not say (another image) stays in; one that reaches Redis again comes back at the next poll."""
+    reaching = {h.pod for h in health if h.redis == "answers" and h.pod in serving
+                and (h.answers_for_s or 0.0) >= CUT_OFF_AFTER_S}
+    return frozenset(h.pod for h in health if h.redis in UNUSABLE and reaching - {h.pod})

@@ -131,6 +131,11 @@ class Fault:
     ended: float
     detail: str = ""
     expect: Expectation | None = None
+    # replica_partition: the cut-off pod's readiness (the operator's readiness gate): seconds from the
+    # cut until it took no traffic (0.0: never Ready while cut off; None: it stayed Ready), and from
+    # the heal until it was Ready again
+    left_traffic_after_s: float | None = None
+    back_after_s: float | None = None
 
 
 @dataclass
@@ -257,6 +262,10 @@ def classify(deliveries: Iterable[Delivery], turns: Iterable[Turn], samples: Ite
         "crossed": len(crossed),
         "fault_lag_max_s": max(announce) if announce else None,
         "fault_clear_max_s": max(clear) if clear else None,
+        # the longest a replica cut off from Redis took traffic (a partition it never left counts whole)
+        "partition_in_traffic_max_s": max((f.ended - f.started if f.left_traffic_after_s is None
+                                           else f.left_traffic_after_s for f in faults
+                                           if f.kind == "replica_partition"), default=None),
         "faults_unannounced": sum(1 for x in lags if x["expected"] and x["announced_after_s"] is None),
         "faults_uncleared": sum(1 for x in lags if x["expected"] and x["clears"] and x["cleared_after_s"] is None),
         "lag_bound_s": lag,
@@ -355,6 +364,8 @@ def _fault_lag(fault: Fault, timeline: Timeline) -> dict[str, Any]:
     row: dict[str, Any] = {"kind": fault.kind, "started": fault.started, "ended": fault.ended,
                            "detail": fault.detail, "expected": None, "clears": False,
                            "announced_after_s": None, "cleared_after_s": None}
+    if fault.kind == "replica_partition":
+        row.update(left_traffic_after_s=fault.left_traffic_after_s, back_after_s=fault.back_after_s)
     if fault.expect is None:
         return row
     e = fault.expect
@@ -382,7 +393,7 @@ def targets_met(report: Mapping[str, Any]) -> bool:
 
 
 KEYS = ("deliveries", "unique", "silent_duplicates", "announced_duplicates", "avoidable_duplicates", "lost", "splits",
-        "fault_lag_max_s", "orphaned_claim_max_s", "fail_closed_503s", "in_progress_503s")
+        "fault_lag_max_s", "orphaned_claim_max_s", "fail_closed_503s", "in_progress_503s", "partition_in_traffic_max_s")
 
 
 def table(report: Mapping[str, Any]) -> str:

@@ -41,6 +41,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+from gateway_operator import pods as pods_module
+
 from . import llm_pod, node
 from .cluster import Cluster
 from .exactly_once import Delivery, Expectation, Fault, Sample, Turn, classify
@@ -328,16 +330,22 @@ class Nemesis:
                 # each step looks one up again (the namespace itself lives as long as the pod)
                 until(lambda: self._iptables(uid, "-I", rules), timeout=60, interval=0.2,
                       what=f"{pod['metadata']['name']} cut off from Redis")
-                if fresh:  # cut off from its start until it has taken webhooks (it is Ready), or is gone
-                    until(lambda: not self._exists(pod) or is_ready(
-                        self.cluster.get_json("pod", pod["metadata"]["name"], "-n", NAMESPACE)),
-                        timeout=120, interval=0.5, what=f"{pod['metadata']['name']} Ready (or gone)")
-                time.sleep(self.rng.uniform(8, 20))
+                cut = time.time()
+                if fresh:  # cut off from its start until its containers are ready (it would take webhooks
+                    # but for the operator's readiness gate), or it is gone
+                    until(lambda: not self._exists(pod) or pods_module.containers_ready(
+                        self.cluster.get_json("pod", pod["metadata"]["name"], "-n", NAMESPACE).get("status") or {}),
+                        timeout=120, interval=0.5, what=f"{pod['metadata']['name']}'s containers ready (or gone)")
+                left = self._in_traffic_until(pod, cut, time.time() + self.rng.uniform(8, 20))
                 until(lambda: self._iptables(uid, "-D", rules) if self._exists(pod) else True, timeout=60,
                       interval=0.2, what=f"{pod['metadata']['name']} reaching Redis again (or gone)")
+                healed = time.time()
                 detail = f"{pod['metadata']['name']} ({'before' if fresh else 'after'} its store was built)"
-                if fresh:
-                    self._settle()
+                self._settle()
+                fault = Fault(kind, start, healed, detail, expect, left_traffic_after_s=left,
+                              back_after_s=round(time.time() - healed, 1) if self._exists(pod) else None)
+                self.faults.append(fault)
+                return fault
         elif kind == "stop_during_outage":
             # a replica stopped (gracefully) while Redis is paused: what it admitted meanwhile must
             # still reach Redis, or a redelivery to another replica runs again
@@ -380,6 +388,22 @@ class Nemesis:
         fault = Fault(kind, start, time.time(), detail, expect)
         self.faults.append(fault)
         return fault
+
+    def _in_traffic_until(self, pod: dict[str, Any], since: float, until_at: float) -> float | None:
+        """Watch a cut-off pod's Ready until ``until_at``: the seconds from ``since`` to the first time
+        it was seen out of the traffic (not Ready) after any time in it (0.0 when it was never
+        Ready), None when it stayed in the traffic throughout."""
+        left, was_ready = None, False
+        while time.time() < until_at:
+            if not self._exists(pod):
+                break
+            ready = is_ready(self.cluster.get_json("pod", pod["metadata"]["name"], "-n", NAMESPACE))
+            if ready:
+                left, was_ready = None, True
+            elif left is None:
+                left = round(time.time() - since, 1) if was_ready else 0.0
+            time.sleep(0.5)
+        return left
 
     def _exists(self, pod: dict[str, Any]) -> bool:
         """The pod is still there (the same one: its namespace goes with it)."""

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import dataclasses
 import json
 import threading
 import time
@@ -204,3 +205,78 @@ def test_a_redis_that_hangs_shows_in_the_same_status_as_the_replicas_that_report
         assert (reachable["status"], reachable["reason"]) == ("False", R.CONNECTION_FAILED), first["conditions"]
 
     run_loop(test, spec, prober)
+
+
+class GatedApi(HeldApi):
+    """The stand-in, with the pods' readiness-gate conditions as the operator writes them; each
+    write reaches the pod index at once (the watch event of a pod status patch)."""
+
+    def __init__(self, body: dict[str, Any], pods: list[PodView]) -> None:
+        super().__init__(body, [secret("redis-auth", password="pw")])
+        self.pods, self.gate_writes = pods, []
+
+    def set_pod_condition(self, namespace: str, name: str, uid: str, condition: Mapping[str, str]) -> None:
+        self.gate_writes.append((name, condition["status"], condition["reason"]))
+        self.pods[:] = [dataclasses.replace(p, gate=condition["status"] == "True") if p.uid == uid else p
+                        for p in self.pods]
+
+
+async def serve_own_view(ip: str, view: dict[str, Any]) -> asyncio.AbstractServer:
+    """A replica's /health with the launcher's section: its own view of Redis as ``view`` says now."""
+
+    async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readuntil(b"\r\n\r\n")
+        body = json.dumps({"status": "healthy", "degraded_owners": [],
+                           "gateway_operator": {"idempotency": dict(view)}}).encode()
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n"
+                     b"Connection: close\r\n\r\n%s" % (len(body), body))
+        await writer.drain()
+        writer.close()
+
+    return await asyncio.start_server(answer, ip, GATEWAY_PORT)
+
+
+def test_a_replica_cut_off_from_redis_leaves_the_traffic_and_comes_back() -> None:
+    """The readiness gate: a replica that says it cannot reach Redis while the other has reached it
+    for a while is set False (it leaves the Service), the other and a new pod True, each written
+    once; True again when it reaches Redis. The pod whose gate is False is still polled."""
+    ips = ("127.61.0.2", "127.61.0.3")
+    pods = [PodView(f"bot-{i}", f"uid-{i}", ip, ready=False, deleting=False, containers_ready=True, gated=True)
+            for i, ip in enumerate(ips)]
+    body = gateway({**REDIS_SPEC, "replicas": 2, "health": {"intervalSeconds": 1, "timeoutSeconds": 1}})
+    kube = GatedApi(body, pods)
+    views = [{"redis": "answers", "answers_for_s": 60.0}, {"redis": "unreachable"}]
+
+    async def main() -> None:
+        posting.event_queue_loop_var.set(asyncio.get_running_loop())
+        posting.event_queue_var.set(asyncio.Queue())
+        posting.settings_var.set(kopf.OperatorSettings())
+        servers = [await serve_own_view(ip, view) for ip, view in zip(ips, views)]
+        # Ready follows the gate (the kubelet's part): a pod takes traffic once its gate is True
+        live = lambda: [dataclasses.replace(p, ready=bool(p.gate)) for p in kube.pods]  # noqa: E731
+        controller = GatewayController(kube, "ns", "bot", live, prober=HangingProber(0))  # type: ignore[arg-type]
+        controller.update(kube.body)
+        task = asyncio.create_task(controller.run())
+        try:
+            await until(lambda: ("bot-1", "False", "CutOffFromRedis") in kube.gate_writes, 10,
+                        "the cut-off replica's gate set False")
+            assert ("bot-0", "True", "RedisReachable") in kube.gate_writes
+            await asyncio.sleep(2.5)  # two more polls: nothing changed, nothing written
+            assert sorted(kube.gate_writes) == [("bot-0", "True", "RedisReachable"),
+                                                ("bot-1", "False", "CutOffFromRedis")], kube.gate_writes
+            views[1].update(redis="answers", answers_for_s=0.5)
+            await until(lambda: ("bot-1", "True", "RedisReachable") in kube.gate_writes, 5,
+                        "the replica back in the traffic once it reaches Redis")
+            views[0].update(redis="unreachable")  # now Redis is down for both: neither is taken out
+            views[0].pop("answers_for_s")
+            views[1].update(redis="unreachable")
+            await asyncio.sleep(2.5)
+            assert len(kube.gate_writes) == 3, kube.gate_writes
+        finally:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+            for server in servers:
+                server.close()
+                await server.wait_closed()
+
+    asyncio.run(main())

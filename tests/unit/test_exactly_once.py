@@ -598,3 +598,15 @@ def test_a_saved_report_is_classified_again_from_its_records() -> None:
                                                "faults": [asdict(f) for f in faults]}}))
     again = reclassify(saved)
     assert again == report and again["silent_duplicates"] >= 1
+
+
+def test_a_partition_counts_how_long_the_cut_off_replica_took_traffic() -> None:
+    """partition_in_traffic_max_s: the longest a replica cut off from Redis stayed in the traffic; a
+    partition it never left counts whole (the readiness gate did nothing)."""
+    def partition(left: float | None) -> Fault:
+        return Fault("replica_partition", T0, T0 + 12, "p", left_traffic_after_s=left, back_after_s=2.0)
+    assert run(faults=[partition(3.5), partition(0.0)])["partition_in_traffic_max_s"] == 3.5
+    assert run(faults=[partition(3.5), partition(None)])["partition_in_traffic_max_s"] == 12.0
+    assert run(faults=[])["partition_in_traffic_max_s"] is None
+    row = run(faults=[partition(3.5)])["faults"][0]
+    assert (row["left_traffic_after_s"], row["back_after_s"]) == (3.5, 2.0)

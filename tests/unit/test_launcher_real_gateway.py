@@ -269,6 +269,37 @@ def test_a_store_built_while_redis_is_down_holds_then_asks_redis_once_it_answers
     assert "handled as an outage of the Redis store" in cut_off.output(), cut_off.output()
 
 
+def test_a_replica_says_it_cannot_reach_redis_before_any_webhook(
+        launch, real_redis: RedisServer, llm: StandInLLM) -> None:
+    """The operator takes a replica cut off from Redis out of the traffic on the replica's own word
+    (its readiness gate). A replica cut off before its first webhook (store not built, its journal
+    never asked Redis) says so within the probe's period and timeout; once Redis answers again it
+    says so, and for how long without a break (the operator waits for that before it believes it)."""
+    from gateway_operator.render import REDIS_CLIENT_OPTIONS
+    import gwop_reach
+    documented = documented_config(real_redis)
+    documented["push"]["redis"]["url"] += f"?{REDIS_CLIENT_OPTIONS}"
+    gw = launch("idle", documented)
+
+    def own() -> dict:
+        return gw.health()["gateway_operator"]["idempotency"]
+    assert (own()["store"], own()["redis"]) == ("not built", "answers"), own()
+    assert own()["answers_for_s"] >= 0
+    real_redis.pause()
+    try:
+        _wait_until(lambda: own()["redis"] == "unreachable", gwop_reach.Reach.PERIOD_S + gwop_reach.Reach.TIMEOUT_S + 2,
+                    "the idle replica saying it cannot reach Redis")
+        assert "answers_for_s" not in own() and own()["store"] == "not built", own()
+    finally:
+        real_redis.resume()
+    resumed = time.monotonic()
+    _wait_until(lambda: own()["redis"] == "answers", gwop_reach.Reach.PERIOD_S + 2, "the replica reaching Redis again")
+    first = own()["answers_for_s"]
+    assert first <= time.monotonic() - resumed + 0.2, first  # counted from the recovery, not the start
+    time.sleep(1.2)
+    assert own()["answers_for_s"] >= first + 1.0
+
+
 def test_a_hung_redis_is_answered_503_within_a_second_then_fails_open_after_the_window(
         launch, real_redis: RedisServer, llm: StandInLLM) -> None:
     """The URL the operator renders bounds redis-py's socket timeouts (redis-py's defaults held a

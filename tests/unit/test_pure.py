@@ -147,17 +147,46 @@ def test_classify(body: dict, expected: Idempotency) -> None:
 
 @pytest.mark.parametrize("section, expected", [
     ({"versions": {"praisonai-bot": "0.1.16", "praisonaiagents": "1.7.17"}, "idempotency": {"redis": "answers"}},
-     ("answers", ("0.1.16", "1.7.17"))),
-    ({"idempotency": {"redis": "unreachable"}}, ("unreachable", ())),
-    (None, (None, ())),
-    ("garbage", (None, ())),
-    ({"idempotency": {"redis": "fine, trust me"}, "versions": {"praisonai-bot": "0.1.16"}}, (None, ())),
-    ({"versions": {"praisonai-bot": "0.1.16; rm -rf /", "praisonaiagents": "1"}}, (None, ())),
-    ({"versions": {"praisonai-bot": "9" * 65, "praisonaiagents": "1"}}, (None, ())),
-    ({"versions": {"praisonai-bot": 16, "praisonaiagents": "1"}, "idempotency": "x"}, (None, ())),
+     ("answers", ("0.1.16", "1.7.17"), None)),
+    ({"idempotency": {"redis": "answers", "answers_for_s": 12.5}}, ("answers", (), 12.5)),
+    ({"idempotency": {"redis": "unreachable", "answers_for_s": 12.5}}, ("unreachable", (), None)),
+    ({"idempotency": {"redis": "answers", "answers_for_s": True}}, ("answers", (), None)),
+    ({"idempotency": {"redis": "answers", "answers_for_s": -1}}, ("answers", (), None)),
+    ({"idempotency": {"redis": "answers", "answers_for_s": "12"}}, ("answers", (), None)),
+    ({"idempotency": {"redis": "answers", "answers_for_s": float("nan")}}, ("answers", (), None)),
+    (None, (None, (), None)),
+    ("garbage", (None, (), None)),
+    ({"idempotency": {"redis": "fine, trust me"}, "versions": {"praisonai-bot": "0.1.16"}}, (None, (), None)),
+    ({"versions": {"praisonai-bot": "0.1.16; rm -rf /", "praisonaiagents": "1"}}, (None, (), None)),
+    ({"versions": {"praisonai-bot": "9" * 65, "praisonaiagents": "1"}}, (None, (), None)),
+    ({"versions": {"praisonai-bot": 16, "praisonaiagents": "1"}, "idempotency": "x"}, (None, (), None)),
 ])
 def test_the_launchers_own_view_is_read_and_anything_else_left_out(section: object, expected: tuple) -> None:
     assert own_view({"status": "healthy", "gateway_operator": section}) == expected
+
+
+def test_a_replica_cut_off_from_redis_while_another_reaches_it_leaves_the_traffic() -> None:
+    """A partition takes the cut-off replica out (readiness gate); an outage of Redis itself, a
+    replica that does not say, or a recovery the replicas see a moment apart takes none out."""
+    def out(*views: tuple[str, str | None, float | None], serving: tuple[str, ...] = ("a", "b", "c")) -> set[str]:
+        health = [ReplicaHealth(pod, Idempotency.HEALTHY, redis, (), since) for pod, redis, since in views]
+        return set(replicas.out_of_traffic(health, serving))
+    far = replicas.CUT_OFF_AFTER_S + 60
+    assert out(("a", "unreachable", None), ("b", "answers", far)) == {"a"}
+    assert out(("a", "refusing", None), ("b", "answers", far), ("c", "unreachable", None)) == {"a", "c"}
+    # Redis itself down or refusing: every replica says so, none is taken out
+    assert out(("a", "unreachable", None), ("b", "unreachable", None)) == set()
+    assert out(("a", "refusing", None), ("b", "refusing", None)) == set()
+    # Redis just came back and b saw it first: a is about to, and stays in
+    assert out(("a", "unreachable", None), ("b", "answers", replicas.CUT_OFF_AFTER_S - 1)) == set()
+    # the one that reaches Redis takes no traffic itself (not Ready): nobody would, so a stays in
+    assert out(("a", "unreachable", None), ("b", "answers", far), serving=("a",)) == set()
+    # another image (no own view), or a view without a duration, is never the evidence
+    assert out(("a", "unreachable", None), ("b", None, None)) == set()
+    assert out(("a", "unreachable", None), ("b", "answers", None)) == set()
+    assert out(("a", None, None), ("b", "answers", far)) == set()
+    # one replica alone is never cut off
+    assert out(("a", "unreachable", None)) == set()
 
 
 def test_a_build_time_fallback_is_restarted_only_once_the_replica_itself_reaches_redis() -> None:

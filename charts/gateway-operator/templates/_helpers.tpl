@@ -64,6 +64,10 @@ missing the API server also checks `create`. */}}
 - apiGroups: [""]
   resources: [pods]
   verbs: [list, watch, delete]
+# the gateway pods' readiness gate (spec.health.readinessGate: kube.set_pod_condition)
+- apiGroups: [""]
+  resources: [pods/status]
+  verbs: [patch]
 # Secrets named in the spec (kube.secret_value) and the generated ones (kube.create_if_absent); never listed
 - apiGroups: [""]
   resources: [secrets]

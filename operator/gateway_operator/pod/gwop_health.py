@@ -6,28 +6,33 @@ knows of the section and ignores the rest."""
 
 from __future__ import annotations
 
-from typing import Any, Dict, Mapping
+import time
+from typing import Any, Dict, Mapping, Optional
 
 import gwop_upstream as upstream
 from gwop_journal import OutageJournal
 from gwop_leases import Leases
+from gwop_reach import Reach, view
 
 SECTION = "gateway_operator"
 
 
-def section(gateway: Any, journal: OutageJournal, leases: Leases, versions: Mapping[str, str]) -> Dict[str, Any]:
+def section(gateway: Any, journal: OutageJournal, leases: Leases, versions: Mapping[str, str],
+            reach: Optional[Reach] = None) -> Dict[str, Any]:
     built = upstream.idempotency_store(gateway)
     store = "not built" if built is None else "redis" if upstream.redis_store(gateway) is not None else "other"
-    return {"versions": dict(versions), "idempotency": {"store": store, **journal.view(),
+    return {"versions": dict(versions), "idempotency": {"store": store, **view(journal, reach, time.monotonic()),
                                                         "claims_held": len(leases.held), "leases_lost": leases.lost}}
 
 
-def extend(gateway: Any, journal: OutageJournal, leases: Leases, versions: Mapping[str, str]) -> None:
+def extend(gateway: Any, journal: OutageJournal, leases: Leases, versions: Mapping[str, str],
+           reach: Optional[Reach] = None) -> None:
     """/health answers the gateway's own body with the section added."""
     own = upstream.health_call(gateway)
 
     def health() -> Any:
         body = own()
-        return {**body, SECTION: section(gateway, journal, leases, versions)} if isinstance(body, dict) else body
+        return ({**body, SECTION: section(gateway, journal, leases, versions, reach)} if isinstance(body, dict)
+                else body)
 
     upstream.set_health_call(gateway, health)

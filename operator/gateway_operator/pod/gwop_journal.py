@@ -56,6 +56,7 @@ class OutageJournal:
         # the fail-closed window: from the first failed call, new deliveries are held (503) this long
         self.fail_closed = float(fail_closed_seconds)
         self.broken_since: Optional[float] = None   # monotonic, while broken
+        self.answers_since = time.monotonic()        # monotonic: the start, or when Redis last answered again
         self.holding: "contextvars.ContextVar[bool]" = contextvars.ContextVar("gwop_holding", default=False)
         # keys whose reserve failed and was held: its SET may still have reached Redis (a stall that
         # outlasted the client's timeout), so this replica's claim is released once Redis answers
@@ -234,6 +235,7 @@ class OutageJournal:
             self._tell_refusal()
             if was and not self.broken:
                 self.broken_since, self.refusal, self._told = None, None, None
+                self.answers_since = time.monotonic()
                 say("Redis answers again: webhooks are asked of it again")
                 # Redis answers again: what 0.1.16's next successful call would do (it clears the
                 # store's degraded fact, so /health and the conditions recover without a webhook)

@@ -19,6 +19,7 @@ from gwop_health import extend as extend_health
 from gwop_journal import OutageJournal
 from gwop_leases import Leases
 from gwop_log import say
+from gwop_reach import Reach
 from gwop_sessions import SharedSessions
 
 # at the stop, how long the journal and the unsaved session history may wait for Redis to take them
@@ -57,6 +58,11 @@ async def serve(gateway: Any, config_path: str, drain: float, guard: Mapping[str
     Redis may be coming back), then this replica's unfinished claims are released."""
     loop = asyncio.get_running_loop()
     stop_requested = asyncio.Event()
+    # asked once before the gateway serves, so that the first /health the operator reads already
+    # says whether this replica reaches Redis (at most Reach.TIMEOUT_S when it cannot)
+    reach = Reach(store_redis) if store_redis else None
+    if reach is not None:
+        await asyncio.to_thread(reach.probe)
     start = asyncio.ensure_future(gateway.start_with_config(config_path))
     # start_with_config installs its own SIGTERM/SIGINT handlers before its
     # first await; those only flip uvicorn's should_exit and silently drop a
@@ -71,7 +77,7 @@ async def serve(gateway: Any, config_path: str, drain: float, guard: Mapping[str
     leases = Leases(gateway, guard["claim_lease_seconds"], pod, store_redis)
     if sessions is not None:
         sessions.other_window = lambda: journal.broken_since
-    guarding = asyncio.ensure_future(guard_webhooks(gateway, start, pod, journal, leases))
+    guarding = asyncio.ensure_future(guard_webhooks(gateway, start, pod, journal, leases, reach))
     try:
         await start
     finally:
@@ -108,7 +114,7 @@ def carry(journal: OutageJournal, sessions: Optional[SharedSessions], budget: fl
 
 
 async def guard_webhooks(gateway: Any, start: "asyncio.Future[Any]", pod: str, journal: OutageJournal,
-                         leases: Leases) -> None:
+                         leases: Leases, reach: Optional[Reach] = None) -> None:
     """Once the gateway runs: the fail-closed window and the outage journal around its claim calls,
     the claims' short leases, in-flight duplicates answered 503, and (once the store is built) the
     store's owner recorded under this pod."""
@@ -118,10 +124,12 @@ async def guard_webhooks(gateway: Any, start: "asyncio.Future[Any]", pod: str, j
         journal.wrap()
         leases.wrap()
         answer_inflight_duplicates(gateway, journal)
-        extend_health(gateway, journal, leases, upstream.versions())
+        extend_health(gateway, journal, leases, upstream.versions(), reach)
     except Exception as exc:  # noqa: BLE001 - 0.1.16's own answer stays
         say(f"wrapping the webhook path failed: {type(exc).__name__}")
     tasks = [asyncio.ensure_future(journal.run()), asyncio.ensure_future(leases.run())]
+    if reach is not None:
+        tasks.append(asyncio.ensure_future(reach.run()))
     try:
         await record_owner(gateway, start, pod)
         await asyncio.gather(*tasks)
