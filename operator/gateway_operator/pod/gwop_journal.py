@@ -72,9 +72,23 @@ class OutageJournal:
         self.broken = False
         self.refusal: Optional[str] = None  # what the last failed call said, when Redis refused it
         self._told: Optional[str] = None    # the refusal /health carries
+        self._hooked: Optional[Any] = None  # the store whose failures this journal hears (on_runtime_degraded)
 
     def _store(self) -> Optional[upstream.RedisStore]:
-        return upstream.redis_store(self.gateway)
+        store = upstream.redis_store(self.gateway)
+        if store is not None and store.store is not self._hooked:  # built since: hear its failures
+            upstream.on_runtime_degraded(store, self._failed)
+            self._hooked = store.store
+        return store
+
+    def _failed(self, error: BaseException) -> None:
+        """A call of the store failed: a refusal is named in /health at once (the operator reads it
+        at its next poll), not at the journal's next probe."""
+        refusal = refusal_of(error)
+        if refusal:
+            self.refusal = refusal
+            self._break()
+            self._tell_refusal()
 
     def _keep(self, table: "collections.OrderedDict[str, float]", key: str) -> None:
         with self._lock:

@@ -373,6 +373,19 @@ def install_redis_store(gateway: Any, client: Any, prefix: str) -> RedisStore:
     return RedisStore(store)
 
 
+def on_runtime_degraded(store: RedisStore, told: Callable[[BaseException], None]) -> None:
+    """Call ``told(error)`` after each failure the store records (its ``_mark_runtime_degraded(op,
+    error)``, whose signature ``check`` verified; 0.1.16 itself reports only the first), so that the
+    launcher names a Redis that refuses at the failing call, not at its next probe."""
+    original = store.store._mark_runtime_degraded
+
+    def marked(op: str, error: Exception) -> None:
+        original(op, error)
+        told(error)
+
+    store.store._mark_runtime_degraded = marked
+
+
 def record_idempotency_degraded(reason: str) -> None:
     """Replace the reason /health gives for ``durability:idempotency`` (0.1.16's registry)."""
     from praisonai_bot.bots._session import record_durability_degraded
