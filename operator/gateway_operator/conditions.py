@@ -18,6 +18,8 @@ from .pods import Observed
 from .redis_probe import ProbeResult
 from .redis_target import RedisTarget
 from .replicas import gate_holds
+from .unrecorded import Unrecorded
+from .unrecorded import message as unrecorded_message
 
 READY, RECONCILING, STALLED = "Ready", "Reconciling", "Stalled"
 REDIS_REACHABLE, IDEMPOTENCY_DEGRADED, EXACTLY_ONCE = "RedisReachable", "IdempotencyDegraded", "ExactlyOnceAdmission"
@@ -56,6 +58,7 @@ class Facts:
     probe: ProbeResult | None = None
     health: Sequence[ReplicaHealth] = field(default_factory=tuple)
     dedup: History = History()   # the canary's history (dedup_history.assess)
+    unrecorded: Unrecorded = Unrecorded()  # admissions Redis may never have recorded (unrecorded.assess)
     now: float = 0.0             # unix seconds, for the lost window
     migrating: bool = False      # one replica copies the single SQLite replica's records to Redis
     sessions_store: str = "replica"  # where webhook session history lives (spec.sessions)
@@ -65,6 +68,10 @@ class Facts:
     @property
     def dedup_lost(self) -> bool:
         return self.store_backend == "redis" and self.dedup.lost(self.now)
+
+    @property
+    def unrecorded_open(self) -> bool:
+        return self.store_backend == "redis" and self.unrecorded.open(self.now)
 
     @property
     def gated(self) -> bool:
@@ -156,6 +163,10 @@ def _degraded(f: Facts) -> Condition:
     if f.dedup_lost:
         also = f"; also {len(degraded)} of {len(f.health)} replicas report {_owner()}" if degraded else ""
         return Condition(IDEMPOTENCY_DEGRADED, "True", R.DEDUP_HISTORY_LOST, lost_message(f.dedup) + also)
+    if f.unrecorded_open:
+        also = f"; also {len(degraded)} of {len(f.health)} replicas report {_owner()}" if degraded else ""
+        return Condition(IDEMPOTENCY_DEGRADED, "True", R.ADMISSIONS_NOT_RECORDED,
+                         unrecorded_message(f.unrecorded) + also)
     if not degraded:
         answered = sum(h.state is not Idempotency.UNKNOWN for h in f.health)
         return Condition(IDEMPOTENCY_DEGRADED, "False", R.NO_DEGRADED_REPLICAS,
@@ -192,6 +203,8 @@ def _exactly_once(f: Facts) -> Condition:
         return no(R.REDIS_UNREACHABLE, "the shared Redis idempotency store is not reachable")
     if f.dedup_lost:
         return no(R.DEDUP_HISTORY_LOST, lost_message(f.dedup))
+    if f.unrecorded_open:
+        return no(R.ADMISSIONS_NOT_RECORDED, unrecorded_message(f.unrecorded))
     if f.degraded:
         return no(R.IDEMPOTENCY_DEGRADED, f"{len(f.degraded)} replicas are not deduplicating through Redis")
     if not f.health:  # nothing polled yet: a clean answer from nobody proves nothing

@@ -88,6 +88,7 @@ class GatewayController:
     _waking: bool = False                 # ... and it will
     _last: Passed | None = None           # the last pass, published again with each poll while the next runs
     _gates: dict[str, tuple[bool, float]] = field(default_factory=dict)  # readiness gates written: by pod uid
+    _gone: list[health.ReplicaHealth] = field(default_factory=list)  # last answers of replicas gone, until published
 
     def __post_init__(self) -> None:
         self.log = ObjectLog(log, {"object": f"{self.namespace}/{self.name}"})
@@ -174,9 +175,10 @@ class GatewayController:
         """Status from a pass's outcome and the latest poll; the body as the watch and our last
         write left it, at the generation that pass reconciled."""
         body, spec, outcome = _at_generation(self.body, passed.generation), passed.spec, passed.outcome
-        facts = summarize.facts(body, spec, outcome, replicas, time.time())
+        facts = summarize.facts(body, spec, outcome, replicas, time.time(), self._gone)
         policy = render.gateway_network_policy_name(self.name) if spec and spec.network_policy.enabled else ""
         written = await publish(self.kube, body, facts, outcome, self._exposure, policy, self.log)
+        self._gone = []  # their journals are in this status's window now (unrecorded.py)
         if written is not None:  # the watch may still deliver events older than this write
             self.body, self._rv_floor = kept(written), resource_version(written)
         if spec is not None:
@@ -236,6 +238,8 @@ class GatewayController:
                                              keep_alive=health_spec.interval_seconds < health.REUSE_WITHIN_S)
             metrics.polled(self.namespace, self.name, (r.state.value for r in answers))
             self._health.update((r.pod, r) for r in answers)
+        live = {p.name for p in self.pods() if not p.deleting}
+        self._gone += [h for pod, h in self._health.items() if pod not in live]  # deleted, or being deleted
         self._health = {t.pod: self._health[t.pod] for t in targets if t.pod in self._health}
         return list(self._health.values())
 

@@ -413,6 +413,17 @@ def status_schema() -> Schema:
                                                      "expired (one record TTL later).", format="date-time"),
                                          "why": _s("string", "What showed it."),
                                      }},
+                "unrecordedAdmissions": {"type": "object", "description": "Set while webhooks a replica admitted "
+                                         "may never have been recorded in Redis: its outage journal dropped them or "
+                                         "stopped before Redis took them, or a claim's lease ran out mid-turn "
+                                         "(IdempotencyDegraded=True AdmissionsNotRecorded).", "properties": {
+                                             "at": _s("string", "The first such admission seen.", format="date-time"),
+                                             "until": _s("string", "The last one plus one record TTL: a redelivery "
+                                                         "until then can run again.", format="date-time"),
+                                             "admissions": {"type": "integer", "format": "int64", "minimum": 0,
+                                                            "description": "How many, at least."},
+                                             "why": _s("string", "How they were left unrecorded.", maxLength=200),
+                                         }},
             }},
             "conditions": {"type": "array", "description": "Ready, Reconciling, Stalled, RedisReachable, "
                            "IdempotencyDegraded, ExactlyOnceAdmission, RedisDurable, SessionsShared, RedisTLSVerified.", "items": condition,

@@ -62,7 +62,7 @@ class History:
         if self.run_id:
             out["runId"] = self.run_id
         if self.lost_at is not None and self.lost_until is not None:
-            out["dedupHistoryLost"] = {"at": _iso(self.lost_at), "until": _iso(self.lost_until), "why": self.lost_why}
+            out["dedupHistoryLost"] = {"at": iso(self.lost_at), "until": iso(self.lost_until), "why": self.lost_why}
         return out
 
     @classmethod
@@ -70,7 +70,7 @@ class History:
         raw = redis_status or {}
         lost = raw.get("dedupHistoryLost") or {}
         return cls(canary=raw.get("canary") or None, run_id=raw.get("runId") or None,
-                   lost_at=_unix(lost.get("at")), lost_until=_unix(lost.get("until")),
+                   lost_at=unix(lost.get("at")), lost_until=unix(lost.get("until")),
                    lost_why=str(lost.get("why") or ""))
 
 
@@ -92,9 +92,9 @@ def assess(previous: History, store: StoreFacts | None, now: float, ttl: float =
 
 
 def lost_message(history: History, ttl: float = RECORD_TTL_SECONDS) -> str:
-    return (f"the Redis idempotency store lost its dedup records at {_iso(history.lost_at or 0)} "
+    return (f"the Redis idempotency store lost its dedup records at {iso(history.lost_at or 0)} "
             f"({history.lost_why}): a webhook admitted before then and redelivered until "
-            f"{_iso(history.lost_until or 0)} (the records' TTL, {ttl:g}s) can run the agent again")
+            f"{iso(history.lost_until or 0)} (the records' TTL, {ttl:g}s) can run the agent again")
 
 
 def durability(store: StoreFacts | None) -> tuple[str, str] | None:
@@ -111,14 +111,16 @@ def durability(store: StoreFacts | None) -> tuple[str, str] | None:
     return None
 
 
-def _iso(unix: float) -> str:
-    return datetime.fromtimestamp(unix, timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+def iso(at: float) -> str:
+    """Unix seconds as status writes them (RFC 3339, UTC, whole seconds)."""
+    return datetime.fromtimestamp(at, timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def _unix(iso: Any) -> float | None:
-    if not iso:
+def unix(text: Any) -> float | None:
+    """What ``iso`` wrote, back in unix seconds (None for anything else)."""
+    if not text:
         return None
     try:
-        return datetime.strptime(str(iso), "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=timezone.utc).timestamp()
+        return datetime.strptime(str(text), "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=timezone.utc).timestamp()
     except ValueError:
         return None

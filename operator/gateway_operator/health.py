@@ -13,7 +13,7 @@ import logging
 import re
 import time
 from dataclasses import dataclass
-from typing import Any, Iterable, Mapping
+from typing import Any, Iterable, Mapping, NamedTuple
 
 from .api import IDEMPOTENCY_OWNER
 
@@ -79,6 +79,11 @@ class ReplicaHealth:
     versions: tuple[str, ...] = ()   # the VERSIONED packages' versions, in that order; () when not given
     # while its own view is "answers": how long it has reached Redis without a break (None: not given)
     answers_for_s: float | None = None
+    # webhooks it admitted that may never reach Redis (its journal dropped them, or a lease was lost
+    # while the turn ran), since its process started, and the last time (unix) that happened
+    unrecorded: int = 0
+    last_unrecorded_at: float | None = None
+    journalled: int = 0   # admitted while it could not use Redis, not yet written there
 
 
 def classify(health: Mapping[str, Any]) -> Idempotency:
@@ -97,22 +102,46 @@ def classify(health: Mapping[str, Any]) -> Idempotency:
 MAX_SECONDS = 1e9  # a duration the launcher reports, as far as it is believed
 
 
-def own_view(health: Mapping[str, Any]) -> tuple[str | None, tuple[str, ...], float | None]:
+class OwnView(NamedTuple):
+    """The launcher's section of /health as the operator reads it (ReplicaHealth's fields after
+    ``state``, in order)."""
+
+    redis: str | None = None
+    versions: tuple[str, ...] = ()
+    answers_for_s: float | None = None
+    unrecorded: int = 0
+    last_unrecorded_at: float | None = None
+    journalled: int = 0
+
+
+MAX_COUNT = 10**9
+
+
+def _number(value: Any, top: float) -> float | None:
+    """A finite number within [0, top], else None (the body is the tenant's)."""
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and 0 <= value <= top
+    return float(value) if ok else None
+
+
+def own_view(health: Mapping[str, Any]) -> OwnView:
     """What the replica's launcher says of itself: its view of Redis (one of OWN_REDIS), the
-    versions it runs, and, while it reaches Redis, for how long without a break. The body is the
-    tenant's: anything unexpected is left out, never copied."""
+    versions it runs, while it reaches Redis for how long without a break, and what it admitted
+    that may never reach Redis. The body is the tenant's: anything unexpected is left out, never
+    copied."""
     section = health.get(OWN_SECTION)
     if not isinstance(section, Mapping):
-        return None, (), None
+        return OwnView()
     store, versions = section.get("idempotency"), section.get("versions")
-    redis = store.get("redis") if isinstance(store, Mapping) else None
+    store = store if isinstance(store, Mapping) else {}
+    redis = store.get("redis")
     found = tuple(versions.get(p) for p in VERSIONED) if isinstance(versions, Mapping) else ()
     ok = all(isinstance(v, str) and _VERSION.fullmatch(v) for v in found)
     redis = redis if redis in OWN_REDIS else None
-    since = store.get("answers_for_s") if isinstance(store, Mapping) and redis == "answers" else None
-    since = float(since) if isinstance(since, (int, float)) and not isinstance(since, bool) and \
-        0 <= since <= MAX_SECONDS else None
-    return redis, (found if found and ok else ()), since
+    since = _number(store.get("answers_for_s"), MAX_SECONDS) if redis == "answers" else None
+    lost = sum(int(_number(store.get(k), MAX_COUNT) or 0) for k in ("journal_dropped", "leases_lost"))
+    return OwnView(redis, found if found and ok else (), since, lost,
+                   _number(store.get("last_unrecorded_at"), 1e11) if lost else None,
+                   int(_number(store.get("journalled"), MAX_COUNT) or 0))
 
 
 @dataclass(frozen=True)

@@ -71,6 +71,9 @@ TLS_NOT_USED = "TLSNotUsed"                #: plain TCP to Redis (e.g. the manag
 NO_DEGRADED_REPLICAS = "NoDegradedReplicas"  #: no polled replica reports durability:idempotency
 #: the store forgot its records (canary gone, or a restart without persistence); one record TTL
 DEDUP_HISTORY_LOST = "DedupHistoryLost"
+#: webhooks a replica admitted that Redis may never have recorded (a journal dropped or not carried at
+#: a stop, a lease lost mid-turn); one record TTL after the last one (unrecorded.py)
+ADMISSIONS_NOT_RECORDED = "AdmissionsNotRecorded"
 
 # -- SessionsShared: does every replica run a webhook session on one history? -------------------
 SHARED_SESSION_HISTORY = "SharedSessionHistory"  #: one history per session in Redis, for every replica

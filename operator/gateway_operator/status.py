@@ -39,7 +39,8 @@ def build(previous: Mapping[str, Any] | None, facts: Facts, target: RedisTarget 
         status["gateway"] = {"versions": [{"praisonaiBot": bot, "praisonaiagents": agents, "replicas": n}
                                           for (bot, agents), n in sorted(versions.items())]}
     if target is not None:
-        status["redis"] = {"endpoint": target.endpoint, "prefix": target.prefix, **facts.dedup.status()}
+        status["redis"] = {"endpoint": target.endpoint, "prefix": target.prefix, **facts.dedup.status(),
+                           **(facts.unrecorded.status() if facts.unrecorded_open else {})}
     if exposure is not None:
         status["expose"] = exposure.status()
     if network_policy:

@@ -14,7 +14,7 @@ from typing import Any, Callable, Mapping, Sequence
 from kubernetes.client.rest import ApiException
 
 from . import conditions as C
-from . import dedup_history
+from . import dedup_history, unrecorded
 from . import reasons as R
 from .api import GatewaySpec, Policy
 from .conditions import Facts, Problem, Transition
@@ -181,9 +181,10 @@ def event_for(t: Transition) -> tuple[str, str, str] | None:
 # -- Facts -------------------------------------------------------------------------------------------
 
 def facts(body: Mapping[str, Any], spec: GatewaySpec | None, outcome: Any, replicas: Sequence[ReplicaHealth],
-          now: float) -> Facts:
+          now: float, gone: Sequence[ReplicaHealth] = ()) -> Facts:
     """What conditions.compute reads: the spec, the pass's ``outcome`` (reconcile.Outcome, its
-    problem as the schedule shows it), the poll's ``replicas``, and the canary's history."""
+    problem as the schedule shows it), the poll's ``replicas`` (``gone``: the last answers of replicas
+    that went away since the last publish), the canary's history and the unrecorded admissions."""
     observed = outcome.observed
     return Facts(
         generation=int(body["metadata"].get("generation") or 0),
@@ -194,9 +195,26 @@ def facts(body: Mapping[str, Any], spec: GatewaySpec | None, outcome: Any, repli
         ready_replicas=observed.ready, updated_replicas=observed.updated,
         rollout_observed=observed.rollout_observed, current_replicas=observed.current, problem=outcome.problem,
         probe=outcome.probe,
-        health=tuple(replicas), dedup=_dedup_history(body, outcome, now), now=now,
+        health=tuple(replicas), dedup=_dedup_history(body, outcome, now),
+        unrecorded=_unrecorded(body, outcome, replicas, gone, now), now=now,
         migrating=bool(outcome.migration and not outcome.migration.done),
         sessions_store=spec.sessions_store if spec else "replica", target=outcome.target, rollout=outcome.rollout)
+
+
+def _remembered(body: Mapping[str, Any], outcome: Any) -> Mapping[str, Any] | None:
+    """status.redis as last written, when it is about the same store (endpoint and prefix)."""
+    target = outcome.target
+    remembered = (body.get("status") or {}).get("redis") or {}
+    same = target is not None and remembered.get("endpoint") == target.endpoint and \
+        remembered.get("prefix") == target.prefix
+    return remembered if same else None
+
+
+def _unrecorded(body: Mapping[str, Any], outcome: Any, replicas: Sequence[ReplicaHealth],
+                gone: Sequence[ReplicaHealth], now: float) -> unrecorded.Unrecorded:
+    if outcome.target is None:
+        return unrecorded.Unrecorded()
+    return unrecorded.assess(unrecorded.Unrecorded.from_status(_remembered(body, outcome)), replicas, gone, now)
 
 
 def _dedup_history(body: Mapping[str, Any], outcome: Any, now: float) -> dedup_history.History:
@@ -204,8 +222,6 @@ def _dedup_history(body: Mapping[str, Any], outcome: Any, now: float) -> dedup_h
     target = outcome.target
     if target is None:
         return dedup_history.History()
-    remembered = (body.get("status") or {}).get("redis") or {}
-    same = remembered.get("endpoint") == target.endpoint and remembered.get("prefix") == target.prefix
-    previous = dedup_history.History.from_status(remembered if same else None)
+    previous = dedup_history.History.from_status(_remembered(body, outcome))
     fresh = outcome.probe is not None and not outcome.probe.reused  # a kept result was assessed when it was new
     return dedup_history.assess(previous, outcome.probe.store if fresh else None, now)

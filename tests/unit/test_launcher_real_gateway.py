@@ -839,6 +839,27 @@ def test_a_turn_longer_than_its_lease_keeps_its_claim_while_it_runs(
     assert [t["msg"] for t in llm.turns if t["answered"]].count("long-turn") == 1
 
 
+def test_a_lease_lost_mid_turn_is_told_in_health_with_when(
+        launch, real_redis: RedisServer, llm: StandInLLM) -> None:
+    """A turn whose claim went while it ran (here deleted, as a flush or a lease run out while Redis
+    was unusable would) leaves a webhook Redis may never record: the replica says how many and
+    when in /health, so that the operator keeps the window (AdmissionsNotRecorded)."""
+    guard = {"claim_lease_seconds": 10}  # renewed every 3.3 s
+    gw = launch("lost", documented_config(real_redis, guard=guard), {"HOSTNAME": "eo-bot-lost"})
+    before = time.time()
+    flight = _turn_in_flight(gw, llm, "lost-claim", 8)
+    admin = real_redis.client()
+    claims = lambda: [k for k in admin.keys("*hookidem:*")  # noqa: E731 - the token names the pod
+                      if str(admin.get(k) or "").startswith("eo-bot-lost:")]
+    _wait_until(lambda: bool(claims()), 5, "the turn's claim in Redis")
+    admin.delete(*claims())
+    own = lambda: gw.health()["gateway_operator"]["idempotency"]  # noqa: E731
+    _wait_until(lambda: own()["leases_lost"] == 1, 6, "the renewal finding the claim gone")
+    assert before <= own()["last_unrecorded_at"] <= time.time(), own()
+    flight["thread"].join(30)
+    assert "a webhook claim's lease was lost while its turn ran" in gw.output(), gw.output()
+
+
 def test_every_private_name_the_launcher_relies_on_is_there_in_this_release() -> None:
     """What the pod code relies on in praisonai-bot 0.1.16 / praisonaiagents 1.7.17 that no public
     API offers, as the launcher checks it at every start (gwop_upstream.REQUIREMENTS)."""

@@ -162,7 +162,17 @@ def test_classify(body: dict, expected: Idempotency) -> None:
     ({"versions": {"praisonai-bot": 16, "praisonaiagents": "1"}, "idempotency": "x"}, (None, (), None)),
 ])
 def test_the_launchers_own_view_is_read_and_anything_else_left_out(section: object, expected: tuple) -> None:
-    assert own_view({"status": "healthy", "gateway_operator": section}) == expected
+    assert own_view({"status": "healthy", "gateway_operator": section})[:3] == expected
+
+
+def test_what_a_replica_left_unrecorded_is_read_from_its_own_view_and_nothing_hostile() -> None:
+    def view(**store: object) -> tuple:
+        seen = own_view({"gateway_operator": {"idempotency": {"redis": "answers", **store}}})
+        return seen.unrecorded, seen.last_unrecorded_at, seen.journalled
+    assert view(journal_dropped=2, leases_lost=1, last_unrecorded_at=1.8e9, journalled=5) == (3, 1.8e9, 5)
+    assert view(journal_dropped=0, leases_lost=0, last_unrecorded_at=1.8e9) == (0, None, 0)
+    assert view(journal_dropped=-4, leases_lost=True, last_unrecorded_at="now", journalled=1e12) == (0, None, 0)
+    assert view(leases_lost=1, last_unrecorded_at=float("inf")) == (1, None, 0)
 
 
 def test_a_replica_cut_off_from_redis_while_another_reaches_it_leaves_the_traffic() -> None:

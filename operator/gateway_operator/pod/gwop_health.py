@@ -21,8 +21,12 @@ def section(gateway: Any, journal: OutageJournal, leases: Leases, versions: Mapp
             reach: Optional[Reach] = None) -> Dict[str, Any]:
     built = upstream.idempotency_store(gateway)
     store = "not built" if built is None else "redis" if upstream.redis_store(gateway) is not None else "other"
+    # the last time a webhook this replica admitted was left without a record Redis would keep (its
+    # journal dropped it, or its lease was lost while the turn ran): the operator keeps the window
+    last = max((t for t in (journal.dropped_at, leases.lost_at) if t is not None), default=None)
     return {"versions": dict(versions), "idempotency": {"store": store, **view(journal, reach, time.monotonic()),
-                                                        "claims_held": len(leases.held), "leases_lost": leases.lost}}
+                                                        "claims_held": len(leases.held), "leases_lost": leases.lost,
+                                                        "last_unrecorded_at": None if last is None else round(last, 1)}}
 
 
 def extend(gateway: Any, journal: OutageJournal, leases: Leases, versions: Mapping[str, str],

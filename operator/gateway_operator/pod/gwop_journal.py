@@ -64,6 +64,7 @@ class OutageJournal:
         self.admitted: "collections.OrderedDict[str, float]" = collections.OrderedDict()  # in flight
         self.done: "collections.OrderedDict[str, float]" = collections.OrderedDict()      # ran, not recorded
         self.dropped = 0
+        self.dropped_at: Optional[float] = None  # unix: the last key dropped (never to reach Redis)
         self.best_effort = 0  # deliveries admitted without asking Redis (past the window), since the start
         self._lock = threading.Lock()
         # after a failed call the request path stops calling Redis (each call would hold the event
@@ -97,6 +98,7 @@ class OutageJournal:
             while len(self.admitted) + len(self.done) > self.MAX_KEYS:
                 (self.done if self.done else self.admitted).popitem(last=False)
                 self.dropped += 1
+                self.dropped_at = time.time()
 
     def wrap(self) -> None:
         calls = upstream.claim_calls(self.gateway)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import secrets
+import time
 from typing import Any, Mapping, Optional, Set
 
 import gwop_upstream as upstream
@@ -32,6 +33,7 @@ class Leases:
         self.token = f"{pod or 'gateway'}:{secrets.token_hex(12)}"
         self.held: Set[str] = set()
         self.lost = 0
+        self.lost_at: Optional[float] = None  # unix: the last lease lost while its turn ran
         self._leased_store: Optional[Any] = None
 
     def _store(self) -> Optional[upstream.RedisStore]:
@@ -78,6 +80,7 @@ class Leases:
             elif key in self.held:  # not finished meanwhile: the claim went while the turn runs
                 self.held.discard(key)
                 self.lost += 1
+                self.lost_at = time.time()
                 say(f"a webhook claim's lease was lost while its turn ran ({self.lost} so far): another replica "
                     "may run it again")
         return renewed

@@ -4,8 +4,8 @@ The outage journal learns that Redis cannot be used only from a webhook's failed
 cut off from Redis before its first webhook, or while none comes, would say it answers. The answer
 goes to ``/health`` (gwop_health), where the operator reads it to take a replica that cannot reach
 Redis, while another can, out of the traffic (its readiness gate); it never changes what this
-replica admits: the journal alone decides that. The probe is a write under the store's prefix, as
-the journal's own (a PING answers from a Redis that refuses writes)."""
+replica admits: the journal alone decides that. The probe is a write (a PING answers from a Redis
+that refuses writes) under the gateway's Redis prefix, beside the store's keys, not among them."""
 
 from __future__ import annotations
 
@@ -13,7 +13,6 @@ import asyncio
 import time
 from typing import Any, Callable, Mapping, Optional
 
-from gwop_claims import STORE_SUFFIX
 from gwop_journal import OutageJournal, refusal_of
 from gwop_redis import redis_client
 
@@ -26,7 +25,7 @@ class Reach:
 
     def __init__(self, redis: Mapping[str, Any], clock: Callable[[], float] = time.monotonic) -> None:
         self.redis, self.clock = redis, clock
-        self.key = f"{redis.get('prefix') or 'praison:push:'}{STORE_SUFFIX}{PROBE_KEY}"
+        self.key = f"{redis.get('prefix') or 'praison:push:'}{PROBE_KEY}"
         self._client: Optional[Any] = None
         self.ok: Optional[bool] = None       # None until the first probe ends
         self.refusal: Optional[str] = None   # what Redis said when it refused the write

@@ -1,0 +1,68 @@
+"""Webhooks a replica admitted that Redis may never have recorded (issue 35, unrecorded.py): the
+window is opened from each replica's own word (its journal dropped them, a lease was lost mid-turn)
+or from a replica that went away with a journal Redis never took, kept in status across operator
+restarts, shown as AdmissionsNotRecorded for one record TTL after the last such admission, and
+not rewritten while nothing new happens."""
+from __future__ import annotations
+
+from gateway_operator import conditions, reasons
+from gateway_operator.conditions import Facts
+from gateway_operator.dedup_history import RECORD_TTL_SECONDS
+from gateway_operator.health import Idempotency, ReplicaHealth
+from gateway_operator.redis_probe import ProbeResult
+from gateway_operator.unrecorded import Unrecorded, assess
+
+T0 = 1_800_000_000.0
+
+
+def replica(pod: str, unrecorded: int = 0, at: float | None = None, journalled: int = 0,
+            redis: str = "answers") -> ReplicaHealth:
+    return ReplicaHealth(pod, Idempotency.HEALTHY, redis, (), None, unrecorded, at, journalled)
+
+
+def shown(window: Unrecorded, now: float) -> dict[str, conditions.Condition]:
+    f = Facts(generation=1, desired_replicas=3, store_backend="redis", policy="Refuse", persistence=False,
+              redis_configured=True, running_replicas=3, ready_replicas=3, updated_replicas=3, rollout_observed=True,
+              probe=ProbeResult(True, reasons.PROBE_SUCCEEDED, "ok"), health=(replica("a"),), unrecorded=window, now=now)
+    return {c.type: c for c in conditions.compute(f)}
+
+
+def test_nothing_unrecorded_opens_nothing() -> None:
+    quiet = [replica("a"), replica("b", journalled=3)]  # a journal Redis is taking: nothing lost
+    assert assess(Unrecorded(), quiet, [], T0) == Unrecorded()
+    assert assess(Unrecorded(), [], [replica("c", journalled=4, redis="answers")], T0) == Unrecorded()
+    assert shown(Unrecorded(), T0)["IdempotencyDegraded"].status == "False"
+
+
+def test_a_journal_dropped_or_a_lease_lost_opens_a_window_for_one_ttl_after_the_last_one() -> None:
+    window = assess(Unrecorded(), [replica("a", 2, T0 - 5), replica("b", 1, T0 - 1)], [], T0)
+    assert (window.at, window.until, window.admissions) == (T0 - 5, T0 - 1 + RECORD_TTL_SECONDS, 3)
+    degraded, admission = shown(window, T0)["IdempotencyDegraded"], shown(window, T0)["ExactlyOnceAdmission"]
+    assert (degraded.status, degraded.reason) == ("True", reasons.ADMISSIONS_NOT_RECORDED)
+    assert (admission.status, admission.reason) == ("False", reasons.ADMISSIONS_NOT_RECORDED)
+    assert "at least 3 webhook(s)" in degraded.message and "can run the agent again" in degraded.message
+    # kept across polls (and an operator restart: status) with nothing new: the same window
+    again = assess(Unrecorded.from_status(window.status()), [replica("a", 2, T0 - 5), replica("b", 1, T0 - 1)], [],
+                   T0 + 60)
+    assert again.status() == window.status()
+    # a later one extends it; its end passes, and it closes
+    later = assess(again, [replica("a", 3, T0 + 100)], [], T0 + 101)
+    assert later.until == T0 + 100 + RECORD_TTL_SECONDS and later.at == T0 - 5 and later.admissions == 3
+    assert shown(later, later.until + 1)["IdempotencyDegraded"].status == "False"
+    assert assess(later, [], [], later.until + 1) == Unrecorded()
+
+
+def test_a_replica_gone_with_a_journal_redis_never_took_counts_its_journal() -> None:
+    gone = [replica("c", journalled=4, redis="unreachable")]
+    window = assess(Unrecorded(), [replica("a")], gone, T0)
+    assert (window.at, window.until, window.admissions) == (T0, T0 + RECORD_TTL_SECONDS, 4)
+    assert "stopped while its outage journal still held them" in window.why
+    # counted once: the next poll no longer lists it as gone
+    assert assess(window, [replica("a")], [], T0 + 2).admissions == 4
+
+
+def test_what_status_remembers_is_read_back_and_nothing_else() -> None:
+    window = Unrecorded(T0, T0 + RECORD_TTL_SECONDS, 7, "why")
+    assert Unrecorded.from_status(window.status()) == window
+    assert Unrecorded.from_status({"unrecordedAdmissions": {"at": "yesterday", "admissions": True}}) == Unrecorded()
+    assert Unrecorded().status() == {}
