@@ -159,14 +159,16 @@ def _redis(f: Facts) -> Condition:
 
 
 def _degraded(f: Facts) -> Condition:
+    """A replica degraded now names the reason (the worst, _SEVERITY): it is what to act on; a
+    window that outlives its cause (a lost dedup history, admissions never recorded) follows in the
+    message, or is the reason when no replica is degraded."""
     degraded = f.degraded
-    if f.dedup_lost:
-        also = f"; also {len(degraded)} of {len(f.health)} replicas report {_owner()}" if degraded else ""
-        return Condition(IDEMPOTENCY_DEGRADED, "True", R.DEDUP_HISTORY_LOST, lost_message(f.dedup) + also)
-    if f.unrecorded_open:
-        also = f"; also {len(degraded)} of {len(f.health)} replicas report {_owner()}" if degraded else ""
-        return Condition(IDEMPOTENCY_DEGRADED, "True", R.ADMISSIONS_NOT_RECORDED,
-                         unrecorded_message(f.unrecorded) + also)
+    windows = [(R.DEDUP_HISTORY_LOST, lost_message(f.dedup)) if f.dedup_lost else None,
+               (R.ADMISSIONS_NOT_RECORDED, unrecorded_message(f.unrecorded)) if f.unrecorded_open else None]
+    windows = [w for w in windows if w]
+    also = "".join(f"; also {message}" for _, message in windows[1:])
+    if not degraded and windows:
+        return Condition(IDEMPOTENCY_DEGRADED, "True", windows[0][0], windows[0][1] + also)
     if not degraded:
         answered = sum(h.state is not Idempotency.UNKNOWN for h in f.health)
         return Condition(IDEMPOTENCY_DEGRADED, "False", R.NO_DEGRADED_REPLICAS,
@@ -177,7 +179,7 @@ def _degraded(f: Facts) -> Condition:
     pods = ", ".join(sorted(h.pod for h in degraded))
     return Condition(IDEMPOTENCY_DEGRADED, "True", worst.value,
                      f"{len(degraded)} of {len(f.health)} replicas report {_owner()}: "
-                     f"{'; '.join(parts)} (pods: {pods})")
+                     f"{'; '.join(parts)} (pods: {pods})" + "".join(f"; also {m}" for _, m in windows))
 
 
 def _owner() -> str:

@@ -66,3 +66,17 @@ def test_what_status_remembers_is_read_back_and_nothing_else() -> None:
     assert Unrecorded.from_status(window.status()) == window
     assert Unrecorded.from_status({"unrecordedAdmissions": {"at": "yesterday", "admissions": True}}) == Unrecorded()
     assert Unrecorded().status() == {}
+
+
+def test_a_replica_degraded_now_names_the_reason_and_the_window_follows() -> None:
+    """Seed 89 of the checker: Redis out of memory while a lost dedup history's window was open
+    showed only DedupHistoryLost, hiding what to do now. The replicas' current state names the
+    reason; the windows follow in the message."""
+    window = Unrecorded(T0, T0 + RECORD_TTL_SECONDS, 2, "why")
+    oom = ReplicaHealth("a", Idempotency.REDIS_OUT_OF_MEMORY, "refusing")
+    f = Facts(generation=1, desired_replicas=3, store_backend="redis", policy="Refuse", persistence=False,
+              redis_configured=True, running_replicas=3, ready_replicas=3, updated_replicas=3, rollout_observed=True,
+              probe=ProbeResult(True, reasons.PROBE_SUCCEEDED, "ok"), health=(oom,), unrecorded=window, now=T0 + 1)
+    degraded = {c.type: c for c in conditions.compute(f)}["IdempotencyDegraded"]
+    assert (degraded.status, degraded.reason) == ("True", "RedisOutOfMemory"), degraded
+    assert "; also at least 2 webhook(s)" in degraded.message

@@ -63,8 +63,14 @@ class OutageJournal:
         self.maybe_claimed: Set[str] = set()
         self.admitted: "collections.OrderedDict[str, float]" = collections.OrderedDict()  # in flight
         self.done: "collections.OrderedDict[str, float]" = collections.OrderedDict()      # ran, not recorded
+        # ran, and its record met another replica's claim (this one's had expired: a lease lost while
+        # Redis was unusable, or a held delivery's claim that a paused Redis ran on resuming): written
+        # once that claim goes (released, expired) or becomes a record; until then a redelivery to a
+        # replica that asks Redis could run it again once the claim is released
+        self.contested: "collections.OrderedDict[str, float]" = collections.OrderedDict()
         self.dropped = 0
         self.dropped_at: Optional[float] = None  # unix: the last key dropped (never to reach Redis)
+        self._told_dropped = 0                   # ... of which the log has said
         self.best_effort = 0  # deliveries admitted without asking Redis (past the window), since the start
         self._lock = threading.Lock()
         # after a failed call the request path stops calling Redis (each call would hold the event
@@ -108,8 +114,8 @@ class OutageJournal:
             store = self._store()
             if store is None:
                 return reserve(key)
-            if key in self.admitted or key in self.done:
-                return False  # this replica admitted it during the outage: not again
+            if key in self.admitted or key in self.done or key in self.contested:
+                return False  # this replica ran it and Redis has no record of it yet: not again
             if store.degraded():  # known unusable before this call (built while Redis did not answer)
                 self._break()
             if self.broken:
@@ -140,6 +146,8 @@ class OutageJournal:
             if store is not None and (self.broken or store.degraded()):
                 self._break()
                 self._keep(self.done, key)
+            elif store is not None:
+                self._verify(store, key)
 
         def release_journalled(key: str) -> None:
             journalled = key in self.admitted
@@ -150,6 +158,34 @@ class OutageJournal:
 
         upstream.set_claim_calls(self.gateway, upstream.ClaimCalls(reserve_journalled, record_journalled,
                                                                   release_journalled))
+
+    def _verify(self, store: upstream.RedisStore, key: str) -> None:
+        """0.1.16's record writes nothing, silently, over another replica's claim: one read says
+        whether it took; when not, the key is kept (``contested``) and written later."""
+        try:
+            if not store.is_recorded(key):
+                self._keep(self.contested, key)
+        except Exception:  # noqa: BLE001 - Redis went meanwhile: kept, as a record that failed
+            self._break()
+            self._keep(self.done, key)
+
+    def settle_contested(self) -> int:
+        """Write each contested record once nothing but a record or nothing holds its key; returns
+        those written (or expired)."""
+        store = self._store()
+        if store is None:
+            return 0
+        with self._lock:
+            pending = list(self.contested.items())
+        settled, now = 0, time.time()
+        for key, at in pending:
+            left = store.ttl_ms - int((now - at) * 1000)
+            if left > 0 and not store.record(key, left):
+                continue  # still another replica's claim: the next round
+            with self._lock:
+                self.contested.pop(key, None)
+            settled += 1
+        return settled
 
     def _break(self) -> None:
         if not self.broken:
@@ -166,7 +202,8 @@ class OutageJournal:
         return {"redis": "answers" if not self.broken else "refusing" if self.refusal else "unreachable",
                 "refusal": self.refusal if self.broken else None, "holding": self.broken and self._closed(),
                 "unusable_for_s": round(time.monotonic() - self.broken_since, 1) if self.broken_since else 0.0,
-                "admitted_best_effort": self.best_effort, "journalled": len(self.admitted) + len(self.done),
+                "admitted_best_effort": self.best_effort,
+                "journalled": len(self.admitted) + len(self.done) + len(self.contested),
                 "journal_dropped": self.dropped}
 
     def _hold(self) -> bool:
@@ -197,15 +234,17 @@ class OutageJournal:
         for key, at, ran in pending[:limit]:
             left = (ttl_ms if ran else inflight_ms) - int((now - at) * 1000)
             try:
-                if left > 0 and ran:  # the store's own owner-checked record: absent, our claim or recorded
-                    store.record(key, left)
-                elif left > 0:
+                # the store's own owner-checked record: over nothing, our claim or a record
+                contested = left > 0 and ran and not store.record(key, left)
+                if left > 0 and not ran:
                     store.claim(key, left)
             except Exception as exc:  # noqa: BLE001 - still down: the next attempt
                 self.refusal = refusal_of(exc)
                 break
             with self._lock:
                 (self.done if ran else self.admitted).pop(key, None)
+                if contested:  # another replica's claim holds it: written once that goes
+                    self.contested[key] = at
             written += 1
         return written
 
@@ -229,39 +268,48 @@ class OutageJournal:
             say(f"{self.refusal}: webhooks are held, then admitted best-effort, until it takes writes again")
 
     async def run(self) -> None:
-        """Every second while Redis is taken as down or something is journalled: see whether
-        Redis answers (off the event loop), write what is journalled, and close the breaker."""
-        told = 0
+        """Every second: ``tick``."""
         while True:
             await asyncio.sleep(1.0)
-            was = self.broken
-            if self.broken and not (self.admitted or self.done):
-                self.broken = not await asyncio.to_thread(self._answers)
-            if self.maybe_claimed and not self.broken:
-                try:
-                    await asyncio.to_thread(self.release_maybe_claimed)
-                except Exception:  # noqa: BLE001 - not yet: the next round (their lease ends them anyway)
-                    pass
-            if self.admitted or self.done:
-                written = await asyncio.to_thread(self.flush)
-                if not (self.admitted or self.done):
-                    self.broken = False
-                    if written:
-                        say(f"wrote {written} webhook record(s) admitted while Redis was unusable to Redis")
-            self._tell_refusal()
-            if was and not self.broken:
-                self.broken_since, self.refusal, self._told = None, None, None
-                self.answers_since = time.monotonic()
-                say("Redis answers again: webhooks are asked of it again")
-                # Redis answers again: what 0.1.16's next successful call would do (it clears the
-                # store's degraded fact, so /health and the conditions recover without a webhook)
-                store = self._store()
-                try:
-                    if store is not None:
-                        store.mark_recovered()
-                except Exception:  # noqa: BLE001 - the next successful call clears it anyway
-                    pass
-            if self.dropped > told:
-                say(f"the outage journal is full: {self.dropped - told} admitted webhook(s) dropped from it "
-                     "(a redelivery of them may run again)")
-                told = self.dropped
+            await self.tick()
+
+    async def tick(self) -> None:
+        """While Redis is taken as down or something is journalled: see whether Redis answers (off
+        the event loop), write what is journalled, and close the breaker. (The protocol's
+        exploration drives it on a simulated clock: tests/harness/protocol_sim.py.)"""
+        was = self.broken
+        if self.broken and not (self.admitted or self.done):
+            self.broken = not await asyncio.to_thread(self._answers)
+        if self.maybe_claimed and not self.broken:
+            try:
+                await asyncio.to_thread(self.release_maybe_claimed)
+            except Exception:  # noqa: BLE001 - not yet: the next round (their lease ends them anyway)
+                pass
+        if self.contested and not self.broken:
+            try:
+                await asyncio.to_thread(self.settle_contested)
+            except Exception:  # noqa: BLE001 - Redis unusable again: the next round
+                pass
+        if self.admitted or self.done:
+            written = await asyncio.to_thread(self.flush)
+            if not (self.admitted or self.done):
+                self.broken = False
+                if written:
+                    say(f"wrote {written} webhook record(s) admitted while Redis was unusable to Redis")
+        self._tell_refusal()
+        if was and not self.broken:
+            self.broken_since, self.refusal, self._told = None, None, None
+            self.answers_since = time.monotonic()
+            say("Redis answers again: webhooks are asked of it again")
+            # Redis answers again: what 0.1.16's next successful call would do (it clears the
+            # store's degraded fact, so /health and the conditions recover without a webhook)
+            store = self._store()
+            try:
+                if store is not None:
+                    store.mark_recovered()
+            except Exception:  # noqa: BLE001 - the next successful call clears it anyway
+                pass
+        if self.dropped > self._told_dropped:
+            say(f"the outage journal is full: {self.dropped - self._told_dropped} admitted webhook(s) dropped "
+                "from it (a redelivery of them may run again)")
+            self._told_dropped = self.dropped

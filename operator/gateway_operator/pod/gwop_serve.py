@@ -99,11 +99,13 @@ def carry(journal: OutageJournal, sessions: Optional[SharedSessions], budget: fl
     while True:
         try:
             journal.flush()
+            journal.settle_contested()
             if sessions is not None:
                 sessions.save_unsaved()
         except Exception:  # noqa: BLE001 - Redis still unusable: once more, within the budget
             pass
-        left = len(journal.admitted) + len(journal.done) + (len(sessions.unsaved) if sessions is not None else 0)
+        left = (len(journal.admitted) + len(journal.done) + len(journal.contested)
+                + (len(sessions.unsaved) if sessions is not None else 0))
         if not left:
             return
         if time.monotonic() > deadline:

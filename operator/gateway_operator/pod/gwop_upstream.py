@@ -328,9 +328,11 @@ class RedisStore:
     def key(self, key: str) -> str:
         return self.store._redis_key(key)
 
-    def record(self, key: str, left_ms: int) -> None:
-        """The store's own owner-checked record: over nothing, this replica's claim or a record."""
-        self.client.eval(self.store._RECORD_LUA, 1, self.key(key), self.token, self.store._RECORDED, left_ms)
+    def record(self, key: str, left_ms: int) -> bool:
+        """The store's own owner-checked record: over nothing, this replica's claim or a record.
+        False when another replica's claim holds the key (nothing written)."""
+        return bool(self.client.eval(self.store._RECORD_LUA, 1, self.key(key), self.token, self.store._RECORDED,
+                                     left_ms))
 
     def claim(self, key: str, left_ms: int) -> None:
         """This replica's in-flight claim, only where nothing is (SET NX)."""
