@@ -388,43 +388,31 @@ class Sim:
         self.resume()
 
 
-OPS = ("deliver", "finish", "advance", "pause", "resume", "cut", "heal_one", "oom", "oom_over", "flush",
-       "restart", "restart_empty", "kill", "stop")
+#: each operation an interleaving is made of: (sim, replica, message name, message index, seconds)
+ACTIONS: dict[str, Callable[[Sim, int, str, int, float], Any]] = {
+    "deliver": lambda sim, replica, name, _, __: sim.deliver(replica, name),
+    "finish": lambda sim, replica, _, which, __: sim.finish(replica, which),
+    "advance": lambda sim, _, __, ___, seconds: sim.advance(seconds),
+    "pause": lambda sim, *_: sim.pause(),
+    "resume": lambda sim, *_: sim.resume(),
+    "cut": lambda sim, replica, *_: sim.cut(replica, True),
+    "heal_one": lambda sim, replica, *_: sim.cut(replica, False),
+    "oom": lambda sim, *_: sim.refuse_writes(True),
+    "oom_over": lambda sim, *_: sim.refuse_writes(False),
+    "flush": lambda sim, *_: sim.flush(),
+    "restart": lambda sim, *_: sim.restart(persistent=True),
+    "restart_empty": lambda sim, *_: sim.restart(persistent=False),
+    "kill": lambda sim, replica, *_: sim.kill(replica),
+    "stop": lambda sim, replica, *_: sim.stop(replica),
+}
+OPS = tuple(ACTIONS)
 
 
 def play(sim: Sim, ops: Iterable[tuple[str, int, int, float]], messages: int = 6) -> Sim:
     """Apply each ``(op, replica, message, seconds)``; then heal everything, let one lease and the
     window pass, and retry every webhook never answered (the provider's retries)."""
     for op, replica, msg, seconds in ops:
-        name = f"m{msg % messages}"
-        if op == "deliver":
-            sim.deliver(replica, name)
-        elif op == "finish":
-            sim.finish(replica, msg)
-        elif op == "advance":
-            sim.advance(seconds)
-        elif op == "pause":
-            sim.pause()
-        elif op == "resume":
-            sim.resume()
-        elif op == "cut":
-            sim.cut(replica, True)
-        elif op == "heal_one":
-            sim.cut(replica, False)
-        elif op == "oom":
-            sim.refuse_writes(True)
-        elif op == "oom_over":
-            sim.refuse_writes(False)
-        elif op == "flush":
-            sim.flush()
-        elif op == "restart":
-            sim.restart(persistent=True)
-        elif op == "restart_empty":
-            sim.restart(persistent=False)
-        elif op == "kill":
-            sim.kill(replica)
-        elif op == "stop":
-            sim.stop(replica)
+        ACTIONS[op](sim, replica, f"m{msg % messages}", msg, seconds)
         check_claims(sim)
     sim.heal()
     sim.advance(max(sim.lease, sim.window) + 5)
