@@ -112,11 +112,13 @@ def _records_unchecked() -> Sim:
 @pytest.mark.parametrize("planted, finds", [
     (_without_window, "the window promises"),
     (_claims_of_900_s, "still claimed by a holder that died"),
-    # its journal never empties, so the replica never asks Redis again and re-runs what it recorded
-    (_journal_not_carried, "ran it again None s into a spell"),
+    # what it admitted never reaches Redis (another replica runs it again), and its journal never
+    # empties, so it never asks Redis again and re-runs what Redis recorded: either is found
+    (_journal_not_carried, ("answered twice, silently", "ran it again None s into a spell")),
     (_records_unchecked, "answered twice, silently"),
 ], ids=["no fail-closed window", "900 s claims", "journal never written", "records unchecked"])
-def test_the_exploration_finds_each_defect_planted_back(planted: Callable[[], Sim], finds: str) -> None:
+def test_the_exploration_finds_each_defect_planted_back(planted: Callable[[], Sim],
+                                                        finds: str | tuple[str, ...]) -> None:
     message = _found(planted, 15000)
     print(f"{planted.__name__}: {message}")
-    assert finds in message, message
+    assert any(f in message for f in ((finds,) if isinstance(finds, str) else finds)), message
