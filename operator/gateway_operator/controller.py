@@ -26,12 +26,11 @@ from .conditions import Facts, Problem
 from .expose import Exposure
 from .inputs import Checked, SecretInputs, kept, resource_version
 from .kube import Kube
-from .pods import LiveDeployment, PodView
+from .pods import LiveDeployment, PodView, gate_condition
 from .publish import ObjectLog, now_iso, publish
 from .reconcile import Observation, Outcome, reconcile
 from .redis_probe import KeptConnection, ProbeResult, Prober
 from .redis_probe import bound as probe_bound
-from .pods import gate_condition
 from .replicas import out_of_traffic, stale_replica
 from .rollouts import RolloutGate
 from .schedule import Schedule
@@ -267,8 +266,16 @@ class GatewayController:
             reason, message = (("RedisReachable", "this replica reaches Redis (or does not say otherwise)") if want else
                                ("CutOffFromRedis", f"this replica cannot reach Redis while {', '.join(reachers[:3])} can: "
                                 "out of the Service and the edge until it reaches Redis again"))
-            await asyncio.to_thread(self.kube.set_pod_condition, self.namespace, pod.name, pod.uid,
-                                    gate_condition(want, reason, message, now_iso()))
+            try:
+                await asyncio.to_thread(self.kube.set_pod_condition, self.namespace, pod.name, pod.uid,
+                                        gate_condition(want, reason, message, now_iso()))
+            except ApiException as e:
+                # gone or replaced meanwhile (404, 409: its uid): nothing to gate; anything else (403:
+                # the chart's RBAC not upgraded with the operator) is said, and the step goes on:
+                # a 404 must never reach the loop, which reads it as the GatewayDeployment gone
+                if e.status not in (404, 409):
+                    self.log.warning("setting pod %s's readiness gate failed: %s %s", pod.name, e.status, e.reason)
+                continue
             self._gates[pod.uid] = (want, now)
             if not want:
                 taken_out += 1

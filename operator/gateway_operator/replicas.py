@@ -85,7 +85,8 @@ UNUSABLE = ("unreachable", "refusing")
 def out_of_traffic(health: Sequence[ReplicaHealth], serving: Collection[str]) -> frozenset[str]:
     """The replicas the readiness gate takes out of the Service and the edge: each says itself
     (GET /health) that it cannot use Redis while another replica that takes traffic, or will once
-    its own gate is set (``serving``: its containers are ready), says it has reached Redis for CUT_OFF_AFTER_S without a break: a partition. A cut-off replica
+    its own gate is set (``serving``: its containers are ready), says it has reached Redis for
+    CUT_OFF_AFTER_S without a break: a partition. A cut-off replica
     would hold each webhook for the fail-closed window, then admit it best-effort, and the same
     webhook retried to a replica that can ask Redis runs again. When no replica reaches Redis (an
     outage, or a refusal every replica meets) none is taken out: stopping them all would stop even

@@ -280,3 +280,43 @@ def test_a_replica_cut_off_from_redis_leaves_the_traffic_and_comes_back() -> Non
                 await server.wait_closed()
 
     asyncio.run(main())
+
+
+def test_a_pod_gone_before_its_gate_is_written_does_not_stop_the_loop() -> None:
+    """A pod deleted between the poll and the patch of its readiness gate answers 404: the loop
+    reads a 404 as its GatewayDeployment gone, so the gate's own 404 must stay with the gate."""
+    from kubernetes.client.rest import ApiException
+    pods = [PodView("bot-0", "uid-0", REPLICA_IP, ready=False, deleting=False, containers_ready=True, gated=True)]
+    body = gateway({**REDIS_SPEC, "replicas": 1, "health": {"intervalSeconds": 1, "timeoutSeconds": 1}})
+
+    class GoneApi(GatedApi):
+        refused = 0
+
+        def set_pod_condition(self, namespace: str, name: str, uid: str, condition: Mapping[str, str]) -> None:
+            if not self.refused:
+                self.refused += 1
+                raise ApiException(status=404, reason="Not Found")
+            super().set_pod_condition(namespace, name, uid, condition)
+
+    kube = GoneApi(body, pods)
+
+    async def main() -> None:
+        posting.event_queue_loop_var.set(asyncio.get_running_loop())
+        posting.event_queue_var.set(asyncio.Queue())
+        posting.settings_var.set(kopf.OperatorSettings())
+        server = await serve_own_view(REPLICA_IP, {"redis": "answers", "answers_for_s": 60.0})
+        controller = GatewayController(kube, "ns", "bot", lambda: list(kube.pods), prober=HangingProber(0))  # type: ignore[arg-type]
+        controller.update(kube.body)
+        task = asyncio.create_task(controller.run())
+        try:
+            await until(lambda: kube.gate_writes == [("bot-0", "True", "RedisReachable")], 10,
+                        "the gate written at the next try, the loop still running")
+            assert kube.refused == 1 and not task.done()
+            await until(lambda: kube.condition(C.READY) != {}, 5, "status published")
+        finally:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+            server.close()
+            await server.wait_closed()
+
+    asyncio.run(main())
