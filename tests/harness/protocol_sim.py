@@ -262,6 +262,7 @@ class Sim:
     spells: dict[str, float] = field(default_factory=dict)   # replica -> since when it cannot use Redis
     delivered: set[str] = field(default_factory=set)
     recovered: dict[str, list[float]] = field(default_factory=dict)  # replica -> when its spells ended
+    last_spell: dict[str, tuple[float, float]] = field(default_factory=dict)  # replica -> (began, ended)
     born: int = 0
 
     def __post_init__(self) -> None:
@@ -284,13 +285,22 @@ class Sim:
         for r in self.pool:
             if self._unusable(r):
                 self.spells.setdefault(r.name, self.clock.now)
-            elif self.spells.pop(r.name, None) is not None:
+            elif (began := self.spells.pop(r.name, None)) is not None:
                 self.usable_again.append(self.clock.now)
                 self.recovered.setdefault(r.name, []).append(self.clock.now)
+                self.last_spell[r.name] = (began, self.clock.now)
 
     def unusable_for(self, replica: Replica) -> float | None:
+        """How long ``replica`` has been unable to use Redis; just after a spell (until its journal's
+        next tick closes the breaker, JOURNAL_TICK_S) the spell's whole length: past the window the
+        replica admits best-effort, as 0.1.16 does, until it has asked Redis again."""
         since = self.spells.get(replica.name)
-        return None if since is None else self.clock.now - since
+        if since is not None:
+            return self.clock.now - since
+        began, ended = self.last_spell.get(replica.name, (None, None))
+        if began is None or ended is None or self.clock.now > ended + JOURNAL_TICK_S:
+            return None
+        return ended - began
 
     # the operations
     def advance(self, seconds: float) -> None:

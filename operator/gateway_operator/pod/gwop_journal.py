@@ -101,8 +101,8 @@ class OutageJournal:
         with self._lock:
             table[key] = time.time()
             table.move_to_end(key)
-            while len(self.admitted) + len(self.done) > self.MAX_KEYS:
-                (self.done if self.done else self.admitted).popitem(last=False)
+            while len(self.admitted) + len(self.done) + len(self.contested) > self.MAX_KEYS:
+                (self.done if self.done else self.contested if self.contested else self.admitted).popitem(last=False)
                 self.dropped += 1
                 self.dropped_at = time.time()
 
