@@ -84,6 +84,8 @@ class ReplicaHealth:
     unrecorded: int = 0
     last_unrecorded_at: float | None = None
     journalled: int = 0   # admitted while it could not use Redis, not yet written there
+    # while its own view is "unreachable" or "refusing": for how long (None: not given)
+    unusable_for_s: float | None = None
 
 
 def classify(health: Mapping[str, Any]) -> Idempotency:
@@ -112,6 +114,7 @@ class OwnView(NamedTuple):
     unrecorded: int = 0
     last_unrecorded_at: float | None = None
     journalled: int = 0
+    unusable_for_s: float | None = None
 
 
 MAX_COUNT = 10**9
@@ -141,7 +144,8 @@ def own_view(health: Mapping[str, Any]) -> OwnView:
     lost = sum(int(_number(store.get(k), MAX_COUNT) or 0) for k in ("journal_dropped", "leases_lost"))
     return OwnView(redis, found if found and ok else (), since, lost,
                    _number(store.get("last_unrecorded_at"), 1e11) if lost else None,
-                   int(_number(store.get("journalled"), MAX_COUNT) or 0))
+                   int(_number(store.get("journalled"), MAX_COUNT) or 0),
+                   _number(store.get("unusable_for_s"), MAX_SECONDS) if redis in ("unreachable", "refusing") else None)
 
 
 @dataclass(frozen=True)

@@ -75,9 +75,10 @@ def stale_replica(enabled: bool, health: Sequence[ReplicaHealth], ready: int, ru
     return stale[0] if enabled and stale and ready >= running else None
 
 
-#: a replica that cannot reach Redis leaves the traffic only once another one has reached Redis this
-#: long without a break: when Redis itself comes back, the replicas see it within about a second of
-#: each other (their journals ask every second), and none of them is cut off
+#: a replica leaves the traffic only once it has been unable to use Redis this long, while another
+#: one has reached Redis this long without a break: when Redis itself goes or comes back, the
+#: replicas see it within about 3 s of each other (each asks every 2 s, with a 1 s timeout, and at
+#: every webhook), and none of them is cut off; one failed probe under load cuts off nobody either
 CUT_OFF_AFTER_S = 5.0
 UNUSABLE = ("unreachable", "refusing")
 
@@ -86,7 +87,7 @@ def out_of_traffic(health: Sequence[ReplicaHealth], serving: Collection[str]) ->
     """The replicas the readiness gate takes out of the Service and the edge: each says itself
     (GET /health) that it cannot use Redis while another replica that takes traffic, or will once
     its own gate is set (``serving``: its containers are ready), says it has reached Redis for
-    CUT_OFF_AFTER_S without a break: a partition. A cut-off replica
+    CUT_OFF_AFTER_S without a break, the first for as long: a partition. A cut-off replica
     would hold each webhook for the fail-closed window, then admit it best-effort, and the same
     webhook retried to a replica that can ask Redis runs again. When no replica reaches Redis (an
     outage, or a refusal every replica meets) none is taken out: stopping them all would stop even
@@ -94,4 +95,5 @@ def out_of_traffic(health: Sequence[ReplicaHealth], serving: Collection[str]) ->
     not say (another image) stays in; one that reaches Redis again comes back at the next poll."""
     reaching = {h.pod for h in health if h.redis == "answers" and h.pod in serving
                 and (h.answers_for_s or 0.0) >= CUT_OFF_AFTER_S}
-    return frozenset(h.pod for h in health if h.redis in UNUSABLE and reaching - {h.pod})
+    return frozenset(h.pod for h in health if h.redis in UNUSABLE and (h.unusable_for_s or 0.0) >= CUT_OFF_AFTER_S
+                     and reaching - {h.pod})

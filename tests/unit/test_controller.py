@@ -245,7 +245,7 @@ def test_a_replica_cut_off_from_redis_leaves_the_traffic_and_comes_back() -> Non
             for i, ip in enumerate(ips)]
     body = gateway({**REDIS_SPEC, "replicas": 2, "health": {"intervalSeconds": 1, "timeoutSeconds": 1}})
     kube = GatedApi(body, pods)
-    views = [{"redis": "answers", "answers_for_s": 60.0}, {"redis": "unreachable"}]
+    views = [{"redis": "answers", "answers_for_s": 60.0}, {"redis": "unreachable", "unusable_for_s": 30.0}]
 
     async def main() -> None:
         posting.event_queue_loop_var.set(asyncio.get_running_loop())

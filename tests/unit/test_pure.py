@@ -178,10 +178,14 @@ def test_what_a_replica_left_unrecorded_is_read_from_its_own_view_and_nothing_ho
 def test_a_replica_cut_off_from_redis_while_another_reaches_it_leaves_the_traffic() -> None:
     """A partition takes the cut-off replica out (readiness gate); an outage of Redis itself, a
     replica that does not say, or a recovery the replicas see a moment apart takes none out."""
-    def out(*views: tuple[str, str | None, float | None], serving: tuple[str, ...] = ("a", "b", "c")) -> set[str]:
-        health = [ReplicaHealth(pod, Idempotency.HEALTHY, redis, (), since) for pod, redis, since in views]
-        return set(replicas.out_of_traffic(health, serving))
     far = replicas.CUT_OFF_AFTER_S + 60
+
+    def out(*views: tuple[str, str | None, float | None], serving: tuple[str, ...] = ("a", "b", "c"),
+            unusable_for: float = far) -> set[str]:
+        health = [ReplicaHealth(pod, Idempotency.HEALTHY, redis, (), since if redis == "answers" else None,
+                                unusable_for_s=unusable_for if redis in ("unreachable", "refusing") else None)
+                  for pod, redis, since in views]
+        return set(replicas.out_of_traffic(health, serving))
     assert out(("a", "unreachable", None), ("b", "answers", far)) == {"a"}
     assert out(("a", "refusing", None), ("b", "answers", far), ("c", "unreachable", None)) == {"a", "c"}
     # Redis itself down or refusing: every replica says so, none is taken out
@@ -197,6 +201,9 @@ def test_a_replica_cut_off_from_redis_while_another_reaches_it_leaves_the_traffi
     assert out(("a", None, None), ("b", "answers", far)) == set()
     # one replica alone is never cut off
     assert out(("a", "unreachable", None)) == set()
+    # Redis just went and a saw it first (b asks again within 3 s): a stays in; so does a replica
+    # that failed one probe under load
+    assert out(("a", "unreachable", None), ("b", "answers", far), unusable_for=replicas.CUT_OFF_AFTER_S - 1) == set()
 
 
 def test_a_build_time_fallback_is_restarted_only_once_the_replica_itself_reaches_redis() -> None:
