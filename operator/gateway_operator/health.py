@@ -66,6 +66,7 @@ DESCRIPTIONS = {
 # what the launcher says of itself in /health (pod/gwop_health.py), as far as the operator reads it
 OWN_SECTION = "gateway_operator"
 OWN_REDIS = ("answers", "unreachable", "refusing")   # the replica's own view of Redis
+UNUSABLE = OWN_REDIS[1:]                             # ... when it cannot use Redis
 VERSIONED = ("praisonai-bot", "praisonaiagents")     # the packages whose versions status shows
 _VERSION = re.compile(r"[0-9A-Za-z.+!_-]{1,64}")     # a version as PEP 440 spells one (or a local build)
 
@@ -145,7 +146,7 @@ def own_view(health: Mapping[str, Any]) -> OwnView:
     return OwnView(redis, found if found and ok else (), since, lost,
                    _number(store.get("last_unrecorded_at"), 1e11) if lost else None,
                    int(_number(store.get("journalled"), MAX_COUNT) or 0),
-                   _number(store.get("unusable_for_s"), MAX_SECONDS) if redis in ("unreachable", "refusing") else None)
+                   _number(store.get("unusable_for_s"), MAX_SECONDS) if redis in UNUSABLE else None)
 
 
 @dataclass(frozen=True)

@@ -5,7 +5,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Collection, Mapping, Sequence
 
 from .api import GatewaySpec, Policy
-from .health import Idempotency, ReplicaHealth
+from .health import UNUSABLE, Idempotency, ReplicaHealth
 
 
 @dataclass(frozen=True)
@@ -80,7 +80,6 @@ def stale_replica(enabled: bool, health: Sequence[ReplicaHealth], ready: int, ru
 #: replicas see it within about 3 s of each other (each asks every 2 s, with a 1 s timeout, and at
 #: every webhook), and none of them is cut off; one failed probe under load cuts off nobody either
 CUT_OFF_AFTER_S = 5.0
-UNUSABLE = ("unreachable", "refusing")
 
 
 def out_of_traffic(health: Sequence[ReplicaHealth], serving: Collection[str]) -> frozenset[str]:

@@ -18,8 +18,7 @@ from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
 from .dedup_history import RECORD_TTL_SECONDS, iso, unix
-from .health import ReplicaHealth
-from .replicas import UNUSABLE
+from .health import UNUSABLE, ReplicaHealth
 
 
 @dataclass(frozen=True)
@@ -64,13 +63,12 @@ def assess(previous: Unrecorded, polled: Sequence[ReplicaHealth], gone: Sequence
     current = previous if previous.open(now) else Unrecorded()
     if not told and not stopped:
         return current
-    last = max([h.last_unrecorded_at for h in told if h.last_unrecorded_at is not None] +
-               [now for _ in stopped[:1]])
+    times = [h.last_unrecorded_at for h in told if h.last_unrecorded_at is not None] + ([now] if stopped else [])
+    first, last = min(times), max(times)
     if current.until is not None and last + ttl <= current.until and not stopped:
         # nothing newer than what the window already covers; its count may have grown
         return Unrecorded(current.at, current.until, max(current.admissions, sum(h.unrecorded for h in told)),
                           current.why)
-    first = min([h.last_unrecorded_at for h in told if h.last_unrecorded_at is not None] + [now for _ in stopped[:1]])
     why = "; ".join(w for w, found in ((JOURNAL_OR_LEASE, told), (STOPPED, stopped)) if found)
     return Unrecorded(current.at if current.at is not None else first, max(current.until or 0.0, last + ttl),
                       max(current.admissions, sum(h.unrecorded for h in told)) + sum(h.journalled for h in stopped),
