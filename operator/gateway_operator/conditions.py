@@ -12,7 +12,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 from . import reasons as R
 from .api import IDEMPOTENCY_OWNER
-from .dedup_history import History, durability, lost_message
+from .dedup_history import MEMORY_WARN_AT, History, durability, lost_message
 from .health import DESCRIPTIONS, Idempotency, ReplicaHealth
 from .pods import Observed
 from .redis_probe import ProbeResult
@@ -64,6 +64,7 @@ class Facts:
     sessions_store: str = "replica"  # where webhook session history lives (spec.sessions)
     target: RedisTarget | None = None  # the Redis spec.redis resolves to (its TLS settings)
     rollout: str = ""            # "queued" / "operator": a rollout the operator causes itself (rollouts.py)
+    memory_warned: bool = False  # RedisDurable said RedisNearlyFull last time (it holds down to 80%)
 
     @property
     def dedup_lost(self) -> bool:
@@ -244,7 +245,7 @@ def _durable(f: Facts) -> Condition:
     store = f.probe.store if f.probe else None
     if store is None:
         return c("Unknown", R.PROBE_NOT_RUN, "the Redis probe has not passed yet")
-    problem = durability(store)
+    problem = durability(store, was_full=f.memory_warned)
     if problem is None:
         return c("True", R.DURABLE_STORE, "Redis persists its data and evicts nothing (maxmemory-policy noeviction)")
     kind, detail = problem
@@ -252,6 +253,12 @@ def _durable(f: Facts) -> Condition:
         return c("False", R.EVICTING_MAXMEMORY_POLICY,
                  f"maxmemory-policy {detail} evicts keys under memory pressure, and every dedup record has a TTL, "
                  "so evicted records let a redelivered webhook run again; set maxmemory-policy noeviction")
+    if kind == "nearly-full":
+        return c("False", R.REDIS_NEARLY_FULL,
+                 f"Redis uses {MEMORY_WARN_AT:.0%} or more of its maxmemory ({detail}); under noeviction a full Redis "
+                 "refuses every new dedup record and session turn (the replicas hold deliveries 503, then admit "
+                 "them unrecorded): raise maxmemory, or lower spec.sessions.ttlSeconds / maxMessages (session "
+                 "history shares this memory)")
     if kind == "not-persistent":
         return c("False", R.PERSISTENCE_OFF, "Redis persists nothing (no AOF, no RDB saves): a restart loses every "
                  "dedup record; the operator then reports DedupHistoryLost for one record TTL")

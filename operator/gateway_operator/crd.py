@@ -406,6 +406,9 @@ def status_schema() -> Schema:
                              "this Redis: when it vanishes, so did the dedup records."),
                 "runId": _s("string", "The Redis server's run_id when INFO is allowed (a new one on a Redis "
                             "without persistence means its records are gone)."),
+                "replId": _s("string", "The primary's replication id (INFO replication's master_replid) when INFO is "
+                             "allowed: a server answering whose second replication id is this one was promoted from "
+                             "a replica (a failover), and may lack the last records."),
                 "dedupHistoryLost": {"type": "object", "description": "Set while the store may have forgotten "
                                      "admitted webhooks (IdempotencyDegraded=True DedupHistoryLost).", "properties": {
                                          "at": _s("string", "When the loss was seen.", format="date-time"),

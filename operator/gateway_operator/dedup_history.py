@@ -8,10 +8,15 @@ again while every other condition says exactly-once holds.
 So the operator's probe keeps a **canary** under the GatewayDeployment's prefix (a key without a
 TTL, whose value status remembers), and where ``INFO`` and ``CONFIG GET`` are allowed it reads
 the server's ``run_id``, whether it persists, and its ``maxmemory-policy``. ``assess`` turns what
-the probe saw and what status remembered into the next ``History``: a canary that vanished, or a
-new ``run_id`` on a Redis that does not persist, starts a **lost window** that lasts one record
-TTL (after it, every record written before the loss would have expired anyway). ``durability``
-says whether the store can keep its records at all (the ``RedisDurable`` condition).
+the probe saw and what status remembered into the next ``History``: a canary that vanished, a
+new ``run_id`` on a Redis that does not persist, or a **failover** (the server now answering was
+promoted from a replica of the one last seen: its ``master_replid2`` is the replication id status
+remembers; asynchronous replication loses what the replica had not yet received, and a replicated
+canary survives that) starts a **lost window** that lasts one record TTL (after it, every record
+written before the loss would have expired anyway). A restart with persistence starts a new
+replication id with no second one (Redis 7.0), so it is not read as a failover. ``durability``
+says whether the store can keep its records at all (the ``RedisDurable`` condition), memory
+close to ``maxmemory`` included: under ``noeviction`` a full Redis refuses every new record.
 """
 from __future__ import annotations
 
@@ -27,6 +32,9 @@ CANARY_KEY = "operator-canary"   # under the GatewayDeployment's prefix
 # tests/unit/test_launcher_real_gateway.py proves the two agree); its value is the operator's token
 MIGRATED_KEY = "sqlite-migrated"
 NO_EVICTION = "noeviction"
+# RedisDurable warns from this share of maxmemory on, and stops warning below the second (so a
+# Redis that hovers about the first does not flip the condition at every probe)
+MEMORY_WARN_AT, MEMORY_CLEAR_BELOW = 0.85, 0.80
 
 
 @dataclass(frozen=True)
@@ -40,6 +48,16 @@ class StoreFacts:
     maxmemory_policy: str | None = None  # None: CONFIG GET refused
     refused: tuple[str, ...] = ()       # the commands the server refused ("INFO", "CONFIG GET")
     migrated: str | None = None         # the SQLite migration marker's value, when present
+    replid: str | None = None           # INFO replication's master_replid (None: INFO refused)
+    replid2: str | None = None          # ... its master_replid2; None when it was never promoted
+    used_memory: int | None = None      # INFO memory's used_memory (None: INFO refused)
+    maxmemory: int | None = None        # ... its maxmemory (0: no limit)
+
+    def memory_share(self) -> float | None:
+        """used_memory / maxmemory, None when there is no limit or it is not readable."""
+        if self.used_memory is None or not self.maxmemory:
+            return None
+        return self.used_memory / self.maxmemory
 
 
 @dataclass(frozen=True)
@@ -48,6 +66,7 @@ class History:
 
     canary: str | None = None
     run_id: str | None = None
+    repl_id: str | None = None          # the primary's master_replid last seen
     lost_at: float | None = None       # unix seconds
     lost_until: float | None = None
     lost_why: str = ""
@@ -61,6 +80,8 @@ class History:
             out["canary"] = self.canary
         if self.run_id:
             out["runId"] = self.run_id
+        if self.repl_id:
+            out["replId"] = self.repl_id
         if self.lost_at is not None and self.lost_until is not None:
             out["dedupHistoryLost"] = {"at": iso(self.lost_at), "until": iso(self.lost_until), "why": self.lost_why}
         return out
@@ -70,6 +91,7 @@ class History:
         raw = redis_status or {}
         lost = raw.get("dedupHistoryLost") or {}
         return cls(canary=raw.get("canary") or None, run_id=raw.get("runId") or None,
+                   repl_id=raw.get("replId") or None,
                    lost_at=unix(lost.get("at")), lost_until=unix(lost.get("until")),
                    lost_why=str(lost.get("why") or ""))
 
@@ -83,12 +105,22 @@ def assess(previous: History, store: StoreFacts | None, now: float, ttl: float =
         why = "the operator's canary key vanished"
     elif previous.run_id and store.run_id and store.run_id != previous.run_id and store.persistent is False:
         why = "Redis restarted (a new run_id) without persistence"
-    history = replace(previous, canary=store.canary, run_id=store.run_id or previous.run_id)
+    elif failed_over(previous, store):
+        why = ("Redis failed over to a replica (the new primary's second replication id is the former "
+               "primary's): the records the replica had not received are gone")
+    history = replace(previous, canary=store.canary, run_id=store.run_id or previous.run_id,
+                      repl_id=store.replid or previous.repl_id)
     if why:
         history = replace(history, lost_at=now, lost_until=now + ttl, lost_why=why)
     elif history.lost_until is not None and now >= history.lost_until:
         history = replace(history, lost_at=None, lost_until=None, lost_why="")
     return history
+
+
+def failed_over(previous: History, store: StoreFacts) -> bool:
+    """The server now answering was a replica of the primary status remembers, and was promoted."""
+    return bool(previous.repl_id and store.replid and store.replid != previous.repl_id
+                and store.replid2 == previous.repl_id)
 
 
 def lost_message(history: History, ttl: float = RECORD_TTL_SECONDS) -> str:
@@ -97,13 +129,17 @@ def lost_message(history: History, ttl: float = RECORD_TTL_SECONDS) -> str:
             f"{iso(history.lost_until or 0)} (the records' TTL, {ttl:g}s) can run the agent again")
 
 
-def durability(store: StoreFacts | None) -> tuple[str, str] | None:
+def durability(store: StoreFacts | None, was_full: bool = False) -> tuple[str, str] | None:
     """(problem kind, detail) for RedisDurable, or None when the store keeps its records:
-    kinds "evicting", "not-persistent", "unreadable"."""
+    kinds "evicting", "nearly-full", "not-persistent", "unreadable". ``was_full``: the last
+    condition said "nearly-full" (it then holds until the share falls below MEMORY_CLEAR_BELOW)."""
     if store is None:
         return None
     if store.maxmemory_policy is not None and store.maxmemory_policy != NO_EVICTION:
         return "evicting", store.maxmemory_policy
+    share = store.memory_share()
+    if share is not None and share >= (MEMORY_CLEAR_BELOW if was_full else MEMORY_WARN_AT):
+        return "nearly-full", f"{(store.maxmemory or 0) / 2**20:.0f} MiB"
     if store.persistent is False:
         return "not-persistent", ""
     if store.persistent is None or store.maxmemory_policy is None:

@@ -83,6 +83,7 @@ SINGLE_REPLICA_HISTORY = "SingleReplicaHistory"  #: one replica keeps every hist
 # -- RedisDurable: can the shared store keep its records? -------------------------------------
 DURABLE_STORE = "DurableStore"             #: persistence on and maxmemory-policy noeviction
 EVICTING_MAXMEMORY_POLICY = "EvictingMaxmemoryPolicy"  #: an evicting policy drops dedup records (all have a TTL)
+REDIS_NEARLY_FULL = "RedisNearlyFull"     #: used_memory at 85% of maxmemory or more: soon it refuses records
 PERSISTENCE_OFF = "PersistenceOff"         #: a restart of this Redis loses every record
 REDIS_CONFIG_NOT_READABLE = "RedisConfigNotReadable"  #: INFO / CONFIG GET refused: not checked (the canary still is)
 

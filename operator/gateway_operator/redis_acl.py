@@ -32,7 +32,8 @@ COMMANDS: Mapping[str, str] = {
 #: optional, and when
 OPTIONAL: Mapping[str, str] = {
     "select": "only when spec.redis names a db other than 0 (else every connection fails)",
-    "info": "lets the probe read run_id and AOF (a restart that lost the records); refused: not checked",
+    "info": "lets the probe read run_id, AOF, replication ids and memory (a restart that lost the records, a "
+            "failover, a Redis close to maxmemory); refused: not checked",
     "client|setinfo": "Redis 7.2+ and Valkey only (7.0 refuses the whole line): redis-py sends it on every "
                       "connection and ignores the refusal, which ACL LOG would record",
 }

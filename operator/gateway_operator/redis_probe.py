@@ -436,25 +436,48 @@ async def _checks(client: aioredis.Redis, key: str, prefix: str) -> tuple[list[s
 
 
 def _facts_reads(pipeline: Any, prefix: str) -> None:
-    pipeline.get(f"{prefix}{CANARY_KEY}").info("server").info("persistence")
+    pipeline.get(f"{prefix}{CANARY_KEY}").info("persistence")
     pipeline.config_get("maxmemory-policy").config_get("save").get(f"{prefix}{MIGRATED_KEY}")
+    _live_info(pipeline)
+
+
+def _live_info(pipeline: Any) -> None:
+    """What INFO says that can change between probes: the run_id, the replication ids (a failover)
+    and memory (one section each: Redis before 7 takes one section per INFO)."""
+    pipeline.info("server").info("replication").info("memory")
+
+
+def _live_facts(server: Any, replication: Any, memory: Any) -> dict[str, Any]:
+    """``_live_info``'s answers as StoreFacts fields; nothing for an INFO that was refused."""
+    out: dict[str, Any] = {}
+    if isinstance(server, dict):
+        out["run_id"] = str(server.get("run_id") or "") or None
+    if isinstance(replication, dict) and replication.get("role") == "master":
+        # redis-py reads an id of digits as a number: the 40 zeros of "never promoted" read as 0
+        out["replid"] = str(replication.get("master_replid") or "") or None
+        out["replid2"] = str(replication.get("master_replid2") or "").strip("0") and \
+            str(replication.get("master_replid2")) or None
+    if isinstance(memory, dict) and isinstance(memory.get("used_memory"), int):
+        out["used_memory"] = memory["used_memory"]
+        limit = memory.get("maxmemory")
+        out["maxmemory"] = limit if isinstance(limit, int) else None
+    return out
 
 
 def _light_reads(pipeline: Any, key: str, prefix: str, base: StoreFacts) -> None:
     pipeline.get(f"{prefix}{CANARY_KEY}").get(f"{prefix}{MIGRATED_KEY}").delete(key)
     if "INFO" not in base.refused:
-        pipeline.info("server")
+        _live_info(pipeline)
 
 
 async def _light_facts(client: aioredis.Redis, prefix: str, base: StoreFacts, answers: list[Any]) -> StoreFacts:
-    """An observation probe's facts: the canary (written when absent), the run_id and the marker
-    read now; persistence, the policy and what was refused as the last full probe saw them."""
+    """An observation probe's facts: the canary (written when absent), the run_id, replication ids,
+    memory and the marker read now; persistence, the policy and what was refused as the last full
+    probe saw them."""
     value, migrated, _deleted = _raised(answers[:3])
     created, canary = await _canary(client, prefix, value)
-    run_id = base.run_id
-    if len(answers) > 3 and not isinstance(answers[3], BaseException):
-        run_id = str(answers[3].get("run_id") or "") or None
-    return replace(base, canary=canary, canary_created=created, run_id=run_id,
+    live = _live_facts(*answers[3:6]) if len(answers) >= 6 else {}
+    return replace(base, canary=canary, canary_created=created, **live,
                    migrated=migrated.decode(errors="replace") if migrated is not None else None)
 
 
@@ -470,17 +493,17 @@ async def _canary(client: aioredis.Redis, prefix: str, value: bytes | None) -> t
 
 async def _store_facts(client: aioredis.Redis, prefix: str, answers: list[Any]) -> StoreFacts:
     """The canary (written when absent, with no TTL) and, where the server allows INFO and CONFIG
-    GET, its run_id, persistence and maxmemory-policy: ``answers`` of ``_facts_reads``. A refused
+    GET, its run_id, replication ids, memory, persistence and maxmemory-policy: ``answers`` of
+    ``_facts_reads``. A refused
     INFO or CONFIG GET (managed services often refuse CONFIG) is noted, never a failure."""
-    value, server, persistence, policy_answer, save_answer, migrated = answers
+    value, persistence, policy_answer, save_answer, migrated, server, replication, memory = answers
     _raised([value, migrated])
     created, canary = await _canary(client, prefix, value)
     refused: list[str] = []
-    run_id, aof, save, policy = None, None, None, None
+    aof, save, policy = None, None, None
     if isinstance(server, redis.ResponseError) or isinstance(persistence, redis.ResponseError):
         refused.append("INFO")
     else:
-        run_id = str(server.get("run_id") or "") or None
         aof = persistence.get("aof_enabled") in (1, "1")
     if isinstance(policy_answer, redis.ResponseError):
         refused.append("CONFIG GET")
@@ -491,8 +514,9 @@ async def _store_facts(client: aioredis.Redis, prefix: str, answers: list[Any]) 
         else:
             save = save_answer.get("save")
     persistent = True if aof else (bool(str(save).strip()) if save is not None and aof is not None else None)
-    return StoreFacts(canary, created, run_id, persistent, policy, tuple(refused),
-                      migrated.decode(errors="replace") if migrated is not None else None)
+    return StoreFacts(canary, created, persistent=persistent, maxmemory_policy=policy, refused=tuple(refused),
+                      migrated=migrated.decode(errors="replace") if migrated is not None else None,
+                      **_live_facts(server, replication, memory))
 
 
 def _refused_password(where: str, credentials: Credentials = Credentials()) -> ProbeResult:

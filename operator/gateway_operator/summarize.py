@@ -198,7 +198,14 @@ def facts(body: Mapping[str, Any], spec: GatewaySpec | None, outcome: Any, repli
         health=tuple(replicas), dedup=_dedup_history(body, outcome, now),
         unrecorded=_unrecorded(body, outcome, replicas, gone, now), now=now,
         migrating=bool(outcome.migration and not outcome.migration.done),
-        sessions_store=spec.sessions_store if spec else "replica", target=outcome.target, rollout=outcome.rollout)
+        sessions_store=spec.sessions_store if spec else "replica", target=outcome.target, rollout=outcome.rollout,
+        memory_warned=_said(body, C.REDIS_DURABLE, R.REDIS_NEARLY_FULL))
+
+
+def _said(body: Mapping[str, Any], type_: str, reason: str) -> bool:
+    """The condition ``type_`` as last written has ``reason``."""
+    conditions = (body.get("status") or {}).get("conditions") or []
+    return any(isinstance(c, Mapping) and c.get("type") == type_ and c.get("reason") == reason for c in conditions)
 
 
 def _remembered(body: Mapping[str, Any], outcome: Any) -> Mapping[str, Any] | None:

@@ -10,6 +10,7 @@ from gateway_operator.dedup_history import RECORD_TTL_SECONDS, History, StoreFac
 from gateway_operator.redis_probe import ProbeResult, Prober
 from gateway_operator.redis_target import RedisTarget
 from harness.redis_server import RedisServer
+from harness.wait import until
 
 T0 = 1_800_000_000.0
 
@@ -114,3 +115,81 @@ def test_a_probe_that_must_not_wait_is_not_sent_while_the_namespaces_slots_are_t
     skipped, other, took = asyncio.run(go())
     assert skipped is None and took < 0.1
     assert other is not None and other.ok
+
+
+def test_a_failover_to_a_replica_opens_the_window_a_restart_with_persistence_does_not() -> None:
+    """Two real redis-servers, the second a replica of the first: the canary is replicated, so
+    only the replication ids tell that the server now answering was promoted (and may lack the
+    last records it had not received). The primary restarted with its AOF is no failover."""
+    primary = RedisServer(password="pw", persistent=True).start()
+    replica = RedisServer(password="pw", persistent=True).start()
+    try:
+        primary.admin("CONFIG", "SET", "repl-diskless-sync-delay", "0")
+        replica.admin("CONFIG", "SET", "masterauth", "pw")
+        first = probe(primary).store
+        assert first is not None and first.replid and first.replid2 is None
+        history = assess(History(), first, T0)
+        replica.admin("REPLICAOF", "127.0.0.1", str(primary.port))
+        in_sync = lambda: replica.client().info("replication").get("master_link_status") == "up"  # noqa: E731
+        until(in_sync, timeout=20, what="the replica in sync")
+        # a replica attaching gave the primary a new replication id: remembered, nothing lost
+        attached = probe(primary).store
+        assert attached is not None and attached.run_id == first.run_id and attached.replid != first.replid
+        history = assess(history, attached, T0 + 2)
+        assert history.repl_id == attached.replid and not history.lost(T0 + 2)
+
+        # the primary restarted with persistence: a new run_id and replication id, no second id
+        primary.restart()
+        until(in_sync, timeout=20, what="the replica in sync again")
+        restarted = probe(primary).store
+        assert restarted is not None and restarted.run_id != first.run_id and restarted.canary == first.canary
+        history = assess(history, restarted, T0 + 4)
+        assert not history.lost(T0 + 4), history.lost_why
+
+        # the primary dies, the replica is promoted (as Sentinel would) and now answers
+        primary.stop()
+        replica.admin("REPLICAOF", "NO", "ONE")
+        promoted = probe(replica).store
+        assert promoted is not None and promoted.canary == first.canary  # the canary alone sees nothing
+        failed = assess(history, promoted, T0 + 6)
+        assert failed.lost(T0 + 6) and failed.lost_why.startswith("Redis failed over to a replica"), failed
+        assert failed.repl_id == promoted.replid and History.from_status(failed.status()) == failed
+        shown = facts(failed, promoted, T0 + 7)
+        assert (shown["ExactlyOnceAdmission"].status, shown["ExactlyOnceAdmission"].reason) == \
+            ("False", "DedupHistoryLost")
+        assert "failed over" in shown["ExactlyOnceAdmission"].message
+        # the next probe of the same promoted server opens nothing new
+        again = assess(failed, probe(replica).store, T0 + 8)
+        assert again.lost_at == T0 + 6
+    finally:
+        primary.close()
+        replica.close()
+
+
+def test_redis_close_to_maxmemory_is_warned_before_it_refuses_records(redis_server: RedisServer) -> None:
+    """A real redis-server whose maxmemory is set just above what it uses: RedisDurable says
+    RedisNearlyFull from 85% on, keeps saying it down to 80% (no flip at every probe), and the
+    message, read at every probe, names the limit, not the moving figure."""
+    client = redis_server.client()
+    client.set("session-like", "x" * 8_000_000)  # bulk, so that a connection's buffers do not move the share
+    used = int(client.info("memory")["used_memory"])
+    redis_server.admin("CONFIG", "SET", "maxmemory", str(int(used / 0.9)))
+    store = probe(redis_server).store
+    assert store is not None and store.maxmemory and store.used_memory
+    share = store.memory_share()
+    assert share is not None and 0.85 <= share < 1.0, share
+    warned = facts(History(), store, T0)["RedisDurable"]
+    assert (warned.status, warned.reason) == ("False", "RedisNearlyFull")
+    assert "MiB" in warned.message and "maxmemory" in warned.message
+
+    def durable(used_share: float, was: bool) -> str:
+        at = StoreFacts("c", False, "r", True, "noeviction", used_memory=int(used_share * 1000), maxmemory=1000)
+        f = Facts(generation=1, desired_replicas=3, store_backend="redis", policy="Refuse", persistence=False,
+                  redis_configured=True, probe=ProbeResult(True, reasons.PROBE_SUCCEEDED, "ok", at),
+                  dedup=History(), now=T0, memory_warned=was)
+        return next(c.reason for c in conditions.compute(f) if c.type == "RedisDurable")
+    assert durable(0.84, was=False) == "DurableStore"
+    assert durable(0.84, was=True) == "RedisNearlyFull"   # holds down to 80%
+    assert durable(0.79, was=True) == "DurableStore"
+    no_limit = StoreFacts("c", False, "r", True, "noeviction", used_memory=10**9, maxmemory=0)
+    assert no_limit.memory_share() is None
