@@ -286,9 +286,11 @@ class SharedSessions:
                 "until Redis answers again")
 
     def _note_recovery(self) -> None:
+        """A call succeeded: the next turn asks Redis again (its copy here may lack what other
+        replicas added), even within the SKIP_SECONDS of the last failure."""
         if self._failing_since is not None:
             say("shared session history available again")
-        self._failing_since, self._past_window = None, False
+        self._failing_since, self._past_window, self._skip_until = None, False, 0.0
 
 
 def _not_yet_in(history: List[Dict[str, Any]], messages: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
