@@ -229,7 +229,10 @@ def classify(deliveries: Iterable[Delivery], turns: Iterable[Turn], samples: Ite
                      if (f.expect and f.expect.reason == "DedupHistoryLost") or f.kind in SESSION_RESETS)
     outages = [(f.started - lag, f.ended + lag) for f in faults if f.kind in OUTAGES]
     every_split = _splits([t for ts in answered.values() for t in ts], slack, window)
-    splits = [x for x in every_split if not any(x["missing_ended"] <= end and start <= x["at"] for start, end in forgets)
+    # a missing turn in flight at the loss counts as lost with it: the loss took its session lock
+    # too, so the next turn of its session could run beside it and read the history before its append
+    splits = [x for x in every_split if not any(x["missing_started"] <= end and start <= x["at"]
+                                                for start, end in forgets)
               and not any(a <= t <= b for a, b in outages for t in x["times"])]
     session_of = {t.msg: t.session for ts in answered.values() for t in ts if t.session}
     crossed = [{"session": t.session, "msg": t.msg, "at": t.started,
@@ -330,7 +333,8 @@ def _splits(answered: list[Turn], slack: float, window: int | None) -> list[dict
                 ended = max(u.ended or 0.0 for u in before)
                 times = [t.started] + [u.started for u in before]
                 found.append({"session": session, "msg": t.msg, "missing": missing[:5], "at": t.started,
-                              "missing_ended": ended, "times": times})
+                              "missing_started": max(u.started for u in before), "missing_ended": ended,
+                              "times": times})
     return found
 
 

@@ -305,7 +305,8 @@ def test_split_when_history_lacks_an_earlier_turn() -> None:
     report = run([delivery("A", T0 - 0.2), delivery("B", T0 + 9.8)], turns)
     assert report["splits"] == 1
     assert report["examples"]["splits"] == [{"session": "s", "msg": "B", "missing": ["A"], "at": T0 + 10.0,
-                                            "missing_ended": T0 + 1.0, "times": [T0 + 10.0, T0]}]
+                                            "missing_started": T0, "missing_ended": T0 + 1.0,
+                                            "times": [T0 + 10.0, T0]}]
     assert targets_met(report) is False
 
 
@@ -549,6 +550,21 @@ def test_a_split_across_a_flush_is_counted_apart() -> None:
     assert (across["splits"], across["splits_across_faults"]) == (0, 1)
     plain = classify(deliveries, turns, [held(T0 - 1)], [], LAG)
     assert (plain["splits"], plain["splits_across_faults"]) == (1, 0)
+
+
+def test_a_turn_in_flight_at_a_flush_is_lost_with_it_one_started_after_is_not() -> None:
+    """The flush took the running turn's session lock, so the session's next turn could read the
+    history before that turn's append: the flush's split (seed 71's). A turn started after the
+    flush that is missing later is a split."""
+    flush = Fault("redis_flush", T0 + 5.0, T0 + 5.0, expect=Expectation("IdempotencyDegraded", "True",
+                                                                         "DedupHistoryLost", clears=False))
+    deliveries = [delivery("A", T0 + 4.0), delivery("B", T0 + 10.0)]
+    in_flight = [turn("A", T0 + 4.0, session="s", ended=T0 + 7.0), turn("B", T0 + 10.0, session="s", history=())]
+    across = classify(deliveries, in_flight, [held(T0 - 1)], [flush], LAG)
+    assert (across["splits"], across["splits_across_faults"]) == (0, 1)
+    after = [turn("A", T0 + 5.5, session="s", ended=T0 + 7.0), turn("B", T0 + 10.0, session="s", history=())]
+    report = classify([delivery("A", T0 + 5.5), delivery("B", T0 + 10.0)], after, [held(T0 - 1)], [flush], LAG)
+    assert (report["splits"], report["splits_across_faults"]) == (1, 0)
 
 
 def test_a_split_across_the_switch_to_redis_is_counted_apart() -> None:
