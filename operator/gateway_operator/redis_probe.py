@@ -328,9 +328,14 @@ async def _exchange(target: RedisTarget, host: str, credentials: Credentials, ti
     client = reused or _client(target, host, credentials, timeout)
     result: ProbeResult | None = None
     try:
+        started = time.monotonic()
         result = await _commands(client, target, credentials, timeout, base if light else None)
-        if reused is not None and result.reason == reasons.CONNECTION_FAILED:
-            await _close(reused)  # closed while idle, or gone bad: once more, afresh
+        # a kept connection the server closed while idle fails at once: once more, afresh; one
+        # that waited out the timeout met a server that hangs, and a second wait would only
+        # double how long the outage takes to show
+        quick = time.monotonic() - started < timeout / 2
+        if reused is not None and result.reason == reasons.CONNECTION_FAILED and quick:
+            await _close(reused)
             client, result = _client(target, host, credentials, timeout), None
             result = await _commands(client, target, credentials, timeout, base)
         return result

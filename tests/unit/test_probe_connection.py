@@ -4,6 +4,7 @@ a flush and a restart still seen, and a connection the server closed retried onc
 from __future__ import annotations
 
 import asyncio
+import time
 from typing import Any
 
 from gateway_operator import reasons
@@ -108,6 +109,30 @@ def test_a_kept_connection_the_server_closed_is_retried_once_afresh(redis_server
 
     results = asyncio.run(run())
     assert results[-1].ok, results[-1]
+
+
+def test_a_hung_server_shows_within_one_timeout_over_the_kept_connection(redis_server: RedisServer) -> None:
+    """Redis paused (SIGSTOP): the observation probe over the kept connection waits out its timeout
+    once and says unreachable; it does not wait a second timeout on a fresh connection (as it does
+    for a connection the server closed, which fails at once), so an outage shows a timeout sooner."""
+    kept = KeptConnection()
+
+    async def run() -> tuple[ProbeResult | None, float]:
+        full = await rounds(redis_server, kept, ["full"])
+        redis_server.pause()
+        try:
+            started = time.monotonic()
+            hung = await Prober().probe("ns", target(redis_server), redis_server.password, 2, kept=kept,
+                                        base=full[0].store)
+            took = time.monotonic() - started
+        finally:
+            redis_server.resume()
+            await kept.aclose()
+        return hung, took
+
+    hung, took = asyncio.run(run())
+    assert hung is not None and hung.reason == reasons.CONNECTION_FAILED, hung
+    assert 2.0 <= took < 3.0, took
 
 
 def test_a_changed_password_is_not_hidden_by_a_kept_connection(redis_server: RedisServer) -> None:
