@@ -49,6 +49,10 @@ RECORD_SLACK_S = 2.0  # a 2xx answer reaches the provider just after its record 
 RETRY_HORIZON_S = 300.0  # a provider gives a message up this long after its first delivery
 # faults that end a claim's holder without its drain (nothing of it releases what it held)
 HOLDER_DEATHS = ("kill_pod", "force_delete")
+# a replica cut off from Redis is out of the traffic within: the launcher's probe (every 2 s, 0.3 s
+# socket timeout), the 5 s it must have been cut off, the operator's next poll (2 s) and its timeout
+# (1 s), then the gate's write and the EndpointSlice (about 1 s): 11.3 s
+PARTITION_IN_TRAFFIC_BOUND_S = 12.0
 ORPHANED_CLAIM_BOUND_S = 90.0  # a dead holder's claim is gone within one lease (60 s) and the retry's backoff
 # faults after which the shared history starts empty: the switch from one SQLite replica (whose
 # session history was in its memory) to Redis
@@ -387,10 +391,12 @@ def _fault_lag(fault: Fault, timeline: Timeline) -> dict[str, Any]:
 
 def targets_met(report: Mapping[str, Any]) -> bool:
     """Issue 18's and 35's targets: no silent duplicate, no avoidable one, nothing lost, no split, no crossed conversation, every fault announced
-    within the bound and cleared within it after it ended."""
+    within the bound and cleared within it after it ended, a dead holder's claim freed and a cut-off
+    replica out of the traffic within theirs."""
     lag = report["lag_bound_s"]
     return (report["silent_duplicates"] == 0 and report.get("avoidable_duplicates", 0) == 0 and report["lost"] == 0
             and report.get("orphaned_claim_max_s", 0.0) <= ORPHANED_CLAIM_BOUND_S
+            and (report.get("partition_in_traffic_max_s") or 0.0) <= PARTITION_IN_TRAFFIC_BOUND_S
             and report["splits"] == 0
             and report.get("crossed", 0) == 0 and report["faults_unannounced"] == 0 and report["faults_uncleared"] == 0
             and (report["fault_lag_max_s"] or 0) <= lag and (report["fault_clear_max_s"] or 0) <= lag)

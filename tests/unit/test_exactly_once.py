@@ -626,3 +626,7 @@ def test_a_partition_counts_how_long_the_cut_off_replica_took_traffic() -> None:
     assert run(faults=[])["partition_in_traffic_max_s"] is None
     row = run(faults=[partition(3.5)])["faults"][0]
     assert (row["left_traffic_after_s"], row["back_after_s"]) == (3.5, 2.0)
+    # a target: a replica left in the traffic (the gate did nothing for 12 s) misses it
+    assert targets_met(run(faults=[partition(3.5)])) is True
+    lasting = Fault("replica_partition", T0, T0 + 30, "p", left_traffic_after_s=None, back_after_s=2.0)
+    assert targets_met(run(faults=[lasting])) is False
