@@ -289,6 +289,12 @@ class SessionsSpec(fields.Section):
         "ttlSeconds", "integer", "How long an idle session's history is kept, {range} seconds. Default {default}.",
         7 * 24 * 3600, convert=int, format="int32", minimum=60, maximum=31536000))
 
+    max_sessions: int = fields.api(fields.scalar(
+        "maxSessions", "integer", "Sessions whose history Redis keeps, {range}; past it the least recently used "
+        "histories are deleted (their conversations start afresh), so that session history stays within about "
+        "maxSessions x maxMessages x the size of a message and cannot fill the memory the dedup records need. "
+        "Default {default}.", 10_000, convert=int, format="int32", minimum=1, maximum=10_000_000))
+
     def effective(self, redis_configured: bool) -> str:
         return self.store or ("redis" if redis_configured else "replica")
 

@@ -417,9 +417,10 @@ async def _checks(client: aioredis.Redis, key: str, prefix: str) -> tuple[list[s
     deleted; and the store's facts (``_store_facts``), read in the same pipeline. ``None`` facts
     when a command was refused (they are not looked at then)."""
     refused: list[str] = []
-    listing, counter = f"{key}:list", f"{key}:n"
+    listing, counter, index = f"{key}:list", f"{key}:n", f"{key}:sessions"
     history = client.pipeline(transaction=True)  # as the shared session history appends
     history.rpush(listing, "p").ltrim(listing, -1, -1).expire(listing, 10)
+    history.zadd(index, {listing: 1}).zremrangebyscore(index, "-inf", 0).expire(index, 10).zcard(index)
     try:
         await history.execute()
     except redis.ResponseError as e:  # a refused MULTI leaves the rest to run alone, then EXEC fails
@@ -429,7 +430,8 @@ async def _checks(client: aioredis.Redis, key: str, prefix: str) -> tuple[list[s
     others.ping().exists(key).execute_command("INCR", counter).pexpire(counter, 10_000).pttl(counter)
     others.lrange(listing, 0, -1)
     others.eval("return redis.call('get', KEYS[1])", 1, key).scan(0, match=f"{prefix}operator-probe:*", count=1)
-    others.delete(key, listing, counter)
+    others.zpopmin(index, 1)
+    others.delete(key, listing, counter, index)
     tried = len(others.command_stack)
     _facts_reads(others, prefix)
     answers = await others.execute(raise_on_error=False)

@@ -109,7 +109,7 @@ def gateway_config(owner: Owner, spec: GatewaySpec, redis: RedisTarget | None) -
     # the launcher's own section (launcher.SESSION_HISTORY_KEY): webhook session history, in Redis
     # or (replica) one per session in the replica's memory, never 0.1.16's one history per hook
     config["session_history"] = {"store": spec.sessions_store, "max_messages": spec.sessions.max_messages,
-                                 "ttl_seconds": spec.sessions.ttl_seconds}
+                                 "ttl_seconds": spec.sessions.ttl_seconds, "max_sessions": spec.sessions.max_sessions}
     # the launcher's own section (gwop_config.GUARD_KEY): the fail-closed window and the claims' lease
     config["idempotency_guard"] = {"fail_closed_seconds": spec.redis.fail_closed_seconds,
                                    "claim_lease_seconds": spec.redis.claim_lease_seconds}

@@ -72,7 +72,10 @@ def test_the_launchers_session_defaults_are_the_apis() -> None:
     store = next(p for p in fields.props(api.SessionsSpec) if p.name == "store")
     for value in store.keywords["enum"]:
         assert launcher.session_settings({launcher.SESSION_HISTORY_KEY: {"store": value}}) == {
-            "store": value, "max_messages": sessions.max_messages, "ttl_seconds": sessions.ttl_seconds}
+            "store": value, "max_messages": sessions.max_messages, "ttl_seconds": sessions.ttl_seconds,
+            "max_sessions": sessions.max_sessions}
+    import gwop_sessions
+    assert gwop_sessions.DEFAULT_MAX_SESSIONS == sessions.max_sessions
     with pytest.raises(launcher.ConfigError):
         launcher.session_settings({launcher.SESSION_HISTORY_KEY: {"store": "elsewhere"}})
     assert launcher.SESSION_KEY_ENV == api.SESSION_KEY_ENV

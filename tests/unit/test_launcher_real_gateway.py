@@ -602,10 +602,12 @@ def test_a_webhook_the_single_sqlite_replica_admitted_is_deduplicated_after_the_
 # --------------------------------------------------------------------------
 
 
-def session_config(redis: RedisServer, store: str = "redis", max_messages: int = 50) -> Dict[str, Any]:
+def session_config(redis: RedisServer, store: str = "redis", max_messages: int = 50,
+                   max_sessions: int = 10_000) -> Dict[str, Any]:
     documented = documented_config(redis)
     documented["hooks"]["hooks"][0]["session_key"] = "{session}"
-    documented["session_history"] = {"store": store, "max_messages": max_messages, "ttl_seconds": 3600}
+    documented["session_history"] = {"store": store, "max_messages": max_messages, "ttl_seconds": 3600,
+                                     "max_sessions": max_sessions}
     return documented
 
 
@@ -666,6 +668,25 @@ def test_a_bounded_history_keeps_the_last_messages_and_replica_keeps_sessions_ap
     assert alone.webhook({"id": "solo-r-1", "session": "r", "text": "msg=solo-r-1 session=r"})[0] == 200
     first.join(10)
     assert turn_of(llm, "solo-r-1")["history"] == ["solo-r-0"]
+
+
+def test_past_max_sessions_the_least_recently_used_history_goes_and_the_rest_stay(
+        launch, real_redis: RedisServer, llm: StandInLLM) -> None:
+    """Session history bounded in count (spec.sessions.maxSessions), so it cannot fill the memory the
+    dedup records need: with 2, a third conversation deletes the history of the one least recently
+    used, whose next turn starts afresh; the other keeps its whole history, on either replica."""
+    a = launch("few-a", session_config(real_redis, max_sessions=2))
+    b = launch("few-b", session_config(real_redis, max_sessions=2))
+    for gw, msg, session in ((a, "p-0", "p"), (b, "q-0", "q"), (a, "q-1", "q"), (b, "r-0", "r")):
+        status, body = gw.webhook({"id": msg, "session": session, "text": f"msg={msg} session={session}"})
+        assert status == 200 and body.get("action") == "agent", body
+    keys = real_redis.client().keys(f"{PREFIX}session:*")
+    assert len(keys) == 2 and real_redis.client().zcard(f"{PREFIX}sessions") == 2, keys
+    assert "least recently used session histories deleted" in b.output()
+    assert a.webhook({"id": "q-2", "session": "q", "text": "msg=q-2 session=q"})[0] == 200
+    assert turn_of(llm, "q-2")["history"] == ["q-0", "q-1"]
+    assert b.webhook({"id": "p-1", "session": "p", "text": "msg=p-1 session=p"})[0] == 200
+    assert turn_of(llm, "p-1")["history"] == []  # p was the least recently used: it starts afresh
 
 
 def test_while_redis_is_down_each_session_keeps_its_own_history_on_the_replica(

@@ -710,7 +710,8 @@ def test_session_history_is_shared_whenever_redis_is_wired(sessions, redis, repl
     assert s.sessions_store == store
     rendered = render.gateway_config(OWNER, s, resolve(s.redis, OWNER.namespace, OWNER.name) if redis else None)
     # with or without Redis: the launcher keeps each session's history apart (never 0.1.16's one per hook)
-    assert rendered["session_history"] == {"store": store, "max_messages": 50, "ttl_seconds": 604800}
+    assert rendered["session_history"] == {"store": store, "max_messages": 50, "ttl_seconds": 604800,
+                                           "max_sessions": 10_000}
     probe = ProbeResult(True, "ProbeSucceeded", "ok")
     c = {x.type: x for x in conditions.compute(Facts(
         generation=1, desired_replicas=replicas, store_backend=s.store_backend, policy="Refuse", persistence=False,

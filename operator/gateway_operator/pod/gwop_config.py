@@ -280,7 +280,7 @@ def write_working_copy(cfg: Mapping[str, Any], workdir: str) -> str:
 
 
 # the documented config's launcher-only section, written by the operator from spec.sessions:
-# ``session_history: {store: redis|replica, max_messages, ttl_seconds}``
+# ``session_history: {store: redis|replica, max_messages, ttl_seconds, max_sessions}``
 SESSION_HISTORY_KEY = "session_history"
 SESSION_KEY_ENV = "GATEWAY_SESSION_KEY"  # a Fernet key from a Secret (render.py): history encrypted at rest
 
@@ -292,7 +292,8 @@ def session_settings(documented: Mapping[str, Any]) -> Optional[Dict[str, Any]]:
     if not isinstance(raw, Mapping) or raw.get("store") not in ("redis", "replica"):
         raise ConfigError(f"{SESSION_HISTORY_KEY}.store must be redis or replica")
     return {"store": raw["store"], "max_messages": _as_int(raw.get("max_messages", 50), "max_messages"),
-            "ttl_seconds": _as_int(raw.get("ttl_seconds", 604800), "ttl_seconds")}
+            "ttl_seconds": _as_int(raw.get("ttl_seconds", 604800), "ttl_seconds"),
+            "max_sessions": _as_int(raw.get("max_sessions", 10_000), "max_sessions")}
 
 
 def drain_timeout(loaded: Mapping[str, Any]) -> float:

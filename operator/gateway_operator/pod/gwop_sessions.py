@@ -21,6 +21,7 @@ from gwop_redis import RELEASE_LUA, redis_client
 
 SESSION_LOCK_LEASE_MS = 30_000     # renewed while the turn runs; a dead replica's lock goes after it
 SESSION_LOCK_WAIT_SECONDS = 300.0  # a turn waits this long for its session's earlier turn, then runs
+DEFAULT_MAX_SESSIONS = 10_000      # api.SessionsSpec.max_sessions's default
 
 
 
@@ -28,10 +29,19 @@ class RedisHistoryStore:
     """The Redis list behind one session's history, as the package's session stores are called
     (``add_message``, ``get_chat_history``), so that its own ``EncryptedSessionStore`` can wrap it:
     ``{prefix}session:<sha256 of the key>``, each append one MULTI (RPUSH, LTRIM to ``max_messages``,
-    EXPIRE ``ttl``)."""
+    EXPIRE ``ttl``).
 
-    def __init__(self, client: Any, prefix: str, max_messages: int, ttl: int) -> None:
+    The sessions themselves are bounded too (``max_sessions``), so that session history cannot
+    take the memory the dedup records need (under ``noeviction`` a full Redis refuses new records):
+    the same MULTI notes the session in ``{prefix}sessions`` (a sorted set by last append, entries
+    older than ``ttl`` dropped) and counts it; past the bound the least recently used histories are
+    deleted. Two replicas past the bound at once may each delete one: at most ``max_sessions``."""
+
+    def __init__(self, client: Any, prefix: str, max_messages: int, ttl: int,
+                 max_sessions: int = DEFAULT_MAX_SESSIONS) -> None:
         self.client, self.prefix, self.max_messages, self.ttl = client, prefix, max_messages, ttl
+        self.max_sessions = max(1, max_sessions)
+        self.index = f"{prefix}sessions"
 
     def key(self, session_id: str) -> str:
         import hashlib
@@ -39,13 +49,28 @@ class RedisHistoryStore:
 
     def add_message(self, session_id: str, role: str, content: str, metadata: Any = None, **_: Any) -> bool:
         import json
-        key = self.key(session_id)
+        key, now = self.key(session_id), time.time()
         pipe = self.client.pipeline(transaction=True)
         pipe.rpush(key, json.dumps({"role": role, "content": content}))
         pipe.ltrim(key, -self.max_messages, -1)
         pipe.expire(key, self.ttl)
-        pipe.execute()
+        pipe.zadd(self.index, {key: now})
+        pipe.zremrangebyscore(self.index, "-inf", now - self.ttl)  # expired histories
+        pipe.expire(self.index, self.ttl)
+        pipe.zcard(self.index)
+        over = pipe.execute()[-1] - self.max_sessions
+        if over > 0:
+            self.evict(over)
         return True
+
+    def evict(self, count: int) -> int:
+        """Delete the ``count`` least recently used histories; returns how many went."""
+        oldest = [member for member, _ in self.client.zpopmin(self.index, count)]
+        if oldest:
+            self.client.delete(*oldest)
+            say(f"{len(oldest)} least recently used session histories deleted: more than {self.max_sessions} "
+                "sessions (spec.sessions.maxSessions)")
+        return len(oldest)
 
     def get_chat_history(self, session_id: str, max_messages: Optional[int] = None) -> List[Dict[str, Any]]:
         import json
@@ -73,11 +98,12 @@ class SharedSessions:
     LOCAL_SESSIONS = 1000  # the sessions whose last history a replica keeps for an outage
     SKIP_SECONDS = 2.0     # after a failed Redis call, turns use the replica's copy this long
 
-    def __init__(self, client: Any, prefix: str, max_messages: int, ttl_seconds: int, key: str = "") -> None:
+    def __init__(self, client: Any, prefix: str, max_messages: int, ttl_seconds: int, key: str = "",
+                 max_sessions: int = DEFAULT_MAX_SESSIONS) -> None:
         """``key``: a Fernet key; the history is then stored through the package's own
         ``EncryptedSessionStore`` (content encrypted; roles and the key's hash stay readable)."""
         self.client, self.prefix = client, prefix
-        self.inner = RedisHistoryStore(client, prefix, max(2, max_messages), max(60, ttl_seconds))
+        self.inner = RedisHistoryStore(client, prefix, max(2, max_messages), max(60, ttl_seconds), max_sessions)
         self.store: Any = self.inner
         if key:
             from praisonaiagents.session.encrypted_store import EncryptedSessionStore, SessionEncryptionError
@@ -327,7 +353,8 @@ def share_sessions(gateway: Any, settings: Optional[Mapping[str, Any]], redis: O
     import contextvars
     if settings.get("store") == "redis" and redis:
         shared = SharedSessions(redis_client(redis, timeout=2.0), str(redis.get("prefix") or "praison:push:"),
-                                settings["max_messages"], settings["ttl_seconds"], os.environ.get(SESSION_KEY_ENV, ""))
+                                settings["max_messages"], settings["ttl_seconds"], os.environ.get(SESSION_KEY_ENV, ""),
+                                settings.get("max_sessions", DEFAULT_MAX_SESSIONS))
     else:
         shared = SharedSessions(None, "", settings["max_messages"], settings["ttl_seconds"])
     shared.fail_closed = float(fail_closed_seconds)
