@@ -1,7 +1,7 @@
 """Status conditions: computed from observed facts by pure functions.
 
 Types: Ready, Reconciling, Stalled (kstatus reads these three), RedisReachable,
-IdempotencyDegraded, ExactlyOnceAdmission, RedisDurable, SessionsShared, RedisTLSVerified. ``merge`` keeps ``lastTransitionTime`` unless the
+IdempotencyDegraded, ExactlyOnceAdmission, RedisDurable, SessionsShared, RedisTLSVerified, GatewayCompatible. ``merge`` keeps ``lastTransitionTime`` unless the
 status flips, so an unchanged world yields an identical status and no write.
 """
 from __future__ import annotations
@@ -10,6 +10,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping, Sequence
 
+from . import compat
 from . import reasons as R
 from .api import IDEMPOTENCY_OWNER
 from .dedup_history import MEMORY_WARN_AT, History, durability, lost_message
@@ -24,8 +25,9 @@ from .unrecorded import message as unrecorded_message
 READY, RECONCILING, STALLED = "Ready", "Reconciling", "Stalled"
 REDIS_REACHABLE, IDEMPOTENCY_DEGRADED, EXACTLY_ONCE = "RedisReachable", "IdempotencyDegraded", "ExactlyOnceAdmission"
 REDIS_DURABLE, SESSIONS_SHARED, REDIS_TLS_VERIFIED = "RedisDurable", "SessionsShared", "RedisTLSVerified"
+GATEWAY_COMPATIBLE = "GatewayCompatible"
 ORDER = (READY, RECONCILING, STALLED, REDIS_REACHABLE, IDEMPOTENCY_DEGRADED, EXACTLY_ONCE, REDIS_DURABLE,
-         SESSIONS_SHARED, REDIS_TLS_VERIFIED)
+         SESSIONS_SHARED, REDIS_TLS_VERIFIED, GATEWAY_COMPATIBLE)
 
 # a replica state worse than another decides the IdempotencyDegraded reason
 _SEVERITY = (Idempotency.BUILD_TIME_FALLBACK, Idempotency.REDIS_OUT_OF_MEMORY, Idempotency.REDIS_READ_ONLY,
@@ -65,6 +67,7 @@ class Facts:
     target: RedisTarget | None = None  # the Redis spec.redis resolves to (its TLS settings)
     rollout: str = ""            # "queued" / "operator": a rollout the operator causes itself (rollouts.py)
     memory_warned: bool = False  # RedisDurable said RedisNearlyFull last time (it holds down to 80%)
+    refused: Sequence[tuple[str, str]] = ()  # (pod, the launcher's line): pods that refused the gateway (exit 78)
 
     @property
     def dedup_lost(self) -> bool:
@@ -95,7 +98,13 @@ class Condition:
 
 def compute(f: Facts) -> list[Condition]:
     return [_ready(f), _reconciling(f), _stalled(f), _redis(f), _degraded(f), _exactly_once(f), _durable(f),
-            _sessions(f), _tls_verified(f)]
+            _sessions(f), _tls_verified(f), _compatible(f)]
+
+
+def _compatible(f: Facts) -> Condition:
+    found = Counter(h.versions for h in f.health if len(h.versions) == 2)
+    c = compat.assess([(bot, agents, n) for (bot, agents), n in sorted(found.items())], f.refused)
+    return Condition(GATEWAY_COMPATIBLE, c.status, c.reason, c.message)
 
 
 def _stalled(f: Facts) -> Condition:

@@ -429,7 +429,7 @@ def status_schema() -> Schema:
                                          }},
             }},
             "conditions": {"type": "array", "description": "Ready, Reconciling, Stalled, RedisReachable, "
-                           "IdempotencyDegraded, ExactlyOnceAdmission, RedisDurable, SessionsShared, RedisTLSVerified.", "items": condition,
+                           "IdempotencyDegraded, ExactlyOnceAdmission, RedisDurable, SessionsShared, RedisTLSVerified, GatewayCompatible.", "items": condition,
                            "x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]},
         },
     }
@@ -471,6 +471,8 @@ def crd() -> dict[str, Any]:
                     {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
                     {"name": "Degraded", "type": "integer", "jsonPath": ".status.degradedReplicas", "priority": 1},
                     {"name": "Redis", "type": "string", "jsonPath": ".status.redis.endpoint", "priority": 1},
+                    {"name": "Gateway", "type": "string", "jsonPath": ".status.gateway.versions[*].praisonaiBot",
+                     "priority": 1, "description": "the praisonai-bot releases the replicas run"},
                     {"name": "Address", "type": "string", "jsonPath": ".status.expose.address", "priority": 1},
                     {"name": "Message", "type": "string", "priority": 1,
                      "jsonPath": '.status.conditions[?(@.type=="Ready")].message'},

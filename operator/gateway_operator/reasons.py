@@ -41,7 +41,7 @@ FAILED_CREATE = "FailedCreate"             #: the API server refused to create a
 RECONCILE_ERROR = "ReconcileError"         #: an unexpected error; retried with backoff
 GATEWAY_CONFIG_REJECTED = "GatewayConfigRejected"  #: a replica exited 78 on its gateway.yaml
 #: a replica exited 78: the image's gateway release lacks what the launcher relies on (it names what)
-GATEWAY_INCOMPATIBLE = "GatewayIncompatible"
+GATEWAY_INCOMPATIBLE = "GatewayIncompatible"  #: also GatewayCompatible=False: a pod refused the gateway (exit 78)
 CRASH_LOOP = "CrashLoop"                   #: a replica is in CrashLoopBackOff
 #: pod waiting reasons reported as they are
 POD_WAITING = ("ImagePullBackOff", "ErrImagePull", "ErrImageNeverPull", "CreateContainerConfigError",
@@ -86,6 +86,11 @@ EVICTING_MAXMEMORY_POLICY = "EvictingMaxmemoryPolicy"  #: an evicting policy dro
 REDIS_NEARLY_FULL = "RedisNearlyFull"     #: used_memory at 85% of maxmemory or more: soon it refuses records
 PERSISTENCE_OFF = "PersistenceOff"         #: a restart of this Redis loses every record
 REDIS_CONFIG_NOT_READABLE = "RedisConfigNotReadable"  #: INFO / CONFIG GET refused: not checked (the canary still is)
+
+# -- GatewayCompatible: does the gateway the replicas run keep the guarantees? (compat.py) ------
+TESTED_GATEWAY_RELEASE = "TestedGatewayRelease"  #: every replica that told its versions runs a tested release
+UNTESTED_GATEWAY_RELEASE = "UntestedGatewayRelease"  #: a replica runs praisonai-bot outside the tested releases
+GATEWAY_VERSIONS_UNKNOWN = "GatewayVersionsUnknown"  #: no replica has told its versions yet
 
 # -- ExactlyOnceAdmission ------------------------------------------------------------------
 SINGLE_REPLICA_DURABLE_STORE = "SingleReplicaDurableStore"  #: one replica, SQLite on a PVC

@@ -32,6 +32,7 @@ class Outcome(NamedTuple):
     exposure: Exposure | None = None  # read this pass (spec.expose); None: not read, keep the last
     migration: Migration | None = None  # a single SQLite replica's records on their way to Redis
     rollout: str = ""       # "queued" / "operator": a rollout the operator causes itself (rollouts.py)
+    refused: tuple[tuple[str, str], ...] = ()  # (pod, the launcher's line) for pods that refused the gateway
 
 
 class Result(NamedTuple):
@@ -55,7 +56,8 @@ async def reconcile(kube: Kube, prober: Prober, settings: ReconcileSettings, bod
             if not await step(p):
                 break
         outcome = Outcome(p.prepared.target, summarize.winner(p.problems), p.probe, p.observed, p.writes,
-                          p.apply_due, exposure=p.exposure, migration=p.migration, rollout=p.rollout)
+                          p.apply_due, exposure=p.exposure, migration=p.migration, rollout=p.rollout,
+                          refused=tuple((pod.name, pod.refused_gateway) for pod in pods if pod.refused_gateway))
         read = p.prepared.inputs
     except Exception as e:  # noqa: BLE001 - the boundary: nothing escapes to the loop
         outcome, read = Outcome(problem=summarize.unexpected(e), applied=full, error=e), None

@@ -51,15 +51,18 @@ def gate_holds(store_backend: str, probe_ok: bool, running: int, desired: int) -
     return store_backend == "redis" and not probe_ok and running < desired
 
 
-def replicas_to_run(spec: GatewaySpec, probe_ok: bool, running: int, migration: Migration | None = None) -> int:
+def replicas_to_run(spec: GatewaySpec, probe_ok: bool, running: int, migration: Migration | None = None,
+                    compatible: bool = True) -> int:
     """Never more than one replica without Redis under Refuse (even if the CRD's rule is
     missing), one while a single SQLite replica's records are carried into Redis, and no
-    scale-out past what runs (at least one) while the gate holds."""
+    scale-out past what runs (at least one) while the gate holds, or, under Refuse, while the
+    gateway is not known compatible (compat.py: GatewayCompatible=False)."""
     if spec.policy == Policy.REFUSE and spec.store_backend != "redis":
         return min(spec.replicas, 1)
     if migration is not None and not migration.done:
         return min(spec.replicas, 1)
-    if gate_holds(spec.store_backend, probe_ok, running, spec.replicas):
+    if gate_holds(spec.store_backend, probe_ok, running, spec.replicas) or \
+            (not compatible and spec.policy == Policy.REFUSE and running < spec.replicas):
         return min(spec.replicas, max(1, running))
     return spec.replicas
 

@@ -167,6 +167,7 @@ EVENTS: Mapping[str, tuple[_Rule, ...]] = {
         _when("False", "Warning", "RedisUnreachable"),
         _when("True", "Normal", "RedisReachable", was=lambda old: old == "False")),
     C.REDIS_TLS_VERIFIED: (_when("False", "Warning"),),
+    C.GATEWAY_COMPATIBLE: (_when("False", "Warning"),),
     C.EXACTLY_ONCE: (
         lambda t: (("Warning", "ExactlyOnceNotHeld", t.new["message"])
                    if t.new["status"] == "False" and t.new["reason"] == R.PER_REPLICA_STORES else None),
@@ -199,7 +200,7 @@ def facts(body: Mapping[str, Any], spec: GatewaySpec | None, outcome: Any, repli
         unrecorded=_unrecorded(body, outcome, replicas, gone, now), now=now,
         migrating=bool(outcome.migration and not outcome.migration.done),
         sessions_store=spec.sessions_store if spec else "replica", target=outcome.target, rollout=outcome.rollout,
-        memory_warned=_said(body, C.REDIS_DURABLE, R.REDIS_NEARLY_FULL))
+        memory_warned=_said(body, C.REDIS_DURABLE, R.REDIS_NEARLY_FULL), refused=outcome.refused)
 
 
 def _said(body: Mapping[str, Any], type_: str, reason: str) -> bool:

@@ -502,7 +502,7 @@ def test_events_table(t: Transition, event: tuple[str, str, str] | None) -> None
 # -- the layering: the pure core apart from I/O, and no cycles ----------------------------------------
 
 PURE = ("api", "render", "validation", "conditions", "status", "schedule", "summarize", "replicas",
-        "dedup_history", "reasons")
+        "dedup_history", "reasons", "compat", "unrecorded")
 IO = ("kopf", "kubernetes.client", "kubernetes.dynamic", "redis", "aiohttp", "asyncio", "socket")
 
 
