@@ -56,6 +56,13 @@ OLDEST_TESTS := tests/sim/test_crd_admission.py tests/sim/test_control_plane.py 
 	tests/sim/test_tenancy.py::test_the_admission_policy_refuses_with_the_operators_message \
 	tests/sim/test_tenancy.py::test_a_pod_the_api_server_refuses_reaches_the_resource \
 	tests/sim/test_tenancy.py::test_the_gateway_network_policy_is_written_and_goes_with_the_field
+# The release matrix (issue 32): the real-gateway suite against each praisonai-bot release of
+# gateway_operator/compat.py TESTED_RELEASES (RELEASES=..., MATRIX_ARGS=..., MATRIX_JSON=...).
+# CI runs its release_matrix slice against every release but the venv's own.
+release-matrix: system-deps venv
+	hack/release-matrix.sh
+.PHONY: release-matrix
+
 test-oldest: system-deps venv binaries monitoring-binaries oldest-binaries
 	GWOP_KUBE_VERSION=$$(sed -n 's/^KUBE_OLDEST_VERSION=//p' hack/versions.env) GWOP_TEST_CLUSTER_DIR=.cluster/oldest \
 	  $(PY) -m pytest $(OLDEST_TESTS) --deselect tests/sim/test_control_plane.py::test_server_reports_real_version \

@@ -20,7 +20,7 @@ from typing import Any, Callable, Mapping, NamedTuple, Sequence
 import kopf
 from kubernetes.client.rest import ApiException
 
-from . import api, health, inputs, metrics, render, summarize
+from . import api, health, inputs, metrics, render, summarize, unrecorded
 from .api import GatewaySpec, HealthSpec
 from .conditions import Facts, Problem
 from .expose import Exposure
@@ -88,6 +88,9 @@ class GatewayController:
     _last: Passed | None = None           # the last pass, published again with each poll while the next runs
     _gates: dict[str, tuple[bool, float]] = field(default_factory=dict)  # readiness gates written: by pod uid
     _gone: list[health.ReplicaHealth] = field(default_factory=list)  # last answers of replicas gone, until published
+    # replicas gone while their last answer said webhooks journalled: waiting for their stop's word
+    _leaving: dict[str, unrecorded.Leaving] = field(default_factory=dict)
+    _carried: set[str] = field(default_factory=set)  # ... of those, the ones that gave it
 
     def __post_init__(self) -> None:
         self.log = ObjectLog(log, {"object": f"{self.namespace}/{self.name}"})
@@ -174,7 +177,10 @@ class GatewayController:
         """Status from a pass's outcome and the latest poll; the body as the watch and our last
         write left it, at the generation that pass reconciled."""
         body, spec, outcome = _at_generation(self.body, passed.generation), passed.spec, passed.outcome
-        facts = summarize.facts(body, spec, outcome, replicas, time.time(), self._gone)
+        self._leaving, left = unrecorded.settle(self._leaving, {p.name for p in self.pods()}, self._carried,
+                                                time.monotonic(), spec.drain_seconds if spec else 0.0)
+        self._carried &= set(self._leaving)
+        facts = summarize.facts(body, spec, outcome, replicas, time.time(), self._gone + left)
         policy = render.gateway_network_policy_name(self.name) if spec and spec.network_policy.enabled else ""
         written = await publish(self.kube, body, facts, outcome, self._exposure, policy, self.log)
         self._gone = []  # their journals are in this status's window now (unrecorded.py)
@@ -202,12 +208,13 @@ class GatewayController:
         it read, and the schedule (the next full pass; a sticky problem survives observation)."""
         started = time.monotonic()
         seen = Observation(self.deployment(), self._inputs, self._exposure, self.claims(hosts), checked,
-                           self._probe, self._probe_connection)
+                           self._probe, self._probe_connection, tuple(self._leaving))
         result = await reconcile(self.kube, self.prober, self.settings.reconcile, body, list(self.pods()),
                                  full, self.schedule.failures, seen, self.rollouts,
                                  first=self.schedule.reconciled_generation is None)
         outcome = result.outcome
         self._probe = outcome.probe
+        self._carried |= outcome.carried
         if outcome.exposure is not None or (outcome.applied and outcome.problem is None):
             self._exposure = outcome.exposure
         if outcome.applied:
@@ -238,7 +245,13 @@ class GatewayController:
             metrics.polled(self.namespace, self.name, (r.state.value for r in answers))
             self._health.update((r.pod, r) for r in answers)
         live = {p.name for p in self.pods() if not p.deleting}
-        self._gone += [h for pod, h in self._health.items() if pod not in live]  # deleted, or being deleted
+        for pod, last in self._health.items():
+            if pod in live:
+                continue  # deleted, or being deleted: a journal it said it had waits for its stop's word
+            if unrecorded.leaves_a_journal(last):
+                self._leaving.setdefault(pod, unrecorded.Leaving(last, time.monotonic()))
+            else:
+                self._gone.append(last)
         self._health = {t.pod: self._health[t.pod] for t in targets if t.pod in self._health}
         return list(self._health.values())
 

@@ -31,6 +31,9 @@ CANARY_KEY = "operator-canary"   # under the GatewayDeployment's prefix
 # written by the launcher once a single SQLite replica's records are in Redis (launcher.MIGRATED_KEY;
 # tests/unit/test_launcher_real_gateway.py proves the two agree); its value is the operator's token
 MIGRATED_KEY = "sqlite-migrated"
+# written by a stopping launcher once its outage journal is all in Redis, per pod (gwop_serve.CARRIED_KEY;
+# tests/unit/test_launcher_real_gateway.py proves the two agree)
+CARRIED_KEY = "gwop-carried:"
 NO_EVICTION = "noeviction"
 # RedisDurable warns from this share of maxmemory on, and stops warning below the second (so a
 # Redis that hovers about the first does not flip the condition at every probe)

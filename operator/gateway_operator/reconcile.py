@@ -33,6 +33,7 @@ class Outcome(NamedTuple):
     migration: Migration | None = None  # a single SQLite replica's records on their way to Redis
     rollout: str = ""       # "queued" / "operator": a rollout the operator causes itself (rollouts.py)
     refused: tuple[tuple[str, str], ...] = ()  # (pod, the launcher's line) for pods that refused the gateway
+    carried: frozenset[str] = frozenset()  # leaving replicas that said their journal is all in Redis
 
 
 class Result(NamedTuple):
@@ -57,7 +58,8 @@ async def reconcile(kube: Kube, prober: Prober, settings: ReconcileSettings, bod
                 break
         outcome = Outcome(p.prepared.target, summarize.winner(p.problems), p.probe, p.observed, p.writes,
                           p.apply_due, exposure=p.exposure, migration=p.migration, rollout=p.rollout,
-                          refused=tuple((pod.name, pod.refused_gateway) for pod in pods if pod.refused_gateway))
+                          refused=tuple((pod.name, pod.refused_gateway) for pod in pods if pod.refused_gateway),
+                          carried=p.carried)
         read = p.prepared.inputs
     except Exception as e:  # noqa: BLE001 - the boundary: nothing escapes to the loop
         outcome, read = Outcome(problem=summarize.unexpected(e), applied=full, error=e), None

@@ -37,7 +37,7 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from . import reasons
-from .dedup_history import CANARY_KEY, MIGRATED_KEY, StoreFacts
+from .dedup_history import CANARY_KEY, CARRIED_KEY, MIGRATED_KEY, StoreFacts
 from .redis_target import RedisTarget
 
 TIMEOUT_CEILING = 5.0      # whatever spec.health.timeoutSeconds says
@@ -294,6 +294,26 @@ class KeptConnection:
 
     async def aclose(self) -> None:
         await self.swap(None, None)
+
+
+MAX_MARKS = 16  # the leaving replicas' words read in one probe (more wait for the next)
+
+
+async def carried(kept: KeptConnection | None, prefix: str, pods: Sequence[str], timeout: float) -> frozenset[str]:
+    """Which of ``pods`` said at their stop that their journal is all in Redis
+    (``<prefix>gwop-carried:<pod>``): read over the connection the last successful probe left open,
+    within ``timeout``; none when there is no such connection or the read fails."""
+    client, asked = (kept.client if kept is not None else None), list(pods)[:MAX_MARKS]
+    if client is None or not asked:
+        return frozenset()
+    pipeline = client.pipeline(transaction=False)
+    for pod in asked:
+        pipeline.get(f"{prefix}{CARRIED_KEY}{pod}")
+    try:
+        values = await asyncio.wait_for(pipeline.execute(), timeout)
+    except (redis.RedisError, OSError, asyncio.TimeoutError):
+        return frozenset()
+    return frozenset(pod for pod, value in zip(asked, values) if value is not None)
 
 
 async def _close(client: aioredis.Redis) -> None:

@@ -25,7 +25,7 @@ from typing import Any, Awaitable, Callable, Mapping, NamedTuple, Sequence
 
 from kubernetes.client.rest import ApiException
 
-from . import api, apply, compat, inputs, render, rollouts, schedule, summarize
+from . import api, apply, compat, inputs, redis_probe, render, rollouts, schedule, summarize
 from .api import GatewaySpec
 from .conditions import Problem
 from .expose import Exposure
@@ -64,6 +64,7 @@ class Observation(NamedTuple):
     checked: Checked | None = None  # the spec as checked for its generation (inputs.check)
     probe: ProbeResult | None = None  # the last pass's Redis probe
     probe_connection: KeptConnection | None = None  # the GatewayDeployment's own, for observation probes
+    leaving: tuple[str, ...] = ()  # replicas gone with a journal: their stop's word is read (unrecorded.Leaving)
 
 
 @dataclass
@@ -92,6 +93,7 @@ class Pass:
     live: LiveDeployment | None = None   # the Deployment as read (full pass) or watched
     rollout: str = ""             # "queued": an operator-caused rollout waits its turn; "operator": it runs
     compatibility: compat.Compatibility | None = None  # the gateway release, as status and the pods show it
+    carried: frozenset[str] = frozenset()  # of seen.leaving: those that said their journal is all in Redis
 
     @property
     def spec(self) -> GatewaySpec:
@@ -141,6 +143,9 @@ async def probe(p: Pass) -> bool:
                                        wait=p.full or last is None, kept=p.seen.probe_connection, base=base)
         if p.probe is None and last is not None:
             p.probe = dataclasses.replace(last, reused=True)
+        if p.seen.leaving and p.probe is not None and p.probe.ok and not p.probe.reused:
+            p.carried = await redis_probe.carried(p.seen.probe_connection, target.prefix, p.seen.leaving,
+                                                  spec.health.timeout_seconds)
     return True
 
 

@@ -8,14 +8,15 @@ still held them. A redelivery of any of those to another replica runs the agent 
 as the provider redelivers: the gateway's records live one TTL, so that is the window announced,
 as for a lost dedup history (dedup_history.py). Each replica says in its ``/health`` how many it
 left unrecorded since its process started and when the last one was; a replica that goes away
-with a journal that Redis never took is counted from its last answer. The window is kept in
+with a journal that Redis never took is counted from its last answer, unless its launcher says at
+its stop that it carried everything there (``settle``). The window is kept in
 ``status.redis.unrecordedAdmissions`` (it outlives the replica and the operator's process) and
 shown as ``IdempotencyDegraded=True AdmissionsNotRecorded``, ``ExactlyOnceAdmission=False``.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any, Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Any, Collection, Mapping, Sequence
 
 from .dedup_history import RECORD_TTL_SECONDS, iso, unix
 from .health import UNUSABLE, ReplicaHealth
@@ -47,6 +48,48 @@ class Unrecorded:
         return cls(at=unix(raw.get("at")), until=unix(raw.get("until")),
                    admissions=count if isinstance(count, int) and not isinstance(count, bool) and count >= 0 else 0,
                    why=str(raw.get("why") or "")[:200])
+
+
+# a stopping replica carries its journal to Redis within its carry budget (the launcher's 8 s) after
+# its drain, then says so under <prefix>gwop-carried:<pod> (dedup_history.CARRIED_KEY); the operator
+# waits for that word this long after the pod is gone from the API (two probes), and at most its
+# drain and carry and this long after it began to leave
+MARK_GRACE_S = 5.0
+CARRY_BUDGET_S = 8.0
+
+
+@dataclass(frozen=True)
+class Leaving:
+    """A replica that went away while its last answer said Redis unusable with webhooks journalled:
+    its stop may still carry them to Redis, so the window waits for its word (monotonic times)."""
+
+    last: ReplicaHealth
+    since: float
+    vanished: float | None = None   # when its pod was gone from the API (None: still terminating)
+
+
+def leaves_a_journal(last: ReplicaHealth) -> bool:
+    return bool(last.journalled and last.redis in UNUSABLE)
+
+
+def settle(waiting: Mapping[str, Leaving], present: Collection[str], carried: Collection[str], now: float,
+           drain_s: float) -> tuple[dict[str, Leaving], list[ReplicaHealth]]:
+    """(still waiting, gone with their journal): a replica whose word was read carried everything; one
+    whose pod is gone without it for MARK_GRACE_S (killed, force-deleted, or Redis never took it), or
+    that has been leaving longer than its drain and carry allow, left its journal behind."""
+    still: dict[str, Leaving] = {}
+    left: list[ReplicaHealth] = []
+    for pod, leaving in waiting.items():
+        if pod in carried:
+            continue
+        if pod not in present and leaving.vanished is None:
+            leaving = replace(leaving, vanished=now)
+        overdue = now - leaving.since > drain_s + CARRY_BUDGET_S + MARK_GRACE_S
+        if overdue or (leaving.vanished is not None and now - leaving.vanished > MARK_GRACE_S):
+            left.append(leaving.last)
+        else:
+            still[pod] = leaving
+    return still, left
 
 
 JOURNAL_OR_LEASE = "a replica's outage journal dropped them, or a claim's lease ran out while its turn ran"

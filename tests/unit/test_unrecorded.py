@@ -10,7 +10,7 @@ from gateway_operator.conditions import Facts
 from gateway_operator.dedup_history import RECORD_TTL_SECONDS
 from gateway_operator.health import Idempotency, ReplicaHealth
 from gateway_operator.redis_probe import ProbeResult
-from gateway_operator.unrecorded import Unrecorded, assess
+from gateway_operator.unrecorded import CARRY_BUDGET_S, MARK_GRACE_S, Leaving, Unrecorded, assess, leaves_a_journal, settle
 
 T0 = 1_800_000_000.0
 
@@ -80,3 +80,29 @@ def test_a_replica_degraded_now_names_the_reason_and_the_window_follows() -> Non
     degraded = {c.type: c for c in conditions.compute(f)}["IdempotencyDegraded"]
     assert (degraded.status, degraded.reason) == ("True", "RedisOutOfMemory"), degraded
     assert "; also at least 2 webhook(s)" in degraded.message
+
+
+def test_a_leaving_replica_that_carried_its_journal_opens_no_window_one_that_did_not_does() -> None:
+    """A replica whose last answer said journalled while Redis was unusable may still carry its
+    journal at its stop: the window waits for its word (<prefix>gwop-carried:<pod>). Its word read:
+    nothing is announced. Its pod gone without it for MARK_GRACE_S (killed, force-deleted): its
+    journal is counted. Still terminating past its drain and carry: counted too."""
+    last = replica("c", journalled=4, redis="unreachable")
+    assert leaves_a_journal(last) and not leaves_a_journal(replica("d", journalled=4, redis="answers"))
+    waiting = {"c": Leaving(last, since=100.0)}
+    # terminating, no word yet: wait
+    still, left = settle(waiting, present={"c"}, carried=(), now=110.0, drain_s=30)
+    assert (list(still), left) == (["c"], [])
+    # its word came: nothing left, nothing announced
+    assert settle(still, present={"c"}, carried={"c"}, now=111.0, drain_s=30) == ({}, [])
+    # gone from the API without a word: waits MARK_GRACE_S for the next probes, then counts it
+    still, left = settle(waiting, present=set(), carried=(), now=112.0, drain_s=30)
+    assert still["c"].vanished == 112.0 and left == []
+    still, left = settle(still, present=set(), carried=(), now=112.0 + MARK_GRACE_S + 0.1, drain_s=30)
+    assert still == {} and left == [last]
+    window = assess(Unrecorded(), [], left, T0)
+    assert window.admissions == 4 and "stopped while its outage journal still held them" in window.why
+    # terminating longer than its drain and carry allow: counted without waiting for the pod to go
+    still, left = settle(waiting, present={"c"}, carried=(), now=100.0 + 30 + CARRY_BUDGET_S + MARK_GRACE_S + 1,
+                         drain_s=30)
+    assert still == {} and left == [last]

@@ -20,10 +20,15 @@ from gwop_journal import OutageJournal
 from gwop_leases import Leases
 from gwop_log import say
 from gwop_reach import Reach
+from gwop_redis import redis_client
 from gwop_sessions import SharedSessions
 
 # at the stop, how long the journal and the unsaved session history may wait for Redis to take them
 CARRY_BUDGET_SECONDS = 8.0
+# written once this replica's journal is all in Redis at its stop, so that the operator, which saw
+# its last /health say "journalled" before the stop, knows nothing was left (dedup_history.CARRIED_KEY)
+CARRIED_KEY = "gwop-carried:"
+CARRIED_TTL_SECONDS = 600
 # of the drain, WebSocket sessions get at most this (the gateway's own drain); in-flight webhook
 # turns get the whole drain (uvicorn's graceful shutdown)
 WEBSOCKET_DRAIN_MAX = 10.0
@@ -84,17 +89,30 @@ async def serve(gateway: Any, config_path: str, drain: float, guard: Mapping[str
         stop_requested.set()  # normal return or failure: stop whatever still runs
         await stopper
         guarding.cancel()
-        await asyncio.to_thread(carry, journal, sessions, CARRY_BUDGET_SECONDS)
+        if await asyncio.to_thread(carry, journal, sessions, CARRY_BUDGET_SECONDS) and store_redis and pod:
+            await asyncio.to_thread(say_carried, store_redis, pod)
         released = release_unfinished_claims(upstream.redis_store(gateway))
         if released:
             say(f"released {released} unfinished webhook claim(s): a provider's retry runs them on another replica")
     return 0
 
 
-def carry(journal: OutageJournal, sessions: Optional[SharedSessions], budget: float) -> None:
+def say_carried(store_redis: Mapping[str, Any], pod: str) -> bool:
+    """``SET <prefix>gwop-carried:<pod>``: nothing this replica admitted is left outside Redis."""
+    try:
+        client = redis_client(store_redis, timeout=1.0)
+        client.set(f"{store_redis.get('prefix') or ''}{CARRIED_KEY}{pod}", str(int(time.time())),
+                   ex=CARRIED_TTL_SECONDS)
+        return True
+    except Exception:  # noqa: BLE001 - Redis unusable again: the operator announces the journal as left
+        return False
+
+
+def carry(journal: OutageJournal, sessions: Optional[SharedSessions], budget: float) -> bool:
     """At the stop: write what the journal holds (admitted or finished while Redis could not be
     used) and what turns added to the shared history meanwhile, trying every half second within
-    ``budget`` (Redis may be answering again in a moment); what is left is said, and lost."""
+    ``budget`` (Redis may be answering again in a moment); what is left is said, and lost. True
+    when nothing is left."""
     deadline = time.monotonic() + budget
     while True:
         try:
@@ -107,11 +125,11 @@ def carry(journal: OutageJournal, sessions: Optional[SharedSessions], budget: fl
         left = (len(journal.admitted) + len(journal.done) + len(journal.contested)
                 + (len(sessions.unsaved) if sessions is not None else 0))
         if not left:
-            return
+            return True
         if time.monotonic() > deadline:
             say(f"stopping with {left} journalled webhook(s) or unsaved session(s) Redis never took: a redelivery "
                 "of them may run again")
-            return
+            return False
         time.sleep(0.5)
 
 
