@@ -3,7 +3,8 @@ in-process by tests/harness/standins.py at a simulated pod's IP).
 
 It answers /ready and /live as the gateway does, and GET /health the way the test last chose:
     PUT /standin  {"mode": "answer", "degraded_owners": [...]}   the gateway's documented body, with the
-                  launcher's own section ("own_redis": its view of Redis, "answers" unless given)
+                  launcher's own section ("own_redis": its view of Redis, "answers" unless given;
+                  "versions": {"praisonai-bot": ..., "praisonaiagents": ...}, none unless given)
                   {"mode": "endless" | "huge" | "deep"}          a hostile tenant's answers
     GET /standin  {"mode": ..., "health_requests": <polls so far>}
 In a pod, whatever command the operator runs, `python3` is this server (the image's wrapper).
@@ -29,16 +30,20 @@ class State:
         self.mode = "answer"
         self.degraded_owners: list[dict[str, Any]] = []
         self.own_redis = "answers"
+        self.versions: dict[str, str] = {}  # the launcher's versions section, when a test gives one
         self.health_requests = 0
         self.lock = threading.Lock()
 
 
-def health_body(degraded_owners: list[dict[str, Any]], own_redis: str = "answers") -> dict[str, Any]:
+def health_body(degraded_owners: list[dict[str, Any]], own_redis: str = "answers",
+                versions: dict[str, str] | None = None) -> dict[str, Any]:
     """``GET /health`` as the gateway documents it, with the operator's launcher's own section
-    (its view of Redis only: a stand-in has no versions to tell)."""
+    (its view of Redis; versions only when a test gives them: a stand-in runs no gateway)."""
+    own: dict[str, Any] = {"idempotency": {"redis": own_redis}}
+    if versions:
+        own["versions"] = dict(versions)
     body: dict[str, Any] = {"status": "healthy", "uptime": 1.0, "agents": 1, "sessions": 0, "clients": 0,
-                            "channels": {}, "last_inbound_at": None,
-                            "gateway_operator": {"idempotency": {"redis": own_redis}}}
+                            "channels": {}, "last_inbound_at": None, "gateway_operator": own}
     if degraded_owners:
         body["degraded_owners"] = degraded_owners
     return body
@@ -61,6 +66,8 @@ class Handler(BaseHTTPRequestHandler):
             self.state.mode = wanted.get("mode", "answer")
             self.state.degraded_owners = list(wanted.get("degraded_owners") or [])
             self.state.own_redis = str(wanted.get("own_redis") or "answers")
+            versions = wanted.get("versions") or {}
+            self.state.versions = {str(k): str(v) for k, v in versions.items()} if isinstance(versions, dict) else {}
         self.fixed(200, {"mode": self.state.mode})
 
     def do_GET(self) -> None:  # noqa: N802
@@ -76,6 +83,7 @@ class Handler(BaseHTTPRequestHandler):
         with self.state.lock:
             self.state.health_requests += 1
             mode, owners, self.own_redis = self.state.mode, list(self.state.degraded_owners), self.state.own_redis
+            self.versions = dict(self.state.versions)
         ANSWERS[mode](self, owners)
 
     def fixed(self, status: int, payload: Any) -> None:
@@ -89,7 +97,7 @@ class Handler(BaseHTTPRequestHandler):
         self.wfile.write(body)
 
     def answer(self, owners: list[dict[str, Any]]) -> None:
-        self.fixed(200, health_body(owners, self.own_redis))
+        self.fixed(200, health_body(owners, self.own_redis, self.versions))
 
     def endless(self, _owners: object) -> None:
         """A chunked body that never ends (for 60 s; then the thread is free again)."""

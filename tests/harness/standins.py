@@ -70,10 +70,13 @@ class HealthStandIn:
         Redis: it answers)."""
         self.answer(owners)
 
-    def answer(self, owners: list[dict[str, Any]], own_redis: str = "answers") -> None:
+    def answer(self, owners: list[dict[str, Any]], own_redis: str = "answers",
+               versions: dict[str, str] | None = None) -> None:
         """From now on /health answers the documented body with these owners, and the launcher's
-        section with ``own_redis`` as the replica's own view of Redis."""
-        self._call("PUT", {"mode": "answer", "degraded_owners": owners, "own_redis": own_redis})
+        section with ``own_redis`` as the replica's own view of Redis and ``versions`` as the gateway
+        release it runs (none: a stand-in runs no gateway)."""
+        self._call("PUT", {"mode": "answer", "degraded_owners": owners, "own_redis": own_redis,
+                           "versions": versions or {}})
         self._owners = list(owners)
 
     def hostile(self, mode: str) -> None:

@@ -29,7 +29,7 @@ from harness.wait import stays, until
 
 
 CONDITION_TYPES = {"Ready", "Reconciling", "Stalled", "RedisReachable", "IdempotencyDegraded",
-                   "ExactlyOnceAdmission", "RedisDurable", "SessionsShared", "RedisTLSVerified"}
+                   "ExactlyOnceAdmission", "RedisDurable", "SessionsShared", "RedisTLSVerified", "GatewayCompatible"}
 
 
 # -- one replica on SQLite ---------------------------------------------------------------
@@ -77,6 +77,9 @@ def test_single_replica_sqlite_objects_and_conditions(cluster: Cluster, operator
     assert found["RedisReachable"]["status"] == "Unknown"
     assert (found["RedisDurable"]["status"], found["RedisDurable"]["reason"]) == ("Unknown", "RedisNotConfigured")
     assert (found["SessionsShared"]["status"], found["SessionsShared"]["reason"]) == ("True", "SingleReplicaHistory")
+    # the stand-in runs no gateway and tells no versions
+    assert (found["GatewayCompatible"]["status"], found["GatewayCompatible"]["reason"]) == \
+        ("Unknown", "GatewayVersionsUnknown")
     table = cluster.kubectl("-n", namespace, "get", "gatewaydeployment", "solo").stdout
     assert table.split("\n")[0].split()[:6] == ["NAME", "READY", "REASON", "REPLICAS", "STORE", "EXACTLY-ONCE"]
     assert table.split("\n")[1].split()[:6] == ["solo", "True", "Available", "1/1", "sqlite", "True"]
@@ -189,6 +192,35 @@ def test_scale_out_waits_for_the_redis_probe(cluster: Cluster, operator: Operato
     until(lambda: cluster.get_json("-n", namespace, "deployment/gated")["spec"]["replicas"] == 3,
           timeout=30, what="scale-out once Redis answers")
     wait_condition(cluster, namespace, "gated", "Ready", "True")
+
+
+def test_an_untested_gateway_release_is_named_and_holds_scale_out(cluster: Cluster, operator: OperatorProcess,
+                                                                  namespace: str, redis_server: RedisServer,
+                                                                  standins: HealthStandIns) -> None:
+    """A replica that says it runs a praisonai-bot release outside compat.TESTED_RELEASES:
+    GatewayCompatible=False UntestedGatewayRelease with a Warning Event, `kubectl get gwd -o wide`
+    shows the release, and a scale-out waits (replicaPolicy Refuse) until the replicas run a tested
+    release again."""
+    from gateway_operator.compat import TESTED_RELEASES
+    create_password_secret(cluster, namespace, "redis-auth", redis_server.password)
+    apply_gateway(cluster, namespace, redis_gateway("untested", redis_server, replicas=1))
+    [replica] = serve_health(cluster, standins, namespace, "untested", 1).values()
+    replica.answer([], versions={"praisonai-bot": "0.1.99", "praisonaiagents": "1.7.17"})
+    c = wait_condition(cluster, namespace, "untested", "GatewayCompatible", "False", "UntestedGatewayRelease")
+    assert "praisonai-bot 0.1.99" in c["message"] and TESTED_RELEASES[-1] in c["message"]
+    wait_event(cluster, namespace, "untested", "UntestedGatewayRelease", "Warning")
+    wide = cluster.kubectl("-n", namespace, "get", "gatewaydeployment", "untested", "-o", "wide").stdout
+    assert "GATEWAY" in wide.split("\n")[0] and "0.1.99" in wide.split("\n")[1], wide
+
+    cluster.kubectl("-n", namespace, "patch", "gatewaydeployment", "untested", "--type=merge",
+                    "-p", json.dumps({"spec": {"replicas": 3}}))
+    stays(lambda: cluster.get_json("-n", namespace, "deployment/untested")["spec"]["replicas"] == 1, 5,
+          what="one replica while the release is untested")
+
+    replica.answer([], versions={"praisonai-bot": TESTED_RELEASES[-1], "praisonaiagents": "1.7.17"})
+    wait_condition(cluster, namespace, "untested", "GatewayCompatible", "True", "TestedGatewayRelease")
+    until(lambda: cluster.get_json("-n", namespace, "deployment/untested")["spec"]["replicas"] == 3,
+          timeout=60, what="scale-out once the release is a tested one")
 
 
 def test_wrong_redis_password_is_reported_as_authentication_failure(cluster: Cluster, operator: OperatorProcess,
