@@ -13,7 +13,7 @@ from typing import Any, Iterable, Mapping, Sequence
 from . import compat
 from . import reasons as R
 from .api import IDEMPOTENCY_OWNER
-from .dedup_history import MEMORY_WARN_AT, History, durability, lost_message
+from .dedup_history import MEMORY_CLEAR_BELOW, MEMORY_WARN_AT, History, durability, lost_message
 from .health import DESCRIPTIONS, Idempotency, ReplicaHealth
 from .pods import Observed
 from .redis_probe import ProbeResult
@@ -264,7 +264,8 @@ def _durable(f: Facts) -> Condition:
                  "so evicted records let a redelivered webhook run again; set maxmemory-policy noeviction")
     if kind == "nearly-full":
         return c("False", R.REDIS_NEARLY_FULL,
-                 f"Redis uses {MEMORY_WARN_AT:.0%} or more of its maxmemory ({detail}); under noeviction a full Redis "
+                 f"Redis reached {MEMORY_WARN_AT:.0%} of its maxmemory ({detail}; said until it is below "
+                 f"{MEMORY_CLEAR_BELOW:.0%}); under noeviction a full Redis "
                  "refuses every new dedup record and session turn (the replicas hold deliveries 503, then admit "
                  "them unrecorded): raise maxmemory, or lower spec.sessions.ttlSeconds / maxMessages (session "
                  "history shares this memory)")

@@ -296,7 +296,9 @@ class KeptConnection:
         await self.swap(None, None)
 
 
-MAX_MARKS = 16  # the leaving replicas' words read in one probe (more wait for the next)
+# the leaving replicas' words read in one probe; more wait for the next, and one whose wait runs out
+# first counts as having left its journal (unrecorded.settle): an announcement too many, never one missed
+MAX_MARKS = 16
 
 
 async def carried(kept: KeptConnection | None, prefix: str, pods: Sequence[str], timeout: float) -> frozenset[str]:
@@ -480,15 +482,20 @@ def _live_facts(server: Any, replication: Any, memory: Any) -> dict[str, Any]:
     if isinstance(server, dict):
         out["run_id"] = str(server.get("run_id") or "") or None
     if isinstance(replication, dict) and replication.get("role") == "master":
-        # redis-py reads an id of digits as a number: the 40 zeros of "never promoted" read as 0
-        out["replid"] = str(replication.get("master_replid") or "") or None
-        out["replid2"] = str(replication.get("master_replid2") or "").strip("0") and \
-            str(replication.get("master_replid2")) or None
+        out["replid"] = _replication_id(replication.get("master_replid"))
+        out["replid2"] = _replication_id(replication.get("master_replid2"))
     if isinstance(memory, dict) and isinstance(memory.get("used_memory"), int):
         out["used_memory"] = memory["used_memory"]
         limit = memory.get("maxmemory")
         out["maxmemory"] = limit if isinstance(limit, int) else None
     return out
+
+
+def _replication_id(value: Any) -> str | None:
+    """An id as INFO gives it; None for the 40 zeros of "none" (redis-py reads an id of digits as
+    a number, so those arrive as 0)."""
+    text = str(value or "")
+    return text if text.strip("0") else None
 
 
 def _light_reads(pipeline: Any, key: str, prefix: str, base: StoreFacts) -> None:
@@ -521,8 +528,8 @@ async def _canary(client: aioredis.Redis, prefix: str, value: bytes | None) -> t
 async def _store_facts(client: aioredis.Redis, prefix: str, answers: list[Any]) -> StoreFacts:
     """The canary (written when absent, with no TTL) and, where the server allows INFO and CONFIG
     GET, its run_id, replication ids, memory, persistence and maxmemory-policy: ``answers`` of
-    ``_facts_reads``. A refused
-    INFO or CONFIG GET (managed services often refuse CONFIG) is noted, never a failure."""
+    ``_facts_reads``. A refused INFO or CONFIG GET (managed services often refuse CONFIG) is noted,
+    never a failure."""
     value, persistence, policy_answer, save_answer, migrated, server, replication, memory = answers
     _raised([value, migrated])
     created, canary = await _canary(client, prefix, value)

@@ -155,7 +155,8 @@ def test_redis_backed_gateway_is_wired_and_scaled(cluster: Cluster, operator: Op
     status = cluster.get_json("-n", namespace, "gatewaydeployment/shared")["status"]
     canary = redis_server.client().get(f"gwop:{namespace}:shared:operator-canary")
     assert status["redis"] == {"endpoint": f"127.0.0.1:{redis_server.port}/0", "prefix": f"gwop:{namespace}:shared:",
-                               "canary": canary, "runId": redis_server.client().info("server")["run_id"]}
+                               "canary": canary, "runId": redis_server.client().info("server")["run_id"],
+                               "replId": str(redis_server.client().info("replication")["master_replid"])}
     assert redis_server.password not in json.dumps(status)
     # the operator's probe left only its canary (no TTL) under the prefix
     assert redis_server.client().keys("gwop:*") == [f"gwop:{namespace}:shared:operator-canary"]
@@ -164,7 +165,8 @@ def test_redis_backed_gateway_is_wired_and_scaled(cluster: Cluster, operator: Op
     # shared session history (the default with Redis), encrypted with a key the operator generated
     # once: the key reaches the pods only as a Secret-backed env var, never status, the ConfigMap,
     # events or metrics
-    assert config["session_history"] == {"store": "redis", "max_messages": 50, "ttl_seconds": 604800}
+    assert config["session_history"] == {"store": "redis", "max_messages": 50, "ttl_seconds": 604800,
+                                         "max_sessions": 10_000}
     assert env["GATEWAY_SESSION_KEY"]["valueFrom"]["secretKeyRef"] == {"name": "shared-session-key", "key": "key"}
     key = base64.b64decode(cluster.get_json("-n", namespace, "secret/shared-session-key")["data"]["key"]).decode()
     assert len(base64.urlsafe_b64decode(key)) == 32  # a Fernet key

@@ -124,7 +124,7 @@ def test_printer_columns_wide(cluster: Cluster, operator: OperatorProcess, names
     wait_condition(cluster, namespace, "canary", "Ready", "True")
     out = cluster.kubectl("-n", namespace, "get", "gwd", "-o", "wide").stdout.splitlines()
     assert out[0].split() == ["NAME", "READY", "REASON", "REPLICAS", "STORE", "EXACTLY-ONCE", "AGE", "DEGRADED",
-                              "REDIS", "ADDRESS", "MESSAGE"]
+                              "REDIS", "GATEWAY", "ADDRESS", "MESSAGE"]
     row = out[1].split()
     assert row[:6] == ["canary", "True", "Available", "2/2", "sqlite", "False"], row
     assert "NOT held" in out[1]

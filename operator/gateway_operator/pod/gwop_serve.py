@@ -97,15 +97,13 @@ async def serve(gateway: Any, config_path: str, drain: float, guard: Mapping[str
     return 0
 
 
-def say_carried(store_redis: Mapping[str, Any], pod: str) -> bool:
+def say_carried(store_redis: Mapping[str, Any], pod: str) -> None:
     """``SET <prefix>gwop-carried:<pod>``: nothing this replica admitted is left outside Redis."""
     try:
-        client = redis_client(store_redis, timeout=1.0)
-        client.set(f"{store_redis.get('prefix') or ''}{CARRIED_KEY}{pod}", str(int(time.time())),
-                   ex=CARRIED_TTL_SECONDS)
-        return True
+        redis_client(store_redis, timeout=1.0).set(f"{store_redis.get('prefix') or ''}{CARRIED_KEY}{pod}",
+                                                   str(int(time.time())), ex=CARRIED_TTL_SECONDS)
     except Exception:  # noqa: BLE001 - Redis unusable again: the operator announces the journal as left
-        return False
+        pass
 
 
 def carry(journal: OutageJournal, sessions: Optional[SharedSessions], budget: float) -> bool:

@@ -354,7 +354,7 @@ def share_sessions(gateway: Any, settings: Optional[Mapping[str, Any]], redis: O
     if settings.get("store") == "redis" and redis:
         shared = SharedSessions(redis_client(redis, timeout=2.0), str(redis.get("prefix") or "praison:push:"),
                                 settings["max_messages"], settings["ttl_seconds"], os.environ.get(SESSION_KEY_ENV, ""),
-                                settings.get("max_sessions", DEFAULT_MAX_SESSIONS))
+                                settings["max_sessions"])
     else:
         shared = SharedSessions(None, "", settings["max_messages"], settings["ttl_seconds"])
     shared.fail_closed = float(fail_closed_seconds)
