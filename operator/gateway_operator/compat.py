@@ -17,10 +17,12 @@ False, as it is while Redis is unproven; under ``Warn`` it is only reported.
 """
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping, Sequence
 
 from . import reasons as R
+from .health import ReplicaHealth
 
 #: the praisonai-bot releases the real-gateway suite (tests/unit/test_launcher_real_gateway.py)
 #: passes against, each run in CI (hack/release-matrix.sh); the last is requirements-dev.txt's
@@ -37,6 +39,13 @@ class Compatibility:
     def compatible(self) -> bool:
         """Not known to be incompatible (Unknown is not a reason to hold anything)."""
         return self.status != "False"
+
+
+def running(health: Iterable[ReplicaHealth]) -> list[tuple[str, str, int]]:
+    """(praisonai-bot, praisonaiagents, replicas) for each pair of versions the polled replicas
+    told, in order: what status.gateway.versions shows and the condition reads."""
+    found = Counter(h.versions for h in health if len(h.versions) == 2)
+    return [(bot, agents, n) for (bot, agents), n in sorted(found.items())]
 
 
 def releases(gateway_status: Mapping[str, Any] | None) -> list[tuple[str, str, int]]:

@@ -102,8 +102,7 @@ def compute(f: Facts) -> list[Condition]:
 
 
 def _compatible(f: Facts) -> Condition:
-    found = Counter(h.versions for h in f.health if len(h.versions) == 2)
-    c = compat.assess([(bot, agents, n) for (bot, agents), n in sorted(found.items())], f.refused)
+    c = compat.assess(compat.running(f.health), f.refused)
     return Condition(GATEWAY_COMPATIBLE, c.status, c.reason, c.message)
 
 

@@ -1,10 +1,9 @@
 """The ``status`` a GatewayDeployment should carry, from facts (pure)."""
 from __future__ import annotations
 
-from collections import Counter
 from typing import Any, Mapping
 
-from . import conditions
+from . import compat, conditions
 from .conditions import Facts
 from .expose import Exposure
 from .redis_target import RedisTarget
@@ -34,10 +33,10 @@ def build(previous: Mapping[str, Any] | None, facts: Facts, target: RedisTarget 
     }
     if selector:
         status["selector"] = selector
-    versions = Counter(h.versions for h in facts.health if h.versions)
+    versions = compat.running(facts.health)
     if versions:  # what the polled replicas run, as their launchers tell it (several while a rollout runs)
         status["gateway"] = {"versions": [{"praisonaiBot": bot, "praisonaiagents": agents, "replicas": n}
-                                          for (bot, agents), n in sorted(versions.items())]}
+                                          for bot, agents, n in versions]}
     if target is not None:
         status["redis"] = {"endpoint": target.endpoint, "prefix": target.prefix, **facts.dedup.status(),
                            **(facts.unrecorded.status() if facts.unrecorded_open else {})}

@@ -102,7 +102,7 @@ def assess(previous: Unrecorded, polled: Sequence[ReplicaHealth], gone: Sequence
     of replicas that went away since the last publish (their journal, if Redis could not take it,
     went with them)."""
     told = [h for h in polled if h.unrecorded and h.last_unrecorded_at is not None]
-    stopped = [h for h in gone if h.journalled and h.redis in UNUSABLE]
+    stopped = [h for h in gone if leaves_a_journal(h)]
     current = previous if previous.open(now) else Unrecorded()
     if not told and not stopped:
         return current
