@@ -48,6 +48,11 @@ def running(health: Iterable[ReplicaHealth]) -> list[tuple[str, str, int]]:
     return [(bot, agents, n) for (bot, agents), n in sorted(found.items())]
 
 
+def refusals(pods: Iterable[Any]) -> list[tuple[str, str]]:
+    """(pod, the launcher's line) for each pod (a pods.PodView) that refused the gateway (exit 78)."""
+    return [(pod.name, pod.refused_gateway) for pod in pods if pod.refused_gateway]
+
+
 def releases(gateway_status: Mapping[str, Any] | None) -> list[tuple[str, str, int]]:
     """status.gateway.versions as (praisonai-bot, praisonaiagents, replicas); anything malformed
     is left out (status is written by the operator, but read back from the API)."""

@@ -8,7 +8,7 @@ from __future__ import annotations
 import random
 from typing import Any, Mapping, NamedTuple, Sequence
 
-from . import schedule, summarize
+from . import compat, schedule, summarize
 from .conditions import Problem
 from .expose import Exposure
 from .inputs import SecretInputs
@@ -58,7 +58,7 @@ async def reconcile(kube: Kube, prober: Prober, settings: ReconcileSettings, bod
                 break
         outcome = Outcome(p.prepared.target, summarize.winner(p.problems), p.probe, p.observed, p.writes,
                           p.apply_due, exposure=p.exposure, migration=p.migration, rollout=p.rollout,
-                          refused=tuple((pod.name, pod.refused_gateway) for pod in pods if pod.refused_gateway),
+                          refused=tuple(compat.refusals(pods)),
                           carried=p.carried)
         read = p.prepared.inputs
     except Exception as e:  # noqa: BLE001 - the boundary: nothing escapes to the loop

@@ -92,7 +92,6 @@ class Pass:
     rollouts: RolloutGate | None = None  # the operator-wide cap on the rollouts it causes itself
     live: LiveDeployment | None = None   # the Deployment as read (full pass) or watched
     rollout: str = ""             # "queued": an operator-caused rollout waits its turn; "operator": it runs
-    compatibility: compat.Compatibility | None = None  # the gateway release, as status and the pods show it
     carried: frozenset[str] = frozenset()  # of seen.leaving: those that said their journal is all in Redis
 
     @property
@@ -162,10 +161,11 @@ async def decide(p: Pass) -> bool:
                            render.state_claim_name(owner.name)) is not None,
         p.probe.store.migrated if p.probe and p.probe.store else None, lambda: token_source.token_hex(8))
     p.migration = await asyncio.to_thread(state) if reads_the_claim(spec, previous) else state()
-    p.compatibility = compat.assess(compat.releases((p.body.get("status") or {}).get("gateway")),
-                                    [(pod.name, pod.refused_gateway) for pod in p.pods if pod.refused_gateway])
+    # the gateway release, as the last status and the pods show it
+    compatibility = compat.assess(compat.releases((p.body.get("status") or {}).get("gateway")),
+                                  compat.refusals(p.pods))
     p.replicas = replicas_to_run(spec, bool(p.probe and p.probe.ok), p.observed.running, p.migration,
-                                 p.compatibility.compatible)
+                                 compatibility.compatible)
     # the scale-out gate just opened: grow now rather than at the next full pass (only a
     # Deployment that exists grows this way; creating one waits for a full pass and its backoff)
     p.apply_due = p.full or (p.observed.running > 0 and p.replicas > p.observed.running)
