@@ -41,7 +41,7 @@ from harness import pod_code  # noqa: E402
 from harness.llm_standin import API_KEY as LLM_API_KEY, StandInLLM  # noqa: E402
 from harness.processes import free_port, terminate  # noqa: E402
 from harness.redis_server import RedisServer  # noqa: E402
-from harness.wait import until  # noqa: E402
+from harness.wait import stays, until  # noqa: E402
 
 # Strong enough for the gateway's weak-secret check; fake, test-only values.
 AUTH_TOKEN = "test-gw-token-4f9c2e7a1b8d4c6e9f0a3b5c7d9e1f2a"
@@ -824,6 +824,26 @@ def test_the_shared_history_is_encrypted_at_rest_with_the_packages_own_store(tmp
     assert "is not a Fernet key" in (tmp_path / "bad-key/launcher.log").read_text()
 
 
+@pytest.mark.release_matrix
+def test_a_job_declared_in_gateway_yaml_runs_once_across_two_replicas_not_once_on_each(
+        launch, real_redis: RedisServer, llm: StandInLLM) -> None:
+    """0.1.16 loads ``schedules:`` into each replica's own store and each replica's tick (at start, then
+    every 15 s) fires it: an hourly job ran at each start, once per replica. Over the shared store
+    one replica claims it and the other finds it claimed."""
+    cfg = documented_config(real_redis)
+    cfg["schedules"] = {"hourly-report": {"prompt": "msg=sched-hourly the hourly report", "every": "1h"}}
+    a = launch("replica-a", cfg)
+    b = launch("replica-b", cfg)
+    ran = lambda: [t for t in llm.turns if t["msg"] == "sched-hourly"]  # noqa: E731
+    _wait_until(lambda: ran(), 20.0, "the hourly job's first run")
+    stays(lambda: len(ran()) == 1, 17.0, what="one run of the hourly job (each replica ticked since)")
+    job = json.loads(real_redis.client().get(f"{PREFIX}gwop-schedules"))["schedules"]
+    assert [(j["name"], j["run_count"]) for j in job.values()] == [("hourly-report", 1)], job
+    for gw in (a, b):
+        assert "scheduled jobs=shared in Redis" in gw.output()
+        assert gw.stop() == 0, gw.output()
+
+
 def test_a_replica_killed_mid_turn_has_its_claims_released_by_the_next_process_in_its_pod(
         tmp_path: Path, real_redis: RedisServer, llm: StandInLLM) -> None:
     """SIGKILL (OOM, a liveness kill, the checker's kill_pod) leaves no chance to release: the turn's
@@ -958,8 +978,16 @@ def _plants() -> List[Tuple[str, Callable[[pytest.MonkeyPatch], None]]]:
     from praisonai_bot.gateway.port_utils import GatewayPIDLock
     from praisonai_bot.gateway.server import WebSocketGateway as Gateway
     from praisonaiagents.gateway.hooks import HookConfig
+    from praisonaiagents.scheduler.config_store import ConfigYamlScheduleStore as ScheduleStore
     from starlette.responses import JSONResponse
     from starlette.routing import Route
+
+    def schedule_reload_renamed(mp: pytest.MonkeyPatch) -> None:
+        def _reload_locked(self: Any) -> None:  # the jobs kept under another name
+            self._schedules = {}
+            self._job_state = {}
+            self._load()
+        mp.setattr(ScheduleStore, "_reload_locked", _reload_locked)
 
     def store_without_token(mp: pytest.MonkeyPatch) -> None:
         init = Store.__init__
@@ -1074,6 +1102,13 @@ def _plants() -> List[Tuple[str, Callable[[pytest.MonkeyPatch], None]]]:
         ("HookConfig.resolve_session_key", lambda mp: mp.delattr(HookConfig, "resolve_session_key")),
         ("uvicorn.Config.timeout_graceful_shutdown", lambda mp: mp.setattr(uvicorn, "Config", Config)),
         ("GatewayPIDLock: ~/.praisonai/gateway-<host>-<port>.pid", pid_lock_renamed),
+        ("praisonaiagents ConfigYamlScheduleStore._file_lock/_load/_save/_reload_locked/_jobs/_job_state",
+         lambda mp: mp.delattr(ScheduleStore, "_file_lock")),
+        ("praisonaiagents ConfigYamlScheduleStore._file_lock/_load/_save/_reload_locked/_jobs/_job_state",
+         schedule_reload_renamed),
+        ("praisonai_bot.scheduler.config_loader._CONFIG_JOB_PREFIX",
+         lambda mp: mp.delattr(__import__("praisonai_bot.scheduler.config_loader").scheduler.config_loader,
+                               "_CONFIG_JOB_PREFIX")),
         ("redis-py SSLConnection._wrap_socket_with_ssl / async _connection_arguments",
          renamed_in_hierarchy(async_connection.SSLConnection, "_connection_arguments")),
         ("redis-py SSLConnection._wrap_socket_with_ssl / async _connection_arguments",

@@ -146,6 +146,12 @@ REQUIREMENTS: Tuple[Requirement, ...] = (
                 lambda: hasattr(__import__("uvicorn").Config(app=None), "timeout_graceful_shutdown")),
     Requirement("GatewayPIDLock: ~/.praisonai/gateway-<host>-<port>.pid", "a replica restarted after SIGKILL starts",
                 lambda: _source_has(lambda: _pid_lock_class().__init__, 'f"gateway-{safe_host}-{port}.pid"')),
+    Requirement("praisonaiagents ConfigYamlScheduleStore._file_lock/_load/_save/_reload_locked/_jobs/_job_state",
+                "a scheduled job fires once across the replicas", lambda: _schedule_store_shape()),
+    Requirement("praisonai_bot.scheduler.config_loader._CONFIG_JOB_PREFIX",
+                "a replica's own scheduled jobs carried into the shared store, not the declared ones",
+                lambda: isinstance(__import__("praisonai_bot.scheduler.config_loader").scheduler.config_loader
+                                   ._CONFIG_JOB_PREFIX, str)),
     Requirement("redis-py SSLConnection._wrap_socket_with_ssl / async _connection_arguments",
                 "spec.redis.tls.serverName", lambda: _callable(lambda: __import__("redis.connection").connection.SSLConnection,
                                                                "_wrap_socket_with_ssl")
@@ -167,6 +173,25 @@ def _async_safe_state() -> Any:
 def _hook_config_class() -> Any:
     from praisonaiagents.gateway.hooks import HookConfig
     return HookConfig
+
+
+def _schedule_store_class() -> Any:
+    from praisonaiagents.scheduler.config_store import ConfigYamlScheduleStore
+    return ConfigYamlScheduleStore
+
+
+def _schedule_store_shape() -> bool:
+    """The file store's cross-process critical section is ``_file_lock()`` around ``_reload_locked()``
+    (``_jobs`` and ``_job_state`` emptied, then ``_load()``) and ``_save() -> bool``, and its claim
+    runs inside it; ``set_default_store`` is what the gateway's tick and the chat tools read."""
+    cls = _schedule_store_class()
+    from praisonaiagents import scheduler
+    return (all(callable(getattr(cls, n)) for n in ("_file_lock", "_load", "_save", "_reload_locked", "claim_due",
+                                                        "complete", "update"))
+            and _source_has(lambda: cls._reload_locked, "self._jobs = {}", "self._job_state = {}", "self._load()")
+            and _source_has(lambda: cls.claim_due, "self._file_lock()", "self._reload_locked()", "self._save()")
+            and list(inspect.signature(cls.claim_due).parameters) == ["self", "now", "owner_id", "lease_seconds"]
+            and callable(scheduler.set_default_store) and callable(scheduler.get_default_store))
 
 
 def _pid_lock_class() -> Any:
@@ -398,6 +423,109 @@ def redis_store(gateway: Any) -> Optional[RedisStore]:
     """The gateway's store when it is the Redis one (not SQLite, memory, or not built yet)."""
     store = idempotency_store(gateway)
     return RedisStore(store) if isinstance(store, _redis_store_class()) else None
+
+
+# -- the schedule store ---------------------------------------------------------------------------
+
+def shared_schedule_store(backend: Any, local_dir: str) -> Any:
+    """praisonaiagents' own schedule store (its claim, its lease, its misfire and retire rules), with
+    its cross-process critical section moved from a file lock and a YAML file to ``backend``:
+    ``backend.lock()`` (a context manager, re-entrant in one thread), ``backend.read() -> dict``
+    (``{"schedules": {id: job dict}, "job_state": {id: dict}}``) and ``backend.write(dict) -> bool``
+    (False when the write did not happen: the claim is then dropped, as the file store drops one it
+    could not save). Its run history stays in ``local_dir`` (per replica)."""
+    import contextlib
+    import os
+    from praisonaiagents.scheduler.models import ScheduleJob
+    base = _schedule_store_class()
+
+    class SharedScheduleStore(base):  # type: ignore[misc, valid-type]
+        def __init__(self) -> None:
+            self._gwop_loading = False  # no Redis call while the base constructor runs
+            super().__init__(config_path=os.path.join(local_dir, "config.yaml"))
+            self._gwop_loading = True
+
+        @contextlib.contextmanager
+        def _file_lock(self) -> Any:
+            with backend.lock():
+                yield
+
+        def _load(self) -> None:
+            if not self._gwop_loading:
+                return
+            doc = backend.read()
+            self._jobs = {}
+            for job_id, data in (doc.get("schedules") or {}).items():
+                if isinstance(data, dict) and data.get("name"):
+                    data.setdefault("id", job_id)
+                    job = ScheduleJob.from_dict(data)
+                    self._jobs[job.id] = job
+            self._job_state = {str(k): v for k, v in (doc.get("job_state") or {}).items() if isinstance(v, dict)}
+
+        def _save(self) -> bool:
+            return backend.write({"schedules": {job.id: job.to_dict() for job in self._jobs.values()},
+                                  "job_state": dict(self._job_state)})
+
+        def _fresh(self) -> None:
+            """The replicas' latest jobs before a read (the chat tools' list, the declarative loader's
+            get); Redis unusable: the last ones read."""
+            try:
+                with self._lock:
+                    self._load()
+            except Exception as exc:  # noqa: BLE001 - told to the backend, which says it once
+                backend.failed(exc)
+
+        def get(self, job_id: str) -> Any:
+            self._fresh()
+            return super().get(job_id)
+
+        def get_by_name(self, name: str, principal: Optional[str] = None) -> Any:
+            self._fresh()
+            return super().get_by_name(name, principal)
+
+        def list(self, agent_id: Optional[str] = None, principal: Optional[str] = None) -> Any:
+            self._fresh()
+            return super().list(agent_id, principal)
+
+        def claim_due(self, now: float, owner_id: str, lease_seconds: float = 300.0) -> Any:
+            # Redis unusable: nothing is claimed, so nothing runs twice; 0.1.16's tick would otherwise
+            # back off up to 300 s after a few failed ticks
+            try:
+                return super().claim_due(now, owner_id, lease_seconds)
+            except Exception as exc:  # noqa: BLE001
+                backend.failed(exc)
+                return []
+
+        def update(self, job: Any) -> None:
+            # a copy read before another replica's claim must not move the job's last run back (0.1.16's
+            # declarative loader reads, then updates: the job would be due again and fire twice)
+            with self._lock, self._file_lock():
+                self._reload_locked()
+                existing = self._jobs.get(job.id)
+                if existing is not None and (existing.last_run_at or 0) > (job.last_run_at or 0):
+                    job.last_run_at = existing.last_run_at
+                    job.run_count = max(job.run_count, existing.run_count)
+                super().update(job)
+
+    return SharedScheduleStore()
+
+
+def file_schedule_store(path: str) -> Any:
+    """praisonaiagents' own file store over ``path`` (a replica's jobs before the store was shared)."""
+    return _schedule_store_class()(config_path=path)
+
+
+def declarative_job(job: Any) -> bool:
+    """A job the gateway loaded from gateway.yaml's ``schedules:`` (its id carries the loader's prefix)."""
+    from praisonai_bot.scheduler.config_loader import _CONFIG_JOB_PREFIX
+    return str(job.id).startswith(_CONFIG_JOB_PREFIX)
+
+
+def install_schedule_store(store: Any) -> None:
+    """Every reader of the schedule store (the gateway's tick, its declarative loader, the chat tools)
+    uses ``store`` (praisonaiagents' documented override)."""
+    from praisonaiagents.scheduler import set_default_store
+    set_default_store(store)
 
 
 # -- redis-py's TLS connections -------------------------------------------------------------------

@@ -12,8 +12,8 @@ names, and it checks every one of them before anything starts.
 
 The modules, by job: gwop_config (the documented config and its translation), gwop_upstream (the
 adapter), gwop_tls, gwop_migration (one SQLite replica -> Redis), gwop_sessions (shared session
-history), gwop_claims (in-flight answers, claims released), gwop_leases (claims that free themselves),
-gwop_journal (the fail-closed window and the outage journal), gwop_health (the launcher's own view in
+history), gwop_schedules (scheduled jobs claimed once across the replicas), gwop_claims (in-flight
+answers, claims released), gwop_leases (claims that free themselves), gwop_journal (the fail-closed window and the outage journal), gwop_health (the launcher's own view in
 /health), gwop_serve (serve and drain), gwop_redis and gwop_log (shared helpers).
 
 Exit codes follow the gateway protocol: 0 clean stop (including SIGTERM), 75 restartable failure,
@@ -40,6 +40,7 @@ from gwop_config import (SESSION_KEY_ENV, ConfigError, apply_bind, config_warnin
 from gwop_log import last_words, redact, say
 from gwop_migration import SQLITE_MIGRATION_ENV, migrate_before_start
 from gwop_serve import clear_stale_pid_lock, serve
+from gwop_schedules import share_schedules
 from gwop_sessions import share_sessions
 from gwop_tls import name_tls_server
 
@@ -118,6 +119,8 @@ def main(argv: Optional[List[str]] = None) -> int:
         gateway = build_gateway(loaded, redis, turn_lock)
         sessions = session_settings(documented)
         shared = share_sessions(gateway, sessions, redis, guard["fail_closed_seconds"])
+        schedules = share_schedules(redis, os.environ.get("HOSTNAME", ""),
+                                    os.environ.get("HOME") or str(Path.home()))
         for warning in config_warnings(working, redis):
             say(f"warning: {warning}")
         say(
@@ -126,6 +129,7 @@ def main(argv: Optional[List[str]] = None) -> int:
             f"redis={describe_redis(redis)} turn_lock={(turn_lock or {}).get('backend', 'local')} "
             f"webhook sessions={'shared in Redis' if shared and shared.client else 'per replica'}"
             f"{' (encrypted)' if shared and shared.client and os.environ.get(SESSION_KEY_ENV) else ''} "
+            f"scheduled jobs={'shared in Redis' if schedules is not None else 'per replica'} "
             f"fail_closed={guard['fail_closed_seconds']:g}s claim_lease={guard['claim_lease_seconds']:g}s "
             f"gateway={' '.join(f'{p}={v}' for p, v in versions.items())}"
         )
