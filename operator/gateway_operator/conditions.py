@@ -1,7 +1,8 @@
 """Status conditions: computed from observed facts by pure functions.
 
 Types: Ready, Reconciling, Stalled (kstatus reads these three), RedisReachable,
-IdempotencyDegraded, ExactlyOnceAdmission, RedisDurable, SessionsShared, RedisTLSVerified, GatewayCompatible. ``merge`` keeps ``lastTransitionTime`` unless the
+IdempotencyDegraded, ExactlyOnceAdmission, RedisDurable, SessionsShared, RedisTLSVerified, GatewayCompatible,
+ReplicaSafeChannels. ``merge`` keeps ``lastTransitionTime`` unless the
 status flips, so an unchanged world yields an identical status and no write.
 """
 from __future__ import annotations
@@ -18,6 +19,7 @@ from .health import DESCRIPTIONS, Idempotency, ReplicaHealth
 from .pods import Observed
 from .redis_probe import ProbeResult
 from .redis_target import RedisTarget
+from .replica_state import channel_warning
 from .replicas import gate_holds
 from .unrecorded import Unrecorded
 from .unrecorded import message as unrecorded_message
@@ -25,9 +27,9 @@ from .unrecorded import message as unrecorded_message
 READY, RECONCILING, STALLED = "Ready", "Reconciling", "Stalled"
 REDIS_REACHABLE, IDEMPOTENCY_DEGRADED, EXACTLY_ONCE = "RedisReachable", "IdempotencyDegraded", "ExactlyOnceAdmission"
 REDIS_DURABLE, SESSIONS_SHARED, REDIS_TLS_VERIFIED = "RedisDurable", "SessionsShared", "RedisTLSVerified"
-GATEWAY_COMPATIBLE = "GatewayCompatible"
+GATEWAY_COMPATIBLE, REPLICA_SAFE_CHANNELS = "GatewayCompatible", "ReplicaSafeChannels"
 ORDER = (READY, RECONCILING, STALLED, REDIS_REACHABLE, IDEMPOTENCY_DEGRADED, EXACTLY_ONCE, REDIS_DURABLE,
-         SESSIONS_SHARED, REDIS_TLS_VERIFIED, GATEWAY_COMPATIBLE)
+         SESSIONS_SHARED, REDIS_TLS_VERIFIED, GATEWAY_COMPATIBLE, REPLICA_SAFE_CHANNELS)
 
 # a replica state worse than another decides the IdempotencyDegraded reason
 _SEVERITY = (Idempotency.BUILD_TIME_FALLBACK, Idempotency.REDIS_OUT_OF_MEMORY, Idempotency.REDIS_READ_ONLY,
@@ -68,6 +70,7 @@ class Facts:
     rollout: str = ""            # "queued" / "operator": a rollout the operator causes itself (rollouts.py)
     memory_warned: bool = False  # RedisDurable said RedisNearlyFull last time (it holds down to 80%)
     refused: Sequence[tuple[str, str]] = ()  # (pod, the launcher's line): pods that refused the gateway (exit 78)
+    channels: Sequence[tuple[str, str]] = ()  # (channel, how): bots every replica would run (replica_state)
 
     @property
     def dedup_lost(self) -> bool:
@@ -98,7 +101,15 @@ class Condition:
 
 def compute(f: Facts) -> list[Condition]:
     return [_ready(f), _reconciling(f), _stalled(f), _redis(f), _degraded(f), _exactly_once(f), _durable(f),
-            _sessions(f), _tls_verified(f), _compatible(f)]
+            _sessions(f), _tls_verified(f), _compatible(f), _channels(f)]
+
+
+def _channels(f: Facts) -> Condition:
+    if f.channels:
+        return Condition(REPLICA_SAFE_CHANNELS, "False", R.CHANNEL_ON_EVERY_REPLICA,
+                         channel_warning(f.desired_replicas, f.channels))
+    return Condition(REPLICA_SAFE_CHANNELS, "True", R.NO_CHANNEL_ON_EVERY_REPLICA,
+                     "no channel bot that polls or holds a connection runs on more than one replica")
 
 
 def _compatible(f: Facts) -> Condition:

@@ -429,7 +429,8 @@ def status_schema() -> Schema:
                                          }},
             }},
             "conditions": {"type": "array", "description": "Ready, Reconciling, Stalled, RedisReachable, "
-                           "IdempotencyDegraded, ExactlyOnceAdmission, RedisDurable, SessionsShared, RedisTLSVerified, GatewayCompatible.", "items": condition,
+                           "IdempotencyDegraded, ExactlyOnceAdmission, RedisDurable, SessionsShared, RedisTLSVerified, "
+                           "GatewayCompatible, ReplicaSafeChannels.", "items": condition,
                            "x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]},
         },
     }

@@ -92,6 +92,10 @@ TESTED_GATEWAY_RELEASE = "TestedGatewayRelease"  #: every replica that told its 
 UNTESTED_GATEWAY_RELEASE = "UntestedGatewayRelease"  #: a replica runs praisonai-bot outside the tested releases
 GATEWAY_VERSIONS_UNKNOWN = "GatewayVersionsUnknown"  #: no replica has told its versions yet
 
+# -- ReplicaSafeChannels: does any channel bot run on every replica? (replica_state.py) -----------
+NO_CHANNEL_ON_EVERY_REPLICA = "NoChannelOnEveryReplica"  #: one replica, or no bot that polls or holds a connection
+CHANNEL_ON_EVERY_REPLICA = "ChannelOnEveryReplica"  #: several replicas each run a polling / connected channel bot
+
 # -- ExactlyOnceAdmission ------------------------------------------------------------------
 SINGLE_REPLICA_DURABLE_STORE = "SingleReplicaDurableStore"  #: one replica, SQLite on a PVC
 SHARED_REDIS_STORE = "SharedRedisStore"    #: every polled replica dedups through the shared Redis

@@ -14,7 +14,7 @@ from typing import Any, Callable, Mapping, Sequence
 from kubernetes.client.rest import ApiException
 
 from . import conditions as C
-from . import dedup_history, unrecorded
+from . import dedup_history, replica_state, unrecorded
 from . import reasons as R
 from .api import GatewaySpec, Policy
 from .conditions import Facts, Problem, Transition
@@ -168,6 +168,7 @@ EVENTS: Mapping[str, tuple[_Rule, ...]] = {
         _when("True", "Normal", "RedisReachable", was=lambda old: old == "False")),
     C.REDIS_TLS_VERIFIED: (_when("False", "Warning"),),
     C.GATEWAY_COMPATIBLE: (_when("False", "Warning"),),
+    C.REPLICA_SAFE_CHANNELS: (_when("False", "Warning"),),
     C.EXACTLY_ONCE: (
         lambda t: (("Warning", "ExactlyOnceNotHeld", t.new["message"])
                    if t.new["status"] == "False" and t.new["reason"] == R.PER_REPLICA_STORES else None),
@@ -200,7 +201,10 @@ def facts(body: Mapping[str, Any], spec: GatewaySpec | None, outcome: Any, repli
         unrecorded=_unrecorded(body, outcome, replicas, gone, now), now=now,
         migrating=bool(outcome.migration and not outcome.migration.done),
         sessions_store=spec.sessions_store if spec else "replica", target=outcome.target, rollout=outcome.rollout,
-        memory_warned=_said(body, C.REDIS_DURABLE, R.REDIS_NEARLY_FULL), refused=outcome.refused)
+        memory_warned=_said(body, C.REDIS_DURABLE, R.REDIS_NEARLY_FULL), refused=outcome.refused,
+        channels=replica_state.channels_on_every_replica(
+            spec.config, [str(e.get("name")) for e in spec.pod.get("env") or [] if isinstance(e, Mapping)],
+            spec.replicas) if spec else ())
 
 
 def _said(body: Mapping[str, Any], type_: str, reason: str) -> bool:

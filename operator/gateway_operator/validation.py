@@ -16,7 +16,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, NamedTuple
 
-from . import api, fields
+from . import api, fields, replica_state
 from .api import Policy, store_backend_of
 from .redis_target import DNS_NAME, HOST_PATTERN, MAX_HOST_LENGTH, URL_PATTERN, valid_host
 
@@ -316,9 +316,13 @@ def warn_message(replicas: int) -> str:
 
 
 def warnings(spec: Spec) -> list[str]:
+    found: list[str] = []
     if _replicas(spec) > 1 and store_backend_of(_config(spec)) != "redis":
-        return [warn_message(_replicas(spec))]
-    return []
+        found.append(warn_message(_replicas(spec)))
+    channels = replica_state.channels_on_every_replica(_config(spec), _env_names(spec), _replicas(spec))
+    if channels:
+        found.append(replica_state.channel_warning(_replicas(spec), channels))
+    return found
 
 
 def violations(name: str, spec: Spec) -> list[str]:

@@ -29,7 +29,8 @@ from harness.wait import stays, until
 
 
 CONDITION_TYPES = {"Ready", "Reconciling", "Stalled", "RedisReachable", "IdempotencyDegraded",
-                   "ExactlyOnceAdmission", "RedisDurable", "SessionsShared", "RedisTLSVerified", "GatewayCompatible"}
+                   "ExactlyOnceAdmission", "RedisDurable", "SessionsShared", "RedisTLSVerified", "GatewayCompatible",
+                   "ReplicaSafeChannels"}
 
 
 # -- one replica on SQLite ---------------------------------------------------------------

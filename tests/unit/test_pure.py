@@ -778,3 +778,37 @@ def test_a_spec_without_the_new_fields_renders_the_pod_template_it_did_before() 
         assert render.gateway_config(OWNER, plain, target)["push"]["redis"] == {
             "url": f"{url}?socket_timeout=0.3&socket_connect_timeout=1", "prefix": "gwop:prod:gw:",
             "password": "${GATEWAY_REDIS_PASSWORD}"}
+
+
+@pytest.mark.parametrize("replicas, env, channels, expected", [
+    (3, ["TELEGRAM_BOT_TOKEN"], None, ("False", "ChannelOnEveryReplica", ["telegram"])),
+    (3, [], None, ("True", "NoChannelOnEveryReplica", [])),  # the examples' unset placeholder: skipped
+    (1, ["TELEGRAM_BOT_TOKEN"], None, ("True", "NoChannelOnEveryReplica", [])),
+    (2, ["DISCORD_BOT_TOKEN"], None, ("False", "ChannelOnEveryReplica", ["discord"])),  # auto-enabled from env
+    (2, [], {"ops": {"platform": "discord", "token": "literal-token"},
+             "wa": {"platform": "whatsapp", "mode": "cloud", "token": "t"}},
+     ("False", "ChannelOnEveryReplica", ["ops"])),
+    (2, [], {"ops": {"platform": "discord", "token": "literal-token", "enabled": False}},
+     ("True", "NoChannelOnEveryReplica", [])),
+])
+def test_a_channel_bot_every_replica_would_run_is_said_in_status_with_a_warning(replicas, env, channels,
+                                                                               expected) -> None:
+    from gateway_operator import summarize
+    from gateway_operator.reconcile import Outcome
+    config = redis_store()
+    if channels is not None:
+        config["channels"] = channels
+    raw = gateway_deployment("gw", replicas=replicas, config=config, redis={"managed": {"enabled": True}},
+                             env=[{"name": n, "valueFrom": {"secretKeyRef": {"name": "bot", "key": n}}} for n in env])
+    s = GatewaySpec.parse(raw["spec"])
+    body = {"metadata": {"name": "gw", "namespace": "ns", "generation": 1}, "spec": raw["spec"], "status": {}}
+    c = {x.type: x for x in conditions.compute(summarize.facts(body, s, Outcome(), (), 0.0))}["ReplicaSafeChannels"]
+    status, reason, named = expected
+    assert (c.status, c.reason) == (status, reason), c
+    assert [n for n in named if f"({n} " in c.message or f"; {n} " in c.message] == named, c.message
+    event = summarize.event_for(conditions.Transition(
+        "ReplicaSafeChannels", None, {"status": c.status, "reason": c.reason, "message": c.message}))
+    if status == "False":
+        assert event == ("Warning", "ChannelOnEveryReplica", c.message)
+    else:
+        assert event is None
