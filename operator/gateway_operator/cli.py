@@ -84,12 +84,42 @@ def _print_refusal(doc: dict[str, Any], errors: Sequence[str]) -> None:
         print(f"* {error}", file=sys.stderr)
 
 
+def _tenancy_policy(paths: Sequence[str] | None) -> Any:
+    """The chart's tenancy policy: its defaults, or the ``tenancy`` of the chart values files given
+    (helm's -f: later files win, maps merged key by key)."""
+    from .tenancy import TenancyPolicy
+    merged: dict[str, Any] = {}
+    for path in paths or ():
+        try:
+            values = yaml.safe_load(Path(path).read_text(encoding="utf-8")) or {}
+        except OSError as e:
+            raise InputError(f"{path}: {e.strerror or e}") from None
+        except (UnicodeDecodeError, yaml.YAMLError):
+            raise InputError(f"{path}: not a YAML values file") from None
+        if not isinstance(values, dict):
+            raise InputError(f"{path}: not a YAML values file (a mapping)")
+        merged = _merge(merged, values)
+    try:
+        return TenancyPolicy.parse(merged.get("tenancy"))
+    except (ValueError, TypeError, AttributeError) as e:
+        raise InputError(f"--values: tenancy: {e}") from None
+
+
+def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    merged = dict(base)
+    for key, value in over.items():
+        merged[key] = _merge(merged[key], value) if isinstance(value, dict) and isinstance(merged.get(key), dict) \
+            else value
+    return merged
+
+
 def cmd_check(args: argparse.Namespace) -> int:
     from .offline import check
     from .validation import warnings
+    policy = _tenancy_policy(args.values)
     failed = 0
     for _, doc in _documents(args.file):
-        errors = check(doc)
+        errors = check(doc, policy, args.namespace)
         if errors:
             failed += 1
             _print_refusal(doc, errors)
@@ -105,10 +135,11 @@ def cmd_render(args: argparse.Namespace) -> int:
     from .offline import Refused, render_objects
     from .render import OperatorIdentity
     operator = OperatorIdentity(args.operator_namespace, args.operator_instance, args.managed_redis_image)
+    policy = _tenancy_policy(args.values)
     rendered, failed = [], 0
     for _, doc in _documents(args.file):
         try:
-            rendered.append(render_objects(doc, args.namespace, operator))
+            rendered.append(render_objects(doc, args.namespace, operator, policy))
         except Refused as e:
             failed += 1
             _print_refusal(doc, e.errors)
@@ -264,13 +295,21 @@ def parser() -> argparse.ArgumentParser:
     run.add_argument("--verbose", action="store_true")
     run.set_defaults(func=cmd_run)
 
-    check = sub.add_parser("check", help="check GatewayDeployments against the CRD's rules, offline")
+    check = sub.add_parser("check", help="check GatewayDeployments against the CRD's rules and the chart's tenancy "
+                           "policy, offline")
     check.add_argument("-f", "--file", required=True, action="append", help="YAML file, repeatable (- for stdin)")
+    check.add_argument("--values", action="append", metavar="VALUES.yaml",
+                       help="the operator chart's values files the cluster installed it with (repeatable, as helm's "
+                       "-f): their tenancy policy instead of the chart's defaults")
+    check.add_argument("--namespace", default="default", help="namespace when the file names none (the tenancy "
+                       "policy's allowedHosts are per namespace)")
     check.set_defaults(func=cmd_check)
 
     render = sub.add_parser("render", help="print the objects a GatewayDeployment produces")
     render.add_argument("-f", "--file", required=True, action="append", help="YAML file, repeatable (- for stdin)")
     render.add_argument("--namespace", default="default", help="namespace when the file names none")
+    render.add_argument("--values", action="append", metavar="VALUES.yaml",
+                        help="the operator chart's values files (as for check): their tenancy policy")
     _operator_identity_args(render)
     render.set_defaults(func=cmd_render)
 

@@ -1,5 +1,6 @@
 """Offline tools for GitOps users: check a GatewayDeployment against the CRD (structural
-schema, defaults, and the CEL rules' Python twins, worded as the API server words them)
+schema, defaults, and the CEL rules' Python twins, worded as the API server words them) and
+against the chart's tenancy policy (its defaults, or the values a cluster installed it with),
 and render the objects it would produce."""
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from .api import GatewaySpec
 from .crd import spec_schema
 from .redis_target import InvalidRedisURL, resolve
 from .replicas import replicas_to_run
+from .tenancy import TenancyPolicy, violations as tenancy_violations
 from .validation import RULES, Subject, limit_violations
 
 _TYPES: dict[str, tuple[type, ...]] = {"object": (dict,), "array": (list,), "string": (str,),
@@ -345,9 +347,27 @@ class Refused(ValueError):
         self.errors = errors
 
 
-def check(doc: Mapping[str, Any]) -> list[str]:
-    """Everything the API server would refuse, with its wording, then the operator's own
-    limits; empty when the operator would act on the object."""
+#: how a refusal of the chart's tenancy ValidatingAdmissionPolicy starts (kubectl prints the policy's
+#: and binding's names, which depend on the release, then "denied request: " and the rule's message)
+TENANCY_DENIED = "ValidatingAdmissionPolicy '<release>-tenancy' denied request: "
+
+
+def check(doc: Mapping[str, Any], policy: TenancyPolicy | None = None,
+          default_namespace: str = "default") -> list[str]:
+    """Everything the API server would refuse, with its wording: the CRD, then the chart's tenancy
+    policy (``policy``: its values, ``TenancyPolicy()`` the chart's defaults; None: a cluster without
+    it), then the operator's own limits; empty when the operator would act on the object."""
+    errors = _crd_check(doc)
+    if errors:
+        return errors
+    namespace = str((doc.get("metadata") or {}).get("namespace") or default_namespace)
+    spec = apply_defaults(copy.deepcopy(doc["spec"]), spec_schema())
+    denied = tenancy_violations(namespace, spec, policy) if policy is not None else []
+    return [TENANCY_DENIED + m for m in denied] or \
+        [f"spec.config: {m}" for m in limit_violations(spec)]
+
+
+def _crd_check(doc: Mapping[str, Any]) -> list[str]:
     spec_raw = doc.get("spec")
     if spec_raw is None:
         return ["spec: Required value"]
@@ -363,9 +383,8 @@ def check(doc: Mapping[str, Any]) -> list[str]:
         return [e.text for e in found] + [MSG_CEL_SKIPPED]
     subject = Subject(name, spec)
     # kube-apiserver >= 1.37 prints a failed CEL rule without the value (before: Invalid value: "object")
-    errors = [e.text for e in found] + [f"{_where(rule.at)}: Invalid value: {rule.message}"
-                                        for rule in RULES if not rule.holds(subject)]
-    return errors or [f"spec.config: {m}" for m in limit_violations(spec)]
+    return [e.text for e in found] + [f"{_where(rule.at)}: Invalid value: {rule.message}"
+                                      for rule in RULES if not rule.holds(subject)]
 
 
 def _config(spec: Any) -> Any:
@@ -377,10 +396,11 @@ def _where(at: str) -> str:
 
 
 def render_objects(doc: Mapping[str, Any], default_namespace: str = "default",
-                   operator: render.OperatorIdentity = render.OperatorIdentity()) -> list[dict[str, Any]]:
+                   operator: render.OperatorIdentity = render.OperatorIdentity(),
+                   policy: TenancyPolicy | None = None) -> list[dict[str, Any]]:
     """The objects the operator would apply (uid is a placeholder until the object exists).
     Raises Refused, with ``check``'s messages, for an object the operator would not act on."""
-    errors = check(doc)
+    errors = check(doc, policy, default_namespace)
     if errors:
         raise Refused(errors)
     meta = doc.get("metadata") or {}

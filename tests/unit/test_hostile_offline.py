@@ -6,11 +6,12 @@ import asyncio
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
 
-from gateway_operator import reasons, validation
+from gateway_operator import reasons, replica_state, validation
 from gateway_operator.redis_probe import Allowlist, ProbeResult, Prober
 from gateway_operator.redis_target import RedisTarget
 from harness.cluster import REPO
@@ -154,3 +155,78 @@ def test_render_writes_gateway_yaml_as_a_block(tmp_path: Path) -> None:
     assert "gateway.yaml: |" in out and "\n    agents:\n" in out
     config_map = next(d for d in yaml.safe_load_all(out) if d and d["kind"] == "ConfigMap")
     assert yaml.safe_load(config_map["data"]["gateway.yaml"])["gateway"]["port"] == 8765
+
+
+def test_check_warns_of_a_polling_channel_that_every_replica_would_run(tmp_path: Path) -> None:
+    """praisonai-bot runs its Telegram poller (and Discord's, Slack's socket, ...) on every replica: a
+    token the pods will have is warned about with more than one replica; the examples' placeholder
+    (``${TELEGRAM_BOT_TOKEN}`` that no env sets: the gateway skips the channel) and one replica are not."""
+    def manifest(name: str, replicas: int, env: list[str], channels: dict) -> dict:
+        doc = gateway_deployment(name, replicas=replicas, config=redis_store(), redis={"url": "redis://r:6379/0"})
+        doc["spec"]["config"]["channels"] = channels
+        if env:
+            doc["spec"]["env"] = [{"name": n, "valueFrom": {"secretKeyRef": {"name": "bot", "key": n}}} for n in env]
+        return doc
+
+    telegram = {"telegram": {"token": "${TELEGRAM_BOT_TOKEN}"}}
+    cases = {"placeholder": manifest("placeholder", 3, [], telegram),
+             "one": manifest("one", 1, ["TELEGRAM_BOT_TOKEN"], telegram),
+             "polling": manifest("polling", 3, ["TELEGRAM_BOT_TOKEN"], telegram),
+             "webhook-mode": manifest("webhook-mode", 3, [], {"wa": {"platform": "whatsapp", "mode": "cloud",
+                                                                     "token": "${WA}"}})}
+    warned = {}
+    for name, doc in cases.items():
+        (tmp_path / f"{name}.yaml").write_text(yaml.safe_dump(doc))
+        result = cli("check", "-f", str(tmp_path / f"{name}.yaml"))
+        assert result.returncode == 0, result.stderr
+        warned[name] = [line for line in result.stderr.splitlines() if "channel bots" in line]
+    assert {name for name, lines in warned.items() if lines} == {"polling"}, warned
+    assert warned["polling"] == [
+        "Warning: " + replica_state.channel_warning(3, [("telegram", replica_state.RECEIVING_CHANNELS["telegram"].how)])]
+
+
+def test_check_refuses_what_the_charts_tenancy_policy_refuses_and_reads_the_clusters_values(tmp_path: Path) -> None:
+    """``check`` knew no tenancy rule, so it passed a wildcard host or a Traefik priority annotation that
+    ``kubectl apply`` then refused. It applies the chart's default policy, and the cluster's own values
+    files when given (``--values``, later files winning as with helm -f), with the policy's messages."""
+    from gateway_operator import offline, tenancy
+    chart_values = yaml.safe_load((REPO / "charts/gateway-operator/values.yaml").read_text())
+    assert tenancy.TenancyPolicy.parse(chart_values["tenancy"]) == tenancy.TenancyPolicy()  # the default is the chart's
+
+    def manifest(name: str, namespace: str | None, **fields: Any) -> Path:
+        doc = gateway_deployment(name, **fields)
+        if namespace:
+            doc["metadata"]["namespace"] = namespace
+        path = tmp_path / f"{name}.yaml"
+        path.write_text(yaml.safe_dump(doc))
+        return path
+
+    wildcard = manifest("wild", "team-a", expose={"ingress": {"host": "*.a.bots.example.com"}})
+    priority = manifest("prio", "team-a", expose={"ingress": {"host": "bot.a.bots.example.com", "annotations": {
+        "traefik.ingress.kubernetes.io/router.priority": "1000000"}}})
+    other_ns = manifest("elsewhere", None, expose={"ingress": {"host": "bot.a.bots.example.com"}})
+    (tmp_path / "admin.yaml").write_text(yaml.safe_dump({"replicaCount": 2, "tenancy": {
+        "allowedHosts": {"team-a": ["*.a.bots.example.com"]}, "allowWildcardHosts": True}}))
+    (tmp_path / "override.yaml").write_text(yaml.safe_dump({"tenancy": {
+        "ingressAnnotations": ["traefik.ingress.kubernetes.io/router.priority"]}}))
+
+    def refusal(path: Path, *extra: str) -> list[str]:
+        result = cli("check", "-f", str(path), *extra)
+        assert result.returncode == (1 if "* " in result.stderr else 0), result.stderr
+        return [line for line in result.stderr.splitlines() if line.startswith("* ")]
+
+    denied = "* " + offline.TENANCY_DENIED
+    assert refusal(wildcard) == [denied + tenancy.MSG_WILDCARD_HOST]
+    assert refusal(priority) == [denied + tenancy.MSG_INGRESS_ANNOTATIONS]
+    assert refusal(other_ns) == []  # no host policy by default
+    admin = ("--values", str(tmp_path / "admin.yaml"))
+    assert refusal(wildcard, *admin) == []
+    assert refusal(other_ns, *admin) == [denied + tenancy.MSG_HOST_NOT_ALLOWED]  # namespace default
+    assert refusal(other_ns, *admin, "--namespace", "team-a") == []
+    assert refusal(priority, *admin) == [denied + tenancy.MSG_INGRESS_ANNOTATIONS]
+    assert refusal(priority, *admin, "--values", str(tmp_path / "override.yaml")) == []
+    rendered = cli("render", "-f", str(wildcard))  # render acts as the operator would: nothing
+    assert rendered.returncode == 1 and rendered.stdout == "" and tenancy.MSG_WILDCARD_HOST in rendered.stderr
+    (tmp_path / "broken.yaml").write_text(yaml.safe_dump({"tenancy": {"allowedHosts": ["not", "a", "map"]}}))
+    broken = cli("check", "-f", str(wildcard), "--values", str(tmp_path / "broken.yaml"))
+    assert broken.returncode != 0 and "tenancy" in broken.stderr and "Traceback" not in broken.stderr
