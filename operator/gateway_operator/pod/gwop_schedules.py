@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import secrets
 import threading
 import time
@@ -124,7 +123,7 @@ def share_schedules(redis: Optional[Mapping[str, Any]], pod: str, home: str) -> 
     local_dir = Path(home) / ".praisonai" / "gwop-schedules"
     local_dir.mkdir(parents=True, exist_ok=True)
     store = upstream.shared_schedule_store(document, str(local_dir))
-    carried = carry_local_jobs(store, Path(os.environ.get("PRAISONAI_HOME") or Path(home) / ".praisonai"))
+    carried = carry_local_jobs(store, Path(upstream.schedule_data_dir()))
     if carried:
         say(f"scheduled jobs: carried {carried} job(s) this replica's own store held into the shared store")
     upstream.install_schedule_store(store)

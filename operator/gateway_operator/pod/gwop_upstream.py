@@ -515,6 +515,12 @@ def file_schedule_store(path: str) -> Any:
     return _schedule_store_class()(config_path=path)
 
 
+def schedule_data_dir() -> str:
+    """Where praisonaiagents' own file store keeps a replica's jobs (``<data dir>/config.yaml``)."""
+    from praisonaiagents.paths import get_data_dir
+    return str(get_data_dir())
+
+
 def declarative_job(job: Any) -> bool:
     """A job the gateway loaded from gateway.yaml's ``schedules:`` (its id carries the loader's prefix)."""
     from praisonai_bot.scheduler.config_loader import _CONFIG_JOB_PREFIX
