@@ -1,9 +1,9 @@
 """Status conditions: computed from observed facts by pure functions.
 
 Types: Ready, Reconciling, Stalled (kstatus reads these three), RedisReachable,
-IdempotencyDegraded, ExactlyOnceAdmission, RedisDurable, SessionsShared, RedisTLSVerified, GatewayCompatible,
-ReplicaSafeChannels. ``merge`` keeps ``lastTransitionTime`` unless the
-status flips, so an unchanged world yields an identical status and no write.
+IdempotencyDegraded, ExactlyOnceAdmission, RedisDurable, SessionsShared, RedisTLSVerified,
+GatewayCompatible, ReplicaSafeChannels. ``merge`` keeps ``lastTransitionTime`` unless the status
+flips, so an unchanged world yields an identical status and no write.
 """
 from __future__ import annotations
 

@@ -6,7 +6,8 @@ delivered N times, and a job a user added in a chat lives only on the replica th
 With Redis (``push.redis``) the launcher gives every reader of the store (the tick, the declarative
 loader, the chat tools) one store kept in Redis under ``<prefix>gwop-schedules``: praisonaiagents'
 own store class and its own atomic claim (a due job's run advanced and leased under the store's
-lock), with the lock a Redis key (``<prefix>gwop-schedules:lock``, taken with this process's token for LOCK_MS) and the document written only while that lock is still this process's. A due job is
+lock), with the lock a Redis key (``<prefix>gwop-schedules:lock``, taken with this process's token
+for LOCK_MS) and the document written only while that lock is still this process's. A due job is
 claimed by one replica, so it fires once; a replica killed while it runs a job loses that run
 (the claim advanced the schedule: at most once, as the file store does). While Redis cannot be used
 nothing is claimed, so nothing fires twice; the jobs due meanwhile fire at the next tick that can

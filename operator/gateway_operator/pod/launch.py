@@ -13,8 +13,9 @@ names, and it checks every one of them before anything starts.
 The modules, by job: gwop_config (the documented config and its translation), gwop_upstream (the
 adapter), gwop_tls, gwop_migration (one SQLite replica -> Redis), gwop_sessions (shared session
 history), gwop_schedules (scheduled jobs claimed once across the replicas), gwop_claims (in-flight
-answers, claims released), gwop_leases (claims that free themselves), gwop_journal (the fail-closed window and the outage journal), gwop_health (the launcher's own view in
-/health), gwop_serve (serve and drain), gwop_redis and gwop_log (shared helpers).
+answers, claims released), gwop_leases (claims that free themselves), gwop_journal (the fail-closed
+window and the outage journal), gwop_health (the launcher's own view in /health), gwop_serve (serve
+and drain), gwop_redis and gwop_log (shared helpers).
 
 Exit codes follow the gateway protocol: 0 clean stop (including SIGTERM), 75 restartable failure,
 78 fatal configuration error (a config the gateway cannot use, or a gateway release that lacks
