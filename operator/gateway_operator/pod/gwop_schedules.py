@@ -30,8 +30,12 @@ from gwop_redis import RELEASE_LUA, redis_client
 DOC_KEY = "gwop-schedules"
 LOCK_KEY = "gwop-schedules:lock"
 LOCK_MS = 10_000          # the claim holds it for milliseconds; a holder stalled past this loses it
-LOCK_WAIT_S = 5.0         # then the call fails (a claim claims nothing)
+LOCK_WAIT_S = 0.5         # then the call fails (a claim claims nothing; the wait blocks the event loop)
 SAY_EVERY_S = 60.0        # a Redis that stays unusable is said once a minute, not at every tick
+# 0.1.16's tick calls the store from the gateway's event loop: a hung Redis holds every request of the
+# replica for this long once per tick (15 s), so it is short; a claim that misses it claims nothing
+# and the next tick tries again
+TIMEOUT_S = 0.5
 # write KEYS[2] only while KEYS[1] (the lock) still holds ARGV[1]: a holder that stalled past its lock
 # and lost it to another replica writes nothing, so two claims of one job cannot both be saved
 # take KEYS[1] for ARGV[1]: free, or already this process's (a SET whose answer timed out while Redis
@@ -119,8 +123,8 @@ def share_schedules(redis: Optional[Mapping[str, Any]], pod: str, home: str) -> 
     per replica)."""
     if not redis:
         return None
-    document = RedisScheduleDocument(redis_client(redis, timeout=2.0), str(redis.get("prefix") or "praison:push:"),
-                                     pod)
+    document = RedisScheduleDocument(redis_client(redis, timeout=TIMEOUT_S),
+                                     str(redis.get("prefix") or "praison:push:"), pod)
     local_dir = Path(home) / ".praisonai" / "gwop-schedules"
     local_dir.mkdir(parents=True, exist_ok=True)
     store = upstream.shared_schedule_store(document, str(local_dir))
