@@ -844,6 +844,29 @@ def test_a_job_declared_in_gateway_yaml_runs_once_across_two_replicas_not_once_o
         assert gw.stop() == 0, gw.output()
 
 
+def test_a_hung_redis_holds_the_replicas_requests_at_most_half_a_second_per_schedule_tick(
+        launch, real_redis: RedisServer) -> None:
+    """0.1.16's scheduler tick calls the schedule store on the gateway's event loop: with the store in
+    Redis, a tick during a hung Redis holds every request of the replica until the store gives up
+    (gwop_schedules.TIMEOUT_S). GET /health, sampled through two ticks of a paused Redis, answers
+    within a second each time."""
+    gw = launch("replica-a", documented_config(real_redis))
+    gw.health()
+    real_redis.pause()
+    slowest = 0.0
+    try:
+        deadline = time.monotonic() + 32.0  # two ticks (every 15 s) at least
+        while time.monotonic() < deadline:
+            started = time.monotonic()
+            gw.health()
+            slowest = max(slowest, time.monotonic() - started)
+            time.sleep(0.1)
+    finally:
+        real_redis.resume()
+    assert slowest < 1.0, f"GET /health took {slowest:.2f}s while Redis was paused"
+    assert "shared store cannot be used" in gw.output()  # the ticks did ask Redis
+
+
 def test_a_replica_killed_mid_turn_has_its_claims_released_by_the_next_process_in_its_pod(
         tmp_path: Path, real_redis: RedisServer, llm: StandInLLM) -> None:
     """SIGKILL (OOM, a liveness kill, the checker's kill_pod) leaves no chance to release: the turn's
