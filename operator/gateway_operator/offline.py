@@ -349,7 +349,7 @@ class Refused(ValueError):
 
 #: how a refusal of the chart's tenancy ValidatingAdmissionPolicy starts (kubectl prints the policy's
 #: and binding's names, which depend on the release, then "denied request: " and the rule's message)
-TENANCY_DENIED = "ValidatingAdmissionPolicy '<release>-tenancy' denied request: "
+TENANCY_DENIED = "ValidatingAdmissionPolicy '<release>-tenancy' with binding '<release>-tenancy' denied request: "
 
 
 def check(doc: Mapping[str, Any], policy: TenancyPolicy | None = None,
