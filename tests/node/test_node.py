@@ -784,6 +784,40 @@ def test_the_exactly_once_checker_slice_finds_no_silent_duplicate_no_lost_messag
     cluster.kubectl("delete", "namespace", exactly_once_run.NAMESPACE, "--wait=true", "--timeout=180s")
 
 
+def test_a_node_drain_keeps_one_operator_replica_by_its_pod_disruption_budget(sandbox: Sandbox) -> None:
+    """The chart's defaults (2 replicas, podDisruptionBudget on) render a PDB with minAvailable 1: a
+    drain of the one node evicts one operator pod and is refused the other, which keeps running."""
+    cluster = sandbox.cluster
+    selector = "app.kubernetes.io/name=gateway-operator,app.kubernetes.io/instance=" + node.RELEASE
+    pdb = cluster.get_json("pdb", "-n", node.SYSTEM_NAMESPACE, node.RELEASE)
+    assert pdb["spec"]["minAvailable"] == 1 and pdb["status"]["currentHealthy"] == 2, pdb
+
+    def running() -> list[str]:
+        pods = cluster.get_json("pods", "-n", node.SYSTEM_NAMESPACE, "-l", selector)["items"]
+        return [p["metadata"]["name"] for p in pods
+                if p["status"].get("phase") == "Running" and not p["metadata"].get("deletionTimestamp")]
+
+    before = running()
+    assert len(before) == 2, before
+    node_name = cluster.get_json("nodes")["items"][0]["metadata"]["name"]
+    try:
+        drain = cluster.kubectl("drain", node_name, "--pod-selector", selector, "--ignore-daemonsets",
+                                "--delete-emptydir-data", "--timeout=30s", check=False)
+        output = drain.stdout + drain.stderr
+        assert drain.returncode != 0, output  # the second eviction never gets through
+        assert "would violate the pod's disruption budget" in output, output
+        evicted = re.findall(r"pod/(\S+) evicted", output)
+        assert len(evicted) == 1 and evicted[0] in before, output
+        kept = [name for name in before if name not in evicted]
+        # the replacement cannot schedule on the cordoned node: the kept replica runs alone
+        assert kept[0] in running(), (kept, running())
+    finally:
+        cluster.kubectl("uncordon", node_name)
+    until(lambda: len(running()) == 2 and cluster.get_json(
+        "pdb", "-n", node.SYSTEM_NAMESPACE, node.RELEASE)["status"]["currentHealthy"] == 2,
+        timeout=180, what="two Ready operator replicas again")
+
+
 def test_make_demo_again_reuses_it_and_demo_down_leaves_nothing(sandbox: Sandbox) -> None:
     again = demo(timeout=600)
     assert again.returncode == 0, again.stdout[-6000:]

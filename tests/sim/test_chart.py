@@ -53,7 +53,9 @@ KNOBS: dict[str, Any] = {
     "logLevel": "debug",
 }
 ALL_FEATURES = ["--set", "metrics.serviceMonitor.enabled=true", "--set", "metrics.prometheusRule.enabled=true",
-                "--set", "metrics.grafanaDashboard.enabled=true"]
+                "--set", "metrics.grafanaDashboard.enabled=true", "--set", "networkPolicy.enabled=true",
+                "--set", "networkPolicy.metricsFrom[0].namespaceSelector.matchLabels.team=monitoring",
+                "--set", "networkPolicy.apiServer.cidrs={198.18.0.1/32}"]
 
 
 def helm(cluster: Cluster, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
@@ -198,6 +200,15 @@ def test_helm_package_archive_is_the_chart_a_user_pulls(tmp_path: Path) -> None:
     (["--set", "extraArgs[0]=3"], "at '/extraArgs/0': got number, want string"),
     (["--set", "extraArgs=--verbose"], "at '/extraArgs': got string, want array"),
     (["--set", "logLevel=verbose"], "at '/logLevel': value must be one of 'debug', 'info', 'warning', 'error'"),
+    # the operator's PodDisruptionBudget and NetworkPolicy (issue 34)
+    (["--set", "podDisruptionBudget.minAvailable=0"], "at '/podDisruptionBudget/minAvailable'"),
+    (["--set", "podDisruptionBudget.minAvailable=half"], "at '/podDisruptionBudget/minAvailable'"),
+    (["--set", "podDisruptionBudget.minAvaliable=1"], "additional properties 'minAvaliable' not allowed"),
+    (["--set", "networkPolicy.enabled=yes"], "at '/networkPolicy/enabled': got string, want boolean"),
+    (["--set", "networkPolicy.apiServer.cidrs={10.0.0.1}"], "at '/networkPolicy/apiServer/cidrs/0'"),
+    (["--set", "networkPolicy.redisPorts={70000}"], "at '/networkPolicy/redisPorts/0': maximum"),
+    (["--set", "networkPolicy.metricsFrom[0].namespaceSelectr.matchLabels.a=b"],
+     "additional properties 'namespaceSelectr' not allowed"),
 ])
 def test_values_schema_rejects_bad_values(values: list[str], message: str) -> None:
     result = subprocess.run([tool("helm"), "template", "x", CHART, *values], capture_output=True, text=True)
@@ -335,6 +346,60 @@ def test_rendered_operator_args_are_what_the_operator_cli_accepts(tmp_path: Path
         assert parser().parse_args(["run", f"--log-level={level}"]).log_level == level
 
 
+def test_the_operator_pdb_keeps_one_of_two_replicas_and_is_absent_with_one() -> None:
+    """The defaults (2 replicas) render a policy/v1 PDB with minAvailable 1 on the operator pods'
+    selector; with one replica (replicaCount 1, or no leader election) none, since minAvailable 1
+    would then refuse every eviction and block a node drain forever."""
+    r = render()
+    pdb = r.one("PodDisruptionBudget")
+    assert pdb["apiVersion"] == "policy/v1" and pdb["metadata"]["name"] == "r"
+    assert pdb["spec"] == {"minAvailable": 1, "selector": {"matchLabels": SELECTOR}}
+    assert pdb["spec"]["selector"] == r.deployment["spec"]["selector"]
+    for single in (["--set", "replicaCount=1"], ["--set", "leaderElection.enabled=false"],
+                   ["--set", "podDisruptionBudget.enabled=false"]):
+        assert "PodDisruptionBudget" not in {d["kind"] for d in render(*single).docs}, single
+    three = render("--set", "replicaCount=3", "--set", "podDisruptionBudget.maxUnavailable=1").one("PodDisruptionBudget")
+    assert three["spec"] == {"maxUnavailable": 1, "selector": {"matchLabels": SELECTOR}}
+    assert render("--set", "podDisruptionBudget.minAvailable=50%").one("PodDisruptionBudget")["spec"]["minAvailable"] \
+        == "50%"
+
+
+def test_the_operator_network_policy_admits_its_ports_and_lets_out_what_it_connects_to() -> None:
+    """Off by default. On: in, the liveness port and the metrics port (from metricsFrom, else any);
+    out, DNS, the API server's ports (to apiServer.cidrs, else any), the gateway pods' 8765 in the
+    watched namespaces, the Redis ports and extraEgress."""
+    assert "NetworkPolicy" not in {d["kind"] for d in render().docs}
+    policy = render("--set", "networkPolicy.enabled=true").one("NetworkPolicy")
+    spec = policy["spec"]
+    assert spec["podSelector"] == {"matchLabels": SELECTOR} and spec["policyTypes"] == ["Ingress", "Egress"]
+    assert spec["ingress"] == [{"ports": [{"port": 8081, "protocol": "TCP"}]},
+                               {"ports": [{"port": 8080, "protocol": "TCP"}]}]
+    assert spec["egress"] == [
+        {"ports": [{"port": 53, "protocol": "UDP"}, {"port": 53, "protocol": "TCP"}]},
+        {"ports": [{"port": 443, "protocol": "TCP"}, {"port": 6443, "protocol": "TCP"}]},
+        {"ports": [{"port": 8765, "protocol": "TCP"}], "to": [{"namespaceSelector": {}}]},
+        {"ports": [{"port": 6379, "protocol": "TCP"}]}]
+    prometheus = {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}}
+    extra = {"to": [{"ipBlock": {"cidr": "10.1.2.3/32"}}], "ports": [{"port": 26379, "protocol": "TCP"}]}
+    narrowed = render("--set", "networkPolicy.enabled=true", "--set", "watchNamespaces={team-a,team-b}",
+                      "--set", "metrics.port=9090", "--set", "livenessPort=9091",
+                      "--set-json", f"networkPolicy.metricsFrom={json.dumps([prometheus])}",
+                      "--set", "networkPolicy.apiServer.cidrs={198.18.0.1/32}",
+                      "--set", "networkPolicy.apiServer.ports={6443}", "--set", "networkPolicy.redisPorts={6380}",
+                      "--set-json", f"networkPolicy.extraEgress={json.dumps([extra])}").one("NetworkPolicy")["spec"]
+    assert narrowed["ingress"] == [{"ports": [{"port": 9091, "protocol": "TCP"}]},
+                                   {"ports": [{"port": 9090, "protocol": "TCP"}], "from": [prometheus]}]
+    assert narrowed["egress"][1:] == [
+        {"ports": [{"port": 6443, "protocol": "TCP"}], "to": [{"ipBlock": {"cidr": "198.18.0.1/32"}}]},
+        {"ports": [{"port": 8765, "protocol": "TCP"}], "to": [{"namespaceSelector": {"matchExpressions": [
+            {"key": "kubernetes.io/metadata.name", "operator": "In", "values": ["team-a", "team-b"]}]}}]},
+        {"ports": [{"port": 6380, "protocol": "TCP"}]}, extra]
+    # metrics off: no metrics rule; no Redis ports: no Redis rule
+    bare = render("--set", "networkPolicy.enabled=true", "--set", "metrics.port=0",
+                  "--set", "networkPolicy.redisPorts=null").one("NetworkPolicy")["spec"]
+    assert bare["ingress"] == [{"ports": [{"port": 8081, "protocol": "TCP"}]}] and len(bare["egress"]) == 3
+
+
 @pytest.mark.parametrize("mode", [[], ["--set", "watchNamespaces={team-a,team-b}"]], ids=["cluster-wide", "namespaced"])
 def test_every_template_passes_a_server_side_dry_run(cluster: Cluster, mode: list[str]) -> None:
     install_prometheus_operator_crds(cluster)
@@ -343,7 +408,8 @@ def test_every_template_passes_a_server_side_dry_run(cluster: Cluster, mode: lis
         cluster.kubectl("create", "namespace", extra, check=False)
     rendered = helm(cluster, "template", "dry", CHART, "-n", ns, *ALL_FEATURES, *mode).stdout
     kinds = {d["kind"] for d in yaml.safe_load_all(rendered) if d}
-    assert {"Deployment", "ServiceAccount", "ValidatingAdmissionPolicy", "ServiceMonitor", "PrometheusRule"} <= kinds
+    assert {"Deployment", "ServiceAccount", "ValidatingAdmissionPolicy", "ServiceMonitor", "PrometheusRule",
+            "PodDisruptionBudget", "NetworkPolicy"} <= kinds
     # the ServiceAccount for real first: admission of the test pod looks it up
     accounts = [d for d in yaml.safe_load_all(rendered) if d and d["kind"] == "ServiceAccount"]
     cluster.apply(json.dumps(accounts[0]))
