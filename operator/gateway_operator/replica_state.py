@@ -30,6 +30,11 @@ AUTO_ENABLE_ENV: Mapping[str, str] = {"TELEGRAM_BOT_TOKEN": "telegram", "DISCORD
 _ENV_REF_RE = re.compile(r"^\$\{([A-Za-z_][A-Za-z0-9_]*)\}$")
 
 
+def env_names(env: Any) -> set[str]:
+    """The names spec.env sets (a list of EnvVar, as written)."""
+    return {str(e.get("name")) for e in env if isinstance(e, Mapping)} if isinstance(env, list) else set()
+
+
 def _has(token: Any, env: set[str]) -> bool:
     """A channel token the pods will have: a literal or a secret reference, or ``${VAR}`` with VAR in
     spec.env (an unset one makes 0.1.16 skip the channel, as the examples' placeholder does)."""
@@ -40,13 +45,12 @@ def _has(token: Any, env: set[str]) -> bool:
     return bool(text) and (ref is None or ref.group(1) in env)
 
 
-def channels_on_every_replica(config: Mapping[str, Any], env_names: Iterable[str],
-                              replicas: int) -> list[tuple[str, str]]:
+def channels_on_every_replica(config: Mapping[str, Any], env: Any, replicas: int) -> list[tuple[str, str]]:
     """(channel, what it does) for each channel bot that more than one replica would run; empty
-    with one replica."""
+    with one replica. ``env``: spec.env as written (a list of EnvVar)."""
     if replicas <= 1:
         return []
-    env = set(env_names)
+    names = env_names(env)
     channels = config.get("channels")
     found: list[tuple[str, str]] = []
     for name, channel in (channels.items() if isinstance(channels, Mapping) else ()):
@@ -57,12 +61,12 @@ def channels_on_every_replica(config: Mapping[str, Any], env_names: Iterable[str
             continue
         if str(channel.get("mode") or "").lower() in receiving.webhook_modes:
             continue
-        if _has(channel.get("token"), env) or (platform == "slack" and _has(channel.get("app_token"), env)):
+        if _has(channel.get("token"), names) or (platform == "slack" and _has(channel.get("app_token"), names)):
             found.append((str(name), receiving.how))
     if config.get("auto_enable_from_env", True) is not False:
         named = {n for n, _ in found}
         for var, platform in AUTO_ENABLE_ENV.items():
-            if var in env and platform not in named:
+            if var in names and platform not in named:
                 named.add(platform)
                 found.append((platform, RECEIVING_CHANNELS[platform].how))
     return found

@@ -202,9 +202,8 @@ def facts(body: Mapping[str, Any], spec: GatewaySpec | None, outcome: Any, repli
         migrating=bool(outcome.migration and not outcome.migration.done),
         sessions_store=spec.sessions_store if spec else "replica", target=outcome.target, rollout=outcome.rollout,
         memory_warned=_said(body, C.REDIS_DURABLE, R.REDIS_NEARLY_FULL), refused=outcome.refused,
-        channels=replica_state.channels_on_every_replica(
-            spec.config, [str(e.get("name")) for e in spec.pod.get("env") or [] if isinstance(e, Mapping)],
-            spec.replicas) if spec else ())
+        channels=replica_state.channels_on_every_replica(spec.config, spec.pod.get("env"), spec.replicas)
+        if spec else ())
 
 
 def _said(body: Mapping[str, Any], type_: str, reason: str) -> bool:

@@ -170,9 +170,6 @@ def idempotency_form_paths(config: Mapping[str, Any]) -> list[str]:
     return found
 
 
-def _env_names(spec: Spec) -> list[str]:
-    env = spec.get("env")
-    return [str(e.get("name")) for e in env if isinstance(e, Mapping)] if isinstance(env, list) else []
 
 
 _HAS_REDIS_BACKEND = (
@@ -244,7 +241,7 @@ RULES: tuple[Rule, ...] = (
          "!has(self.env) || self.env.all(e, !(e.name in "
          f"[{', '.join(cel_string(n) for n in RESERVED_ENV)}]))",
          MSG_RESERVED_ENV,
-         lambda s: not set(_env_names(s.spec)) & set(RESERVED_ENV)),
+         lambda s: not replica_state.env_names(s.spec.get("env")) & set(RESERVED_ENV)),
     Rule("spec",
          "self.image.matches('\\\\S')",
          MSG_IMAGE_BLANK,
@@ -319,7 +316,7 @@ def warnings(spec: Spec) -> list[str]:
     found: list[str] = []
     if _replicas(spec) > 1 and store_backend_of(_config(spec)) != "redis":
         found.append(warn_message(_replicas(spec)))
-    channels = replica_state.channels_on_every_replica(_config(spec), _env_names(spec), _replicas(spec))
+    channels = replica_state.channels_on_every_replica(_config(spec), spec.get("env"), _replicas(spec))
     if channels:
         found.append(replica_state.channel_warning(_replicas(spec), channels))
     return found
