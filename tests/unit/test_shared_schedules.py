@@ -111,8 +111,12 @@ def test_a_stale_copy_never_moves_a_jobs_last_run_back(redis_server: RedisServer
     a.add(every_second_job())
     stale = b.get("report")
     assert [j.id for j in ScheduleRunner(a).claim_due_jobs("a", 300.0)] == ["report"]
-    b.update(stale)  # last_run_at None in the copy
-    assert a.get("report").last_run_at is not None
+    b.update(stale)  # last_run_at None and run_count 0 in the copy
+    assert a.get("report").last_run_at is not None and a.get("report").run_count == 1
+    reloaded = every_second_job()  # the loader's job from gateway.yaml: it carries the last run over, not the count
+    reloaded.last_run_at = a.get("report").last_run_at
+    b.update(reloaded)
+    assert a.get("report").run_count == 1
     assert ScheduleRunner(b).claim_due_jobs("b", 300.0) == []
 
 

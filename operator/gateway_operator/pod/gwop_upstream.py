@@ -497,13 +497,15 @@ def shared_schedule_store(backend: Any, local_dir: str) -> Any:
                 return []
 
         def update(self, job: Any) -> None:
-            # a copy read before another replica's claim must not move the job's last run back (0.1.16's
-            # declarative loader reads, then updates: the job would be due again and fire twice)
+            # a copy read before another replica's claim must not move the job's last run back, nor its
+            # run count (0.1.16's declarative loader reads, then updates with the config's job: a count
+            # of 0, and a last run from before the claim: the job would be due again and fire twice)
             with self._lock, self._file_lock():
                 self._reload_locked()
                 existing = self._jobs.get(job.id)
-                if existing is not None and (existing.last_run_at or 0) > (job.last_run_at or 0):
-                    job.last_run_at = existing.last_run_at
+                if existing is not None:
+                    if (existing.last_run_at or 0) > (job.last_run_at or 0):
+                        job.last_run_at = existing.last_run_at
                     job.run_count = max(job.run_count, existing.run_count)
                 super().update(job)
 
