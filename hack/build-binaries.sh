@@ -8,13 +8,20 @@
 # Binaries live in $GWOP_CACHE/bin/<name>-<version>, outside the work tree, and are
 # rebuilt only when missing. Prints the directory that holds them (symlinked by plain name).
 #
-#   hack/build-binaries.sh --node   a real node's kubelet and kube-proxy too
-#                                   (hack/node.sh, opt-in; same module, same scheme),
+#   hack/build-binaries.sh --node   a real node's binaries too: kubelet and kube-proxy (same module),
 #                                   coredns (hack/coredns) for its cluster DNS, containerd,
-#                                   containerd-shim-runc-v2 and ctr (hack/containerd), traefik (its
-#                                   ingress controller), kube-router (hack/kube-router: its firewall
-#                                   controller enforces NetworkPolicies) and the Gateway API CRDs
-#                                   ($GWOP_CACHE/crds/)
+#                                   containerd-shim-runc-v2 and ctr (hack/containerd), the Gateway API
+#                                   CRDs ($GWOP_CACHE/crds/), and the late set (--late)
+#   hack/build-binaries.sh --late   traefik (the node's edge: Ingress and Gateway API) and kube-router
+#                                   (hack/kube-router: its firewall controller enforces NetworkPolicies),
+#                                   the longest builds, which the node can start after the rest
+#   hack/build-binaries.sh --late-only
+#                                   the late set alone (hack/demo.sh, beside the --sandbox build)
+#   hack/build-binaries.sh --sandbox
+#                                   what `make demo` needs before its sandbox starts: the control plane
+#                                   and --node without the late set and without the simulated node's
+#                                   kwok and the GitOps CRDs (hack/demo.sh builds the late set beside it)
+#   hack/build-binaries.sh --no-sim without kwok and the GitOps CRDs (a real node's cluster)
 #   hack/build-binaries.sh --monitoring
 #                                   prometheus and promtool (hack/prometheus) and the
 #                                   prometheus-operator CRDs ($GWOP_CACHE/crds/) for
@@ -24,7 +31,9 @@
 #                                   as $GWOP_CACHE/bin/<name>-<that version>, for clusters started with
 #                                   GWOP_KUBE_VERSION=<that version> (hack/cluster.sh; `make test-oldest`);
 #                                   the plain-name symlinks stay the newest (KUBE_VERSION)
-#                                   (flags combine: --node --monitoring --oldest)
+#   hack/build-binaries.sh --dir    only prints the directory (builds nothing)
+# Flags combine (--node --monitoring --oldest). Independent builds run side by side (see lane), and
+# each build says how long it took.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 source "$here/versions.env"
@@ -42,43 +51,33 @@ build_etcd() {
   (cd "$here/etcd" && go build -trimpath -o "$out.tmp" go.etcd.io/etcd/server/v3 && mv "$out.tmp" "$out")
 }
 
-build_kube() {
-  local name=$1 out=$bin/$1-$KUBE_VERSION
-  [[ -x $out ]] && return
-  local minor=${KUBE_VERSION#v1.}; minor=${minor%%.*}
-  local pkg=k8s.io/component-base/version
-  local ld="-s -w -X $pkg.gitVersion=$KUBE_VERSION -X $pkg.gitMajor=1 -X $pkg.gitMinor=$minor"
-  ld+=" -X $pkg.gitTreeState=clean -X $pkg.gitCommit=module-proxy-build"
-  ld+=" -X $pkg.buildDate=1970-01-01T00:00:00Z"
-  log "building $name $KUBE_VERSION (one-off, minutes)"
-  (cd "$here/k8s" && go build -trimpath -ldflags "$ld" -o "$out.tmp" "k8s.io/kubernetes/cmd/$name" && mv "$out.tmp" "$out")
-}
-
-# The control plane at the oldest supported Kubernetes (KUBE_OLDEST_VERSION, from hack/k8s-oldest),
-# in ONE go build (-o DIR builds every command into DIR: the packages they share compile once),
-# timed; each kept as <name>-<version>, rebuilt only when one is missing. No plain-name symlink:
-# those stay KUBE_VERSION's (hack/cluster.sh picks these with GWOP_KUBE_VERSION).
-OLDEST_COMPONENTS=(kube-apiserver kube-controller-manager kube-scheduler)
-build_kube_oldest() {
-  local v=$KUBE_OLDEST_VERSION name missing=0
-  for name in "${OLDEST_COMPONENTS[@]}"; do [[ -x $bin/$name-$v ]] || missing=1; done
-  [[ $missing == 1 ]] || return 0
-  grep -q "^require k8s.io/kubernetes $v\$" "$here/k8s-oldest/go.mod" \
-    || { log "hack/k8s-oldest/go.mod does not pin k8s.io/kubernetes $v (versions.env KUBE_OLDEST_VERSION)"; return 1; }
+# Kubernetes commands in ONE go build (-o DIR builds every command into DIR: the packages they share
+# compile once and the links run side by side), each kept as <name>-<version>; rebuilt only when one
+# is missing. build_kube_set MODULE_DIR VERSION NAME...
+build_kube_set() {
+  local moddir=$1 v=$2 name missing=(); shift 2
+  for name in "$@"; do [[ -x $bin/$name-$v ]] || missing+=("$name"); done
+  ((${#missing[@]})) || return 0
+  grep -q "^require k8s.io/kubernetes $v\$" "$here/$moddir/go.mod" \
+    || { log "hack/$moddir/go.mod does not pin k8s.io/kubernetes $v (versions.env)"; return 1; }
   local minor=${v#v1.}; minor=${minor%%.*}
   local pkg=k8s.io/component-base/version
   local ld="-s -w -X $pkg.gitVersion=$v -X $pkg.gitMajor=1 -X $pkg.gitMinor=$minor"
   ld+=" -X $pkg.gitTreeState=clean -X $pkg.gitCommit=module-proxy-build"
   ld+=" -X $pkg.buildDate=1970-01-01T00:00:00Z"
-  local tmp=$bin/.oldest-$v.tmp start=$SECONDS pkgs=()
-  for name in "${OLDEST_COMPONENTS[@]}"; do pkgs+=("k8s.io/kubernetes/cmd/$name"); done
-  log "building ${OLDEST_COMPONENTS[*]} $v (one go build; one-off, minutes)"
+  local tmp=$bin/.kube-$v.$$.tmp pkgs=()
+  for name in "${missing[@]}"; do pkgs+=("k8s.io/kubernetes/cmd/$name"); done
+  log "building ${missing[*]} $v (one go build; one-off, minutes)"
   rm -rf "$tmp"; mkdir -p "$tmp"
-  (cd "$here/k8s-oldest" && go build -trimpath -ldflags "$ld" -o "$tmp/" "${pkgs[@]}")
-  for name in "${OLDEST_COMPONENTS[@]}"; do mv "$tmp/$name" "$bin/$name-$v"; done
+  (cd "$here/$moddir" && go build -trimpath -ldflags "$ld" -o "$tmp/" "${pkgs[@]}")
+  for name in "${missing[@]}"; do mv "$tmp/$name" "$bin/$name-$v"; done
   rm -rf "$tmp"
-  log "built ${OLDEST_COMPONENTS[*]} $v in $((SECONDS - start))s"
 }
+
+# The control plane at the OLDEST supported Kubernetes (KUBE_OLDEST_VERSION, from hack/k8s-oldest).
+# No plain-name symlink: those stay KUBE_VERSION's (hack/cluster.sh picks these with GWOP_KUBE_VERSION).
+OLDEST_COMPONENTS=(kube-apiserver kube-controller-manager kube-scheduler)
+build_kube_oldest() { build_kube_set k8s-oldest "$KUBE_OLDEST_VERSION" "${OLDEST_COMPONENTS[@]}"; }
 
 # kwok and the stages it plays (kwok's own "fast" ones: a scheduled pod is Running and Ready at
 # once with an IP from the node's podCIDR; a deleted one goes at once), read from the pinned module.
@@ -97,9 +96,10 @@ build_kwok() {
   mv "$stages.tmp" "$stages"
 }
 
-# CoreDNS's own main with its standard plugin set (kubernetes, errors, cache, health, ...).
+# CoreDNS's own main with the plugins the node's Corefile uses (hack/coredns/main.go); "-node"
+# in the name tells it from a build with CoreDNS's standard plugin set.
 build_coredns() {
-  local out=$bin/coredns-$COREDNS_VERSION
+  local out=$bin/coredns-$COREDNS_VERSION-node
   [[ -x $out ]] && return
   grep -q "github.com/coredns/coredns $COREDNS_VERSION\$" "$here/coredns/go.mod" \
     || { log "hack/coredns/go.mod does not pin coredns $COREDNS_VERSION (versions.env)"; return 1; }
@@ -112,16 +112,22 @@ build_coredns() {
 # containerd 2 for the real node: the daemon, its runc shim (containerd looks it up on PATH:
 # hack/node.sh puts this directory first) and ctr. CGO off, as upstream builds the shim; the
 # btrfs snapshotter needs cgo and is left out (no_btrfs; the node uses overlayfs).
-build_containerd() {
-  local name=$1 out=$bin/$1-$CONTAINERD_VERSION
-  [[ -x $out ]] && return
+CONTAINERD_COMMANDS=(containerd containerd-shim-runc-v2 ctr)
+build_containerd() {  # the three in one go build
+  local name missing=() pkgs=()
+  for name in "${CONTAINERD_COMMANDS[@]}"; do [[ -x $bin/$name-$CONTAINERD_VERSION ]] || missing+=("$name"); done
+  ((${#missing[@]})) || return 0
   grep -q "github.com/containerd/containerd/v2 $CONTAINERD_VERSION\$" "$here/containerd/go.mod" \
     || { log "hack/containerd/go.mod does not pin containerd $CONTAINERD_VERSION (versions.env)"; return 1; }
   local pkg=github.com/containerd/containerd/v2/version
   local ld="-s -w -X $pkg.Version=$CONTAINERD_VERSION -X $pkg.Revision=module-proxy-build"
-  log "building $name $CONTAINERD_VERSION (one-off, about 2 minutes for the three)"
-  (cd "$here/containerd" && go build -trimpath -tags "urfave_cli_no_docs no_btrfs" -ldflags "$ld" \
-     -o "$out.tmp" "github.com/containerd/containerd/v2/cmd/$name" && mv "$out.tmp" "$out")
+  local tmp=$bin/.containerd-$CONTAINERD_VERSION.$$.tmp
+  for name in "${missing[@]}"; do pkgs+=("github.com/containerd/containerd/v2/cmd/$name"); done
+  log "building ${missing[*]} $CONTAINERD_VERSION (one go build; one-off, about 2 minutes)"
+  rm -rf "$tmp"; mkdir -p "$tmp"
+  (cd "$here/containerd" && go build -trimpath -tags "urfave_cli_no_docs no_btrfs" -ldflags "$ld" -o "$tmp/" "${pkgs[@]}")
+  for name in "${missing[@]}"; do mv "$tmp/$name" "$bin/$name-$CONTAINERD_VERSION"; done
+  rm -rf "$tmp"
 }
 
 # Prometheus's HTTP API and rule engine, without its web UI's assets (not embedded: no
@@ -255,44 +261,97 @@ fetch_layer_tools() {  # helm (the layer's kubectl is older than the control pla
   rm -rf "$tmp"
 }
 
-fetch_layer_tools
-build_etcd
+# What to build, from the flags (they combine).
+core=1 sim=1 node=0 late=0 monitoring=0 oldest=0
+for flag in "$@"; do
+  case $flag in
+    --node) node=1 late=1 ;;
+    --sandbox) node=1 sim=0 ;;
+    --late) late=1 ;;
+    --late-only) late=1 core=0 sim=0 ;;
+    --no-sim) sim=0 ;;
+    --monitoring) monitoring=1 ;;
+    --oldest) oldest=1 ;;
+    --dir) echo "$bin"; exit 0 ;;
+    *) log "unknown flag $flag"; exit 2 ;;
+  esac
+done
+
+# timed NAME FUNCTION ARGS...: runs it and says how long it took, when it built (a cached one
+# returns in well under 2 s)
+timed() {
+  local name=$1 start=$SECONDS; shift
+  "$@"
+  (( SECONDS - start < 2 )) || log "built $name in $((SECONDS - start))s"
+}
+
+# Independent builds run side by side in lanes: on 2 cores one go build leaves a core idle while it
+# downloads modules and links, which the other lane's compile fills. Lanes that only make the tree
+# ready later (the late set: the edge and the NetworkPolicy enforcer) run under nice, so they use
+# what the others leave. A lane's failure fails the script, after every lane has ended.
+lane_pids=() lane_names=()
+lane() {  # lane NAME [nice] FUNCTION...: each function in order, in the background
+  local name=$1 prio=0; shift
+  [[ $1 == nice ]] && { prio=19; shift; }
+  ( set -e; ((prio == 0)) || renice -n "$prio" -p "$BASHPID" >/dev/null; for fn in "$@"; do $fn; done ) &
+  lane_pids+=($!) lane_names+=("$name")
+}
+wait_lanes() {
+  local i failed=()
+  for i in "${!lane_pids[@]}"; do wait "${lane_pids[$i]}" || failed+=("${lane_names[$i]}"); done
+  ((${#failed[@]} == 0)) || { log "failed: ${failed[*]}"; return 1; }
+}
+
 kube_components=(kube-apiserver kube-controller-manager kube-scheduler kubectl)
-if [[ " $* " == *" --node "* ]]; then
-  kube_components+=(kubelet kube-proxy)
-  build_coredns
-  ln -sf "coredns-$COREDNS_VERSION" "$bin/coredns"
-  for name in containerd containerd-shim-runc-v2 ctr; do
-    build_containerd "$name"
-    ln -sf "$name-$CONTAINERD_VERSION" "$bin/$name"
-  done
-  build_traefik
-  ln -sf "traefik-$TRAEFIK_VERSION" "$bin/traefik"
-  build_kube_router
-  ln -sf "kube-router-$KUBE_ROUTER_VERSION" "$bin/kube-router"
-  fetch_gateway_api_crds
+((node)) && kube_components+=(kubelet kube-proxy)
+kube_newest() { timed "${kube_components[*]}" build_kube_set k8s "$KUBE_VERSION" "${kube_components[@]}"; }
+etcd_() { timed etcd build_etcd; }
+helm_() { timed helm fetch_layer_tools; }
+coredns_() { timed coredns build_coredns; }
+containerd_() { timed "${CONTAINERD_COMMANDS[*]}" build_containerd; }
+gateway_api_() { fetch_gateway_api_crds; }
+traefik_() { timed traefik build_traefik; }
+kube_router_() { timed kube-router build_kube_router; }
+kwok_() { timed kwok build_kwok; }
+gitops_() { fetch_gitops_crds >/dev/null; }
+prometheus_() { local name; for name in prometheus promtool; do timed "$name" build_prometheus "$name"; done; }
+prometheus_crds_() { fetch_prometheus_operator_crds; }
+oldest_() { timed "${OLDEST_COMPONENTS[*]} $KUBE_OLDEST_VERSION" build_kube_oldest; }
+
+# the control plane's own Kubernetes build is the longest: it has a lane; the rest share one
+((core)) && lane kubernetes kube_newest
+other=()
+((core)) && other+=(helm_ etcd_)
+((node)) && other+=(coredns_ containerd_ gateway_api_)
+((sim)) && other+=(kwok_ gitops_)
+((monitoring)) && other+=(prometheus_ prometheus_crds_)
+((${#other[@]} == 0)) || lane other "${other[@]}"
+((oldest)) && lane oldest oldest_
+((late)) && lane late nice traefik_ kube_router_
+wait_lanes
+(( SECONDS < 2 )) || log "all built in ${SECONDS}s"
+
+if ((core)); then
+  for name in "${kube_components[@]}"; do ln -sf "$name-$KUBE_VERSION" "$bin/$name"; done
+  ln -sf "etcd-$ETCD_VERSION" "$bin/etcd"
+  ln -sf "helm-$LAYER_HELM_VERSION" "$bin/helm"
+fi
+if ((node)); then
+  ln -sf "coredns-$COREDNS_VERSION-node" "$bin/coredns"
+  for name in "${CONTAINERD_COMMANDS[@]}"; do ln -sf "$name-$CONTAINERD_VERSION" "$bin/$name"; done
   ln -sfn "../crds/gateway-api-$GATEWAY_API_VERSION" "$bin/gateway-api-crds"
 fi
-if [[ " $* " == *" --monitoring "* ]]; then
-  for name in prometheus promtool; do
-    build_prometheus "$name"
-    ln -sf "$name-$PROMETHEUS_VERSION" "$bin/$name"
-  done
-  fetch_prometheus_operator_crds
+if ((late)); then
+  ln -sf "traefik-$TRAEFIK_VERSION" "$bin/traefik"
+  ln -sf "kube-router-$KUBE_ROUTER_VERSION" "$bin/kube-router"
 fi
-for name in "${kube_components[@]}"; do
-  build_kube "$name"
-  ln -sf "$name-$KUBE_VERSION" "$bin/$name"
-done
-if [[ " $* " == *" --oldest "* ]]; then
-  build_kube_oldest
+if ((sim)); then
+  ln -sf "kwok-$KWOK_VERSION" "$bin/kwok"
+  ln -sf "kwok-$KWOK_VERSION-stages.yaml" "$bin/kwok-stages.yaml"
+  gitops_crds=$(fetch_gitops_crds)  # cached by now: prints its directory
+  ln -sfn "../${gitops_crds#"$cache/"}" "$bin/gitops-crds"
 fi
-
-build_kwok
-ln -sf "kwok-$KWOK_VERSION" "$bin/kwok"
-gitops_crds=$(fetch_gitops_crds)  # an assignment, so that a failure stops the script
-ln -sfn "../${gitops_crds#"$cache/"}" "$bin/gitops-crds"
-ln -sf "kwok-$KWOK_VERSION-stages.yaml" "$bin/kwok-stages.yaml"
-ln -sf "etcd-$ETCD_VERSION" "$bin/etcd"
-ln -sf "helm-$LAYER_HELM_VERSION" "$bin/helm"
+if ((monitoring)); then
+  for name in prometheus promtool; do ln -sf "$name-$PROMETHEUS_VERSION" "$bin/$name"; done
+fi
 echo "$bin"

@@ -52,6 +52,7 @@ case $kube_version in
   *) echo "[cluster] GWOP_KUBE_VERSION=$kube_version: only $KUBE_VERSION (KUBE_VERSION) and $KUBE_OLDEST_VERSION" \
        "(KUBE_OLDEST_VERSION) are built (hack/versions.env)" >&2; exit 2 ;;
 esac
+[[ $simulated == 1 ]] || build_flags+=(--no-sim)  # no kwok (or the GitOps CRDs) beside a real node
 if [[ $kube_version != "$KUBE_VERSION" && ${GWOP_NODE:-0} == 1 ]]; then
   echo "[cluster] GWOP_KUBE_VERSION=$kube_version: the real node runs $KUBE_VERSION only" >&2; exit 2
 fi

@@ -69,7 +69,7 @@ class Timer:
         started = os.environ.get("GWOP_DEMO_STARTED")
         if started:
             setup = max(0.0, time.time() - float(started))
-            self.steps.append(("setup (apt, venv, binaries)", setup))
+            self.steps.append(("setup (apt, venv, binaries, images)", setup))
             self.start -= setup
 
     @contextlib.contextmanager

@@ -3,7 +3,8 @@
 # bridge, kube-scheduler, kubelet, kube-proxy, CoreDNS, a hostPath provisioner, Traefik as the edge,
 # kube-router's network policy controller. Root; one node per host. hack/cluster.sh runs it with
 # GWOP_NODE=1: `network` (NETWORK_ACTIONS, before the API server; prints the node address the API
-# server binds), `up` (UP_ACTIONS), `down`, `status`, `images` (take `make images` again).
+# server binds), `up` (UP_ACTIONS), `late` (the edge and the NetworkPolicy enforcer, when `up` ran with
+# GWOP_NODE_LATE=defer before they were built), `down`, `status`, `images` (take `make images` again).
 # Its configuration is hack/node/files and hack/node/manifests, its Python hack/node/node_tools.py.
 # Each action appends what it is about to create to $created BEFORE creating it; `down` (and
 # `network`, for a crashed run) undoes that list last line first. Containment: traffic only to
@@ -39,10 +40,16 @@ CLIENTS=(  # NAME SUBJECT: a client certificate and kubeconfig each, signed by t
   "kube-scheduler /CN=system:kube-scheduler" "coredns /CN=gwop-node:coredns"
   "hostpath-provisioner /CN=gwop-node:hostpath-provisioner" "edge /CN=gwop-node:edge" "netpol /CN=gwop-node:netpol")
 netpol=${GWOP_NODE_NETPOL:-1}
-components=(containerd kube-scheduler kubelet kube-proxy coredns hostpath-provisioner edge)
-[[ $netpol == 0 ]] || components+=(netpol)
+# The late parts: the edge (Traefik) and the NetworkPolicy enforcer (kube-router), the longest builds.
+# GWOP_NODE_LATE=defer (hack/demo.sh on a machine that has not built them yet) starts the node
+# without the late parts whose binary is missing; `node.sh late` starts them once built.
+late_mode=${GWOP_NODE_LATE:-now}
+components=(containerd kube-scheduler kubelet kube-proxy coredns hostpath-provisioner)
+late_components=(edge)
+[[ $netpol == 0 ]] || late_components+=(netpol)
 python=${GWOP_PYTHON:-$repo/.venv/bin/python}
 tools=(python3 "$repo/hack/node/node_tools.py")
+nbin=$("$repo/hack/build-binaries.sh" --dir)  # where the node's binaries are (node_binaries builds them)
 
 NETWORK_ACTIONS=(check_root check_owner install_packages clean_leftovers claim_host record_host
   create_bridge isolate_bridge bridge_netfilter)
@@ -61,7 +68,16 @@ ctr_() { nctr -n k8s.io "$@"; }
 record() { local IFS=$'\t'; printf '%s\n' "$*" >>"$created"; }  # record KIND ARG...: before creating it
 launch() { record process "$1"; start "$@"; }  # launch NAME CMD...: a recorded process
 node_ready() { [[ $(kc get node "$NODE_NAME" -o jsonpath='{.status.conditions[?(@.type=="Ready")].status}' 2>/dev/null) == True ]]; }
-status() { local c; for c in "${components[@]}"; do alive "$c" || return 1; done; node_ready; }
+late_binary() { case $1 in edge) echo traefik ;; netpol) echo kube-router ;; esac; }
+deferred() {  # deferred NAME: a late part left for `node.sh late` (its binary is not built yet)
+  [[ $late_mode == defer && ! -x $nbin/$(late_binary "$1") ]]
+}
+status() {
+  local c
+  for c in "${components[@]}"; do alive "$c" || return 1; done
+  for c in "${late_components[@]}"; do alive "$c" || deferred "$c" || return 1; done
+  node_ready
+}
 run_actions() {  # each action in order, with its time
   local a t0 us i=0
   for a in "$@"; do
@@ -131,7 +147,9 @@ isolate_bridge() {
 bridge_netfilter() { sysctl -qw net.bridge.bridge-nf-call-iptables=1; }
 
 # -- up: the actions on the running API server ---------------------------------------------------
-node_binaries() { nbin=$("$repo/hack/build-binaries.sh" --node); }
+node_binaries() {
+  if [[ $late_mode == defer ]]; then nbin=$("$repo/hack/build-binaries.sh" --sandbox); else nbin=$("$repo/hack/build-binaries.sh" --node); fi
+}
 write_configs() {  # hack/node/files and manifests rendered; the kubelet's and kube-proxy's ports chosen now
   KUBELET_PORT=$(free_port) KUBELET_HEALTHZ_PORT=$(free_port) PROXY_HEALTHZ_PORT=$(free_port) PROXY_METRICS_PORT=$(free_port)
   mkdir -p "$node_dir"/containerd/{root,state,opt} "$node_dir/cni/ipam" "$node_dir"/kubelet/{root,pod-logs,volume-plugins}
@@ -204,7 +222,10 @@ start_provisioner() {
   launch hostpath-provisioner "$python" "$repo/hack/hostpath_provisioner.py" \
     --kubeconfig "$node_dir/hostpath-provisioner.kubeconfig" --root "$node_dir/volumes" --node "$NODE_NAME"
 }
-start_edge() { launch edge env KUBECONFIG="$node_dir/edge.kubeconfig" "$nbin/traefik" --configFile="$node_dir/traefik.yaml"; }
+start_edge() {
+  deferred edge && { log "the edge (Traefik) is not built yet: it joins with 'hack/node.sh late'"; return 0; }
+  launch edge env KUBECONFIG="$node_dir/edge.kubeconfig" "$nbin/traefik" --configFile="$node_dir/traefik.yaml"
+}
 wait_node_ready() { wait_for "node $NODE_NAME Ready" 120 node_ready; }
 wait_cluster_dns() { wait_for "cluster DNS" 30 "${tools[@]}" dns-answers "$DNS_IP"; }
 # kube-router once the node is Ready (it reads the Node's InternalIP at start) and kube-proxy wrote its
@@ -213,19 +234,21 @@ wait_cluster_dns() { wait_for "cluster DNS" 30 "${tools[@]}" dns-answers "$DNS_I
 # every interface). v2.1.0 looks its Node up by $NODE_NAME first.
 start_netpol() {
   [[ $netpol != 0 ]] || return 0
+  deferred netpol && { log "the NetworkPolicy enforcer (kube-router) is not built yet: it joins with 'hack/node.sh late'"; return 0; }
   t_netpol=$SECONDS
   launch netpol env NODE_NAME="$NODE_NAME" "$nbin/kube-router" --kubeconfig "$node_dir/netpol.kubeconfig" \
     --run-firewall=true --run-router=false --run-service-proxy=false --run-loadbalancer=false \
     --hostname-override "$NODE_NAME" --service-cluster-ip-range "$SERVICE_CIDR" \
     --enable-ipv4=true --enable-ipv6=false --health-port 0 --metrics-port 0 --v 1
 }
-wait_edge() { wait_for "the edge (traefik) on $EDGE_IP:80" 30 "${tools[@]}" tcp-answers "$EDGE_IP" 80; }
+wait_edge() { deferred edge || wait_for "the edge (traefik) on $EDGE_IP:80" 30 "${tools[@]}" tcp-answers "$EDGE_IP" 80; }
 netpol_enforcing() {  # its top-level chains hooked into the filter table (it creates them before its first sync)
   alive netpol && iptables -S FORWARD 2>/dev/null | grep -q -- '-j KUBE-ROUTER-FORWARD' \
     && iptables -S KUBE-NWPLCY-DEFAULT >/dev/null 2>&1
 }
 wait_netpol() {
   if [[ $netpol == 0 ]]; then log "GWOP_NODE_NETPOL=0: no NetworkPolicy enforcer on this node"; return; fi
+  deferred netpol && return 0
   wait_for "NetworkPolicy enforcement (kube-router's chains)" 60 netpol_enforcing
   log "kube-router enforcing NetworkPolicies $((SECONDS - t_netpol))s after its start"
 }
@@ -273,8 +296,7 @@ teardown() {  # also what no list names (a crash before it began): the node's di
 # containerd is started for it); their network namespaces listed in $run/netns.
 drain_containerd() {
   alive containerd || [[ -f $node_dir/containerd/config.toml ]] || return 0
-  [[ -x ${nbin:-}/ctr ]] || nbin=$("$repo/hack/build-binaries.sh" --node) \
-    || { log "no node binaries (hack/build-binaries.sh --node); skipping container cleanup"; return 0; }
+  [[ -x $nbin/ctr ]] || { log "no node binaries (hack/build-binaries.sh --node); skipping container cleanup"; return 0; }
   alive containerd || { mkdir -p "$logs" "$run"; containerd_daemon; }
   wait_for -q containerd 10 nctr version || { log "containerd does not answer; skipping container cleanup"; return 0; }
   local ids id; ids=$(ctr_ containers ls -q 2>/dev/null || true)
@@ -294,7 +316,7 @@ cgroup_empty() { ! find "$1" -name cgroup.procs -exec cat {} + 2>/dev/null | gre
 # -- the commands ----------------------------------------------------------------------------------
 up() {
   check_root
-  bin=$("$repo/hack/build-binaries.sh")
+  bin=$("$repo/hack/build-binaries.sh" --no-sim)
   if ! [[ -f $kubeconfig && $(kc get --raw /readyz 2>/dev/null) == ok && -f $created ]] || ! ip link show "$BRIDGE" >/dev/null 2>&1; then
     log "no control plane for a real node in $dir: starting one (GWOP_NODE=1 hack/cluster.sh up)"
     GWOP_CLUSTER_DIR=$dir GWOP_NODE=1 "$repo/hack/cluster.sh" up >/dev/null
@@ -308,17 +330,26 @@ up() {
   log "node $NODE_NAME Ready in $((SECONDS - t0))s (containerd socket $SOCK, logs $logs)"
 }
 
+late() {  # the late parts built since `up` (GWOP_NODE_LATE=defer), started on the running node
+  check_root
+  bin=$nbin
+  local c
+  for c in "${components[@]}"; do alive "$c" || die "the node is not up ($c is not running): hack/node.sh up"; done
+  alive edge || run_actions start_edge wait_edge
+  [[ $netpol == 0 ]] || alive netpol || run_actions start_netpol wait_netpol
+}
+
 case ${1:-} in
   network) run_actions "${NETWORK_ACTIONS[@]}"; echo "$NODE_IP" ;;
   up) up ;;
   down)
     check_root
-    bin=$("$repo/hack/build-binaries.sh" 2>/dev/null) || bin=
-    nbin=$("$repo/hack/build-binaries.sh" --node 2>/dev/null) || nbin=
+    bin=$nbin
     teardown ;;
+  late) late ;;
   status)
-    bin=$("$repo/hack/build-binaries.sh" 2>/dev/null)
+    bin=$nbin
     if status; then log "node $NODE_NAME up"; else log "node not up"; exit 1; fi ;;
   images) node_binaries; import_images ;;
-  *) echo "usage: $0 network|up|down|status|images" >&2; exit 2 ;;
+  *) echo "usage: $0 network|up|down|late|status|images" >&2; exit 2 ;;
 esac
