@@ -36,8 +36,13 @@ cluster-down:
 # pods, then the other real-node modules share one (.cluster/node-session) (root; without root
 # they skip in one line, under CI they fail). PYTEST_ARGS=tests/unit runs one folder.
 # GWOP_TEST_KUBECONFIG=<path> runs the integration suite against an existing cluster instead.
-test: system-deps venv binaries monitoring-binaries node-binaries oldest-binaries
+test: system-deps venv test-binaries
 	$(PY) -m pytest $(PYTEST_ARGS)
+
+# every Go build `make test` uses, in one hack/build-binaries.sh run (its lanes build side by side)
+test-binaries:
+	@hack/build-binaries.sh --monitoring --oldest --node >/dev/null
+.PHONY: test-binaries
 
 # kube-apiserver, kube-controller-manager and kube-scheduler at the OLDEST supported Kubernetes
 # (hack/versions.env KUBE_OLDEST_VERSION, from hack/k8s-oldest) as <name>-<version>; the plain names
