@@ -184,16 +184,16 @@ in_module_copy() {  # in_module_copy SRC CMD...
   return "$rc"
 }
 
-# The ServiceMonitor and PrometheusRule CRDs as prometheus-operator publishes them (its module's
+# The ServiceMonitor, PodMonitor and PrometheusRule CRDs as prometheus-operator publishes them (its module's
 # example/prometheus-operator-crd/), checked against the pinned module checksum.
 fetch_prometheus_operator_crds() {
   local dir=$cache/crds/prometheus-operator-$PROMETHEUS_OPERATOR_VERSION
-  [[ -f $dir/monitoring.coreos.com_prometheusrules.yaml ]] && return
+  [[ -f $dir/monitoring.coreos.com_podmonitors.yaml ]] && return
   log "fetching the prometheus-operator $PROMETHEUS_OPERATOR_VERSION CRDs (Go module)"
   local src; src=$(module_source github.com/prometheus-operator/prometheus-operator "$PROMETHEUS_OPERATOR_VERSION" \
     "$PROMETHEUS_OPERATOR_SUM")
   mkdir -p "$dir.tmp"
-  for kind in servicemonitors prometheusrules; do
+  for kind in servicemonitors podmonitors prometheusrules; do
     install -m 0644 "$src/example/prometheus-operator-crd/monitoring.coreos.com_$kind.yaml" "$dir.tmp/"
   done
   rm -rf "$dir" && mv "$dir.tmp" "$dir"

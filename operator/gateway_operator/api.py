@@ -69,6 +69,31 @@ class Policy:
     WARN = "Warn"
 
 
+# spec.autoscaling: the HPA's bounds, and how long its scale-down period may be (autoscaling/v2
+# refuses a policy's periodSeconds over 1800): a pod's grace period must fit in one period, so
+# that scale-in never has two pods draining at once (render.autoscaler)
+MAX_AUTOSCALING_REPLICAS = 100
+DEFAULT_MAX_REPLICAS = 4
+HPA_MAX_PERIOD_SECONDS = 1800
+# the longest spec.drainSeconds autoscaling accepts: its grace period (drain + preStop + exit) is one period
+MAX_AUTOSCALING_DRAIN_SECONDS = HPA_MAX_PERIOD_SECONDS - PRESTOP_SECONDS - EXIT_MARGIN_SECONDS
+# spec.autoscaling.target.metric -> the per-pod metric a metrics adapter (prometheus-adapter) serves
+# on the custom metrics API, and the gateway's own series (its token-protected GET /metrics) it sums:
+# 0.1.16's admission gate (on by default: its "production" reliability posture on a non-loopback
+# bind) exports the turns it runs and those waiting for a slot as gauges at every scrape. The
+# histograms gateway_queue_wait_seconds and gateway_turn_latency_seconds are declared by 0.1.16's
+# registry but never observed, so they have no series to scale on (docs/autoscaling.md).
+AUTOSCALING_METRICS = {"turnsInFlight": ("gateway_turns_in_flight", ("admission_in_flight", "admission_queued"))}
+DEFAULT_AUTOSCALING_METRIC = "turnsInFlight"
+# three turns per replica: below the smallest admission ceiling 0.1.16 picks by itself (max(4, 4 x
+# CPUs)), so replicas are added before turns queue for a slot
+DEFAULT_TURNS_TARGET = "3"
+# a positive decimal with at most three decimals (a Kubernetes quantity the HPA takes as it is)
+AVERAGE_VALUE_PATTERN = r"^(0\.[0-9]{0,2}[1-9]|[1-9][0-9]{0,5}(\.[0-9]{1,3})?)$"
+# spec.podMonitor.interval: a Prometheus duration in seconds or minutes
+SCRAPE_INTERVAL_PATTERN = r"^[1-9][0-9]{0,3}(s|m)$"
+
+
 @dataclass(frozen=True)
 class SecretKeyRef:
     name: str
@@ -377,6 +402,62 @@ class ExposeSpec:
         )
 
 
+@dataclass(frozen=True)
+class AutoscalingTargetSpec(fields.Section):
+    """spec.autoscaling.target: the load each replica should carry on average."""
+
+    metric: str = fields.api(fields.scalar(
+        "metric", "string", "turnsInFlight (the default): webhook and channel turns a replica runs or holds for an "
+        "admission slot (the gateway's admission_in_flight + admission_queued, served per pod as "
+        "gateway_turns_in_flight by a metrics adapter such as prometheus-adapter: docs/autoscaling.md).",
+        DEFAULT_AUTOSCALING_METRIC, convert=str, enum=list(AUTOSCALING_METRICS)))
+    average_value: str = fields.api(fields.scalar(
+        "averageValue", "string", "The average of the metric per replica the autoscaler keeps, a positive decimal "
+        "(at most three decimals), e.g. '3' turns. Keep it below the gateway's admission ceiling "
+        "(config.gateway.max_concurrent_runs; 0.1.16's own default is 4 per CPU, at least 4) so that replicas are "
+        "added before turns wait. Default {default}.", DEFAULT_TURNS_TARGET, convert=str,
+        pattern=AVERAGE_VALUE_PATTERN))
+
+
+@dataclass(frozen=True)
+class AutoscalingSpec(fields.Section):
+    """spec.autoscaling: an HorizontalPodAutoscaler the operator renders against this
+    GatewayDeployment's own /scale, so that every guard of the replica policy still applies."""
+
+    enabled: bool = fields.api(fields.scalar(
+        "enabled", "boolean", "Render the autoscaler (autoscaling/v2 HorizontalPodAutoscaler <name>): it writes "
+        "spec.replicas through the /scale subresource, within minReplicas and maxReplicas; leave spec.replicas out "
+        "of what you apply while it is on. Default {default}.", False, convert=bool))
+    min_replicas: int = fields.api(fields.scalar(
+        "minReplicas", "integer", "The fewest replicas, {range}. Default {default}.", 1, convert=int, format="int32",
+        minimum=1, maximum=MAX_AUTOSCALING_REPLICAS))
+    max_replicas: int = fields.api(fields.scalar(
+        "maxReplicas", "integer", "The most replicas, {range}, at least minReplicas. More than one needs "
+        "config.hooks.idempotency.store_backend: redis under replicaPolicy Refuse, as spec.replicas does. "
+        "Default {default}.", DEFAULT_MAX_REPLICAS, convert=int, format="int32", minimum=1,
+        maximum=MAX_AUTOSCALING_REPLICAS))
+    target: AutoscalingTargetSpec = fields.api(fields.section(
+        "target", AutoscalingTargetSpec, "The gateway's own load the autoscaler follows. Defaults below."))
+
+
+@dataclass(frozen=True)
+class PodMonitorSpec(fields.Section):
+    """spec.podMonitor: the scrape of the gateway pods' /metrics, for the Prometheus operator."""
+
+    enabled: bool | None = fields.api(fields.scalar(   # None: with spec.autoscaling.enabled
+        "enabled", "boolean", "Write a PodMonitor (monitoring.coreos.com/v1) <name> that scrapes every gateway pod's "
+        "GET /metrics with the gateway auth token as a bearer token, read by Prometheus from the auth Secret "
+        "(authTokenSecretRef, else <name>-gateway-auth), never copied into a spec; skipped where the cluster serves "
+        "no PodMonitor (no prometheus-operator). Default: true when spec.autoscaling.enabled, else false.",
+        convert=lambda v: None if v is None else bool(v)))
+    interval: str = fields.api(fields.scalar(
+        "interval", "string", "How often Prometheus scrapes each pod, e.g. 15s or 1m. Default {default}.", "15s",
+        convert=str, pattern=SCRAPE_INTERVAL_PATTERN))
+    labels: Mapping[str, str] = fields.api(fields.built(
+        "labels", "map", "Extra labels on the PodMonitor (what a Prometheus' podMonitorSelector matches). "
+        "Default none.", lambda raw: {str(k): str(v) for k, v in (raw or {}).items()}))
+
+
 def _pod(name: str, description: str) -> fields.Prop:
     """A pod field, typed as the pinned Kubernetes publishes it (crd.py: pod_schemas.py)."""
     return fields.built(name, name, description, fields.as_written)
@@ -394,6 +475,14 @@ class GatewaySpec:
         "replicaPolicy", "string", "{default} (default): refuse replicas > 1 without a shared Redis idempotency store. "
         "Warn: run them and report that exactly-once webhook admission is not held.", Policy.REFUSE, convert=str,
         enum=[Policy.REFUSE, Policy.WARN]))
+    autoscaling: AutoscalingSpec = fields.api(fields.section(
+        "autoscaling", AutoscalingSpec, "Scale the replicas on the gateway's own load (turns in flight per replica) "
+        "with an HorizontalPodAutoscaler against this GatewayDeployment's /scale, and a scale-down slow enough for "
+        "every stopping replica to drain its turns first (docs/autoscaling.md). Default: off.",
+        validations="spec.autoscaling"))
+    pod_monitor: PodMonitorSpec = fields.api(fields.section(
+        "podMonitor", PodMonitorSpec, "The Prometheus operator's scrape of the gateway pods' /metrics (what the "
+        "autoscaler's metric comes from). Default: with spec.autoscaling."))
     sessions: SessionsSpec = fields.api(fields.section(
         "sessions", SessionsSpec, "Where the history of webhook sessions (the hook's session_key) lives. Default: "
         "store redis when spec.redis is set, else replica."))
@@ -460,6 +549,12 @@ class GatewaySpec:
     @property
     def service_port(self) -> int:
         return self.service.port
+
+    @property
+    def pod_monitor_enabled(self) -> bool:
+        """A PodMonitor is rendered: asked for, or (unset) with autoscaling."""
+        enabled = self.pod_monitor.enabled
+        return self.autoscaling.enabled if enabled is None else enabled
 
     @property
     def sessions_store(self) -> str:

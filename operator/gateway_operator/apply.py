@@ -24,12 +24,18 @@ class Applied(NamedTuple):
     deployment: dict[str, Any] | None = None  # the gateway Deployment as the apply answered, when it wrote it
 
 
+#: kinds written only where the cluster serves them, skipped elsewhere (spec.podMonitor: the
+#: Prometheus operator's CRD); nothing else of the gateway depends on them
+OPTIONAL_KINDS = (render.POD_MONITOR_API[1],)
+
+
 def apply(kube: Kube, owner: render.Owner, spec: GatewaySpec, objects: Sequence[Mapping[str, Any]],
           before: tuple[bool, bool] = (False, False), routes_allowed: bool = True,
-          held: Collection[tuple[str, str]] = ()) -> Applied:
+          held: Collection[tuple[str, str]] = (), autoscaling_before: Mapping[str, str] | None = None) -> Applied:
     """``objects``: what render says should exist. ``before``: whether status says routes
     (status.expose) and the gateway NetworkPolicy (status.networkPolicy) were written, so that
-    only then are they looked for to be removed. ``routes_allowed`` False: a host is claimed by
+    only then are they looked for to be removed; ``autoscaling_before`` likewise for the HPA and
+    the PodMonitor (status.autoscaling). ``routes_allowed`` False: a host is claimed by
     someone older, so no route of this GatewayDeployment may stand (one written before the older
     claim was seen goes). ``held``: (kind, name) of objects left as they are (an operator-caused
     rollout waiting for its slot)."""
@@ -39,7 +45,12 @@ def apply(kube: Kube, owner: render.Owner, spec: GatewaySpec, objects: Sequence[
         if manifest["kind"] in EXPOSE_FIELD and not routes_allowed or \
                 (manifest["kind"], manifest["metadata"]["name"]) in held:
             continue
-        result = kube.apply(manifest, owner.uid)
+        try:
+            result = kube.apply(manifest, owner.uid)
+        except NotServed:
+            if manifest["kind"] in OPTIONAL_KINDS:
+                continue
+            raise
         writes += result.written
         if manifest["kind"] == "Deployment" and manifest["metadata"]["name"] == owner.name:
             generation, deployment = result.generation, result.live if result.written else None
@@ -50,6 +61,7 @@ def apply(kube: Kube, owner: render.Owner, spec: GatewaySpec, objects: Sequence[
     if policy_before and not spec.network_policy.enabled:
         writes += kube.delete_if_present("networking.k8s.io/v1", "NetworkPolicy", owner.namespace,
                                          render.gateway_network_policy_name(owner.name), owner.uid)
+    writes += _remove_autoscaling(kube, owner, spec, autoscaling_before or {})
     if exposed_before or not routes_allowed:  # a route the spec no longer asks for, or may not have
         for (api_version, kind), wanted in ((expose.INGRESS_API, spec.expose.ingress),
                                             (expose.ROUTE_API, spec.expose.http_route)):
@@ -59,6 +71,21 @@ def apply(kube: Kube, owner: render.Owner, spec: GatewaySpec, objects: Sequence[
                 except NotServed:
                     pass  # never created here
     return Applied(writes, routes, generation, deployment)
+
+
+def _remove_autoscaling(kube: Kube, owner: render.Owner, spec: GatewaySpec, before: Mapping[str, str]) -> int:
+    """The HPA and the PodMonitor status says were asked for, once the spec stops asking (only
+    those this GatewayDeployment controls: kube.delete_if_present)."""
+    removed = 0
+    for key, (api_version, kind), wanted in (
+            ("horizontalPodAutoscaler", render.HPA_API, spec.autoscaling.enabled),
+            ("podMonitor", render.POD_MONITOR_API, spec.pod_monitor_enabled)):
+        if before.get(key) and not wanted:
+            try:
+                removed += kube.delete_if_present(api_version, kind, owner.namespace, before[key], owner.uid)
+            except NotServed:
+                pass  # never created here
+    return removed
 
 
 def exposure(kube: Kube, owner: render.Owner, spec: GatewaySpec,

@@ -182,7 +182,11 @@ class GatewayController:
         self._carried &= set(self._leaving)
         facts = summarize.facts(body, spec, outcome, replicas, time.time(), self._gone + left)
         policy = render.gateway_network_policy_name(self.name) if spec and spec.network_policy.enabled else ""
-        written = await publish(self.kube, body, facts, outcome, self._exposure, policy, self.log)
+        # the autoscaler and PodMonitor asked for; a spec that does not parse keeps what status said,
+        # so that they are still removed once a spec without them comes
+        autoscaling = (render.autoscaling_status(self.name, spec) if spec is not None
+                       else (body.get("status") or {}).get("autoscaling"))
+        written = await publish(self.kube, body, facts, outcome, self._exposure, policy, self.log, autoscaling)
         self._gone = []  # their journals are in this status's window now (unrecorded.py)
         if written is not None:  # the watch may still deliver events older than this write
             self.body, self._rv_floor = kept(written), resource_version(written)

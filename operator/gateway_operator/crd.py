@@ -389,6 +389,12 @@ def status_schema() -> Schema:
                                              "replicas": _s("integer", "Polled replicas running it."),
                                          }}},
                         }},
+            "autoscaling": {"type": "object", "description": "What spec.autoscaling and spec.podMonitor ask for, "
+                            "by name (removed with the fields).", "properties": {
+                                "horizontalPodAutoscaler": _s("string", "The HorizontalPodAutoscaler's name."),
+                                "podMonitor": _s("string", "The PodMonitor's name (written where the cluster "
+                                                 "serves PodMonitor)."),
+                            }},
             "networkPolicy": {"type": "object", "description": "The gateway pods' NetworkPolicy (spec.networkPolicy), "
                               "when enabled.", "properties": {"name": _s("string", "Its name.")}},
             "sqliteMigration": {"type": "object", "description": "The switch from one SQLite replica with "

@@ -7,6 +7,7 @@ from __future__ import annotations
 import base64
 import json
 import logging
+import time
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, NamedTuple, Sequence
 
@@ -17,12 +18,17 @@ from kubernetes.dynamic.exceptions import NotFoundError, ResourceNotFoundError
 from kubernetes.utils import parse_quantity
 
 from . import api
-from .render import Manifest, applied_hash
+from .render import POD_MONITOR_API, Manifest, applied_hash
 
 log = logging.getLogger(__name__)
 
 # every request is bounded: (connect, read) seconds
 REQUEST_TIMEOUT = (5.0, 30.0)
+# optional kinds (apply.OPTIONAL_KINDS) found not served are looked up again only after this long:
+# each miss refreshes the whole discovery, and a cluster without prometheus-operator would pay it
+# at every full pass of every autoscaled GatewayDeployment
+NOT_SERVED_RECHECK_SECONDS = 300.0
+_RECHECKED = {POD_MONITOR_API}
 
 
 class NotOwned(Exception):
@@ -116,6 +122,7 @@ class Kube:
         # GatewayDeployment reads back only what no watch covers (issue 22: each read costs
         # about 0.5 ms of CPU in the client, and a resync wave queued them behind each other)
         self._verified: dict[str, dict[tuple[str, str, str], Verified]] = {}
+        self._not_served: dict[tuple[str, str], float] = {}  # optional kinds found not served, and when
         self.dynamic = DynamicClient(api_client)
         self.core = client.CoreV1Api(api_client)
         self.custom = client.CustomObjectsApi(api_client)
@@ -124,9 +131,14 @@ class Kube:
         return self._kind(manifest["apiVersion"], manifest["kind"])
 
     def _kind(self, api_version: str, kind: str) -> Any:
+        missed = self._not_served.get((api_version, kind))
+        if missed is not None and time.monotonic() - missed < NOT_SERVED_RECHECK_SECONDS:
+            raise NotServed(api_version, kind)
         try:  # a miss refreshes the cached discovery once: a kind installed later is found
             return self.dynamic.resources.get(api_version=api_version, kind=kind)
         except ResourceNotFoundError:
+            if (api_version, kind) in _RECHECKED:
+                self._not_served[(api_version, kind)] = time.monotonic()
             raise NotServed(api_version, kind) from None
 
     def get(self, api_version: str, kind: str, namespace: str, name: str) -> dict[str, Any] | None:

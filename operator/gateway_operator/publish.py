@@ -43,16 +43,17 @@ def now_iso() -> str:
 
 
 async def publish(kube: Kube, body: Mapping[str, Any], facts: Facts, outcome: Any, exposure: Exposure | None,
-                  policy: str, log: ObjectLog) -> Mapping[str, Any] | None:
+                  policy: str, log: ObjectLog, autoscaling: Mapping[str, str] | None = None) -> Mapping[str, Any] | None:
     """Writes status when it changed; returns the object as written (None: nothing to write).
-    ``outcome``: the pass's (reconcile.Outcome), its problem as the schedule shows it."""
+    ``outcome``: the pass's (reconcile.Outcome), its problem as the schedule shows it;
+    ``autoscaling``: status.autoscaling (render.autoscaling_status)."""
     meta, previous = body["metadata"], body.get("status") or {}
     namespace, name = meta["namespace"], meta["name"]
     selector = ",".join(f"{k}={v}" for k, v in api.selector_for(name).items())
     # a pass that stopped before it could tell (a problem) keeps what status said
     migration = (outcome.migration.status() if outcome.migration is not None
                  else previous.get("sqliteMigration") if outcome.problem is not None else None)
-    new = status.build(previous, facts, outcome.target, now_iso(), selector, exposure, policy, migration)
+    new = status.build(previous, facts, outcome.target, now_iso(), selector, exposure, policy, migration, autoscaling)
     metrics.observe_conditions(namespace, name, new["conditions"])
     if not status.changed(previous, new):
         return None

@@ -171,7 +171,7 @@ def deployment(owner: Owner, spec: GatewaySpec, redis: RedisTarget | None, repli
                             "fsGroup": RUN_AS_USER, "seccompProfile": {"type": "RuntimeDefault"}},
         "automountServiceAccountToken": False,
         "enableServiceLinks": False,
-        "terminationGracePeriodSeconds": spec.drain_seconds + api.PRESTOP_SECONDS + api.EXIT_MARGIN_SECONDS,
+        "terminationGracePeriodSeconds": grace_seconds(spec),
         "containers": [_gateway_container(spec, redis, auth_token_ref(owner.name, spec), migration,
                                           session_key_ref(owner.name, spec) if redis is not None else None)],
         "volumes": _volumes(owner, spec, redis, bool(migration)),
@@ -361,6 +361,90 @@ def disruption_budget(owner: Owner, spec: GatewaySpec) -> Manifest | None:
         "maxUnavailable": 1, "selector": {"matchLabels": api.selector_for(owner.name)}})
 
 
+HPA_API = ("autoscaling/v2", "HorizontalPodAutoscaler")
+POD_MONITOR_API = ("monitoring.coreos.com/v1", "PodMonitor")
+# the HPA's scale-down stabilisation: at least its own default, 5 minutes, so that a lull between
+# two bursts of model turns does not stop a replica the next burst needs again
+MIN_SCALE_DOWN_WINDOW_SECONDS = 300
+
+
+def grace_seconds(spec: GatewaySpec) -> int:
+    """The gateway pods' terminationGracePeriodSeconds: the drain, the preStop pause, the exit."""
+    return spec.drain_seconds + api.PRESTOP_SECONDS + api.EXIT_MARGIN_SECONDS
+
+
+def autoscaling_bounds(spec: GatewaySpec) -> tuple[int, int]:
+    """(minReplicas, maxReplicas) of the autoscaler: one at most without the Redis store under
+    Refuse (the CRD refuses that spec; this holds even if its rule were missing, as replicas do)."""
+    low, high = spec.autoscaling.min_replicas, spec.autoscaling.max_replicas
+    if spec.policy == api.Policy.REFUSE and spec.store_backend != "redis":
+        return 1, 1
+    return min(low, high), high
+
+
+def canonical_quantity(value: str) -> str:
+    """A positive decimal as the API server writes the quantity back ('1.5' -> '1500m', '3.0' -> '3'),
+    so that the applied HPA is found unchanged at the next pass instead of written again."""
+    whole, _, fraction = value.partition(".")
+    milli = int(whole or "0") * 1000 + int((fraction + "000")[:3])
+    return str(milli // 1000) if milli % 1000 == 0 else f"{milli}m"
+
+
+def autoscaler(owner: Owner, spec: GatewaySpec) -> Manifest | None:
+    """spec.autoscaling: an autoscaling/v2 HPA whose target is this GatewayDeployment's own /scale
+    (so the CRD's replica rules and the operator's guard apply to every replica count it writes), on
+    a per-pod metric of the custom metrics API (api.AUTOSCALING_METRICS). Scale-in removes one
+    replica per grace period, so a stopping replica has drained its turns (and released the
+    claims of those it could not finish) before the next one stops."""
+    if not spec.autoscaling.enabled:
+        return None
+    low, high = autoscaling_bounds(spec)
+    metric_name, _ = api.AUTOSCALING_METRICS[spec.autoscaling.target.metric]
+    grace = grace_seconds(spec)
+    return _object(HPA_API[0], HPA_API[1], owner.name, owner, spec={
+        "scaleTargetRef": {"apiVersion": api.API_VERSION, "kind": api.KIND, "name": owner.name},
+        "minReplicas": low,
+        "maxReplicas": high,
+        "metrics": [{"type": "Pods", "pods": {
+            "metric": {"name": metric_name},
+            "target": {"type": "AverageValue",
+                       "averageValue": canonical_quantity(spec.autoscaling.target.average_value)}}}],
+        "behavior": {"scaleDown": {
+            "stabilizationWindowSeconds": min(max(MIN_SCALE_DOWN_WINDOW_SECONDS, grace), 3600),
+            # one replica per grace period (validation: it fits the HPA's 1800 s at most)
+            "policies": [{"type": "Pods", "value": 1, "periodSeconds": min(grace, api.HPA_MAX_PERIOD_SECONDS)}]}},
+    })
+
+
+def pod_monitor(owner: Owner, spec: GatewaySpec) -> Manifest | None:
+    """spec.podMonitor: the Prometheus operator's scrape of every gateway pod's token-protected
+    GET /metrics. The bearer token is named by reference (the auth Secret's name and key), which
+    Prometheus reads itself: the token is never in this or any other rendered object."""
+    if not spec.pod_monitor_enabled:
+        return None
+    token = auth_token_ref(owner.name, spec)
+    manifest = _object(POD_MONITOR_API[0], POD_MONITOR_API[1], owner.name, owner, spec={
+        "selector": {"matchLabels": api.selector_for(owner.name)},
+        "podMetricsEndpoints": [{
+            "port": "http", "path": "/metrics", "scheme": "http", "interval": spec.pod_monitor.interval,
+            "authorization": {"type": "Bearer", "credentials": {"name": token.name, "key": token.key}},
+        }],
+    })
+    manifest["metadata"]["labels"] = {**dict(spec.pod_monitor.labels), **manifest["metadata"]["labels"]}
+    return manifest
+
+
+def autoscaling_status(name: str, spec: GatewaySpec) -> dict[str, str]:
+    """status.autoscaling: the autoscaler and the PodMonitor the spec asks for (by name), so that
+    a later pass looks for them to remove only once they were asked for."""
+    found = {}
+    if spec.autoscaling.enabled:
+        found["horizontalPodAutoscaler"] = name
+    if spec.pod_monitor_enabled:
+        found["podMonitor"] = name
+    return found
+
+
 def managed_redis(owner: Owner, spec: GatewaySpec, operator: OperatorIdentity) -> list[Manifest]:
     """Deployment + Service + NetworkPolicy of an operator-managed Redis (its password Secret
     is generated by the I/O side, once)."""
@@ -454,6 +538,9 @@ def desired_objects(owner: Owner, spec: GatewaySpec, redis: RedisTarget | None, 
     policy = gateway_network_policy(owner, spec, operator)
     if policy:
         objects.append(policy)
+    # after the Deployment: the HPA's target (this GatewayDeployment) exists already; the scrape the
+    # autoscaler's metric comes from
+    objects += [m for m in (autoscaler(owner, spec), pod_monitor(owner, spec)) if m]
     # last: a route to the replicas (or an API that is not served) never holds them back
     objects += [m for m in (ingress(owner, spec), http_route(owner, spec)) if m]
     return objects

@@ -9,15 +9,16 @@ from .expose import Exposure
 from .redis_target import RedisTarget
 
 # keys that go when the spec stops asking for them (or, gateway, when no replica tells its versions)
-REMOVABLE = ("redis", "expose", "networkPolicy", "sqliteMigration", "gateway")
+REMOVABLE = ("redis", "expose", "networkPolicy", "sqliteMigration", "gateway", "autoscaling")
 
 
 def build(previous: Mapping[str, Any] | None, facts: Facts, target: RedisTarget | None, now: str,
           selector: str = "", exposure: Exposure | None = None, network_policy: str = "",
-          migration: Mapping[str, Any] | None = None) -> dict[str, Any]:
+          migration: Mapping[str, Any] | None = None, autoscaling: Mapping[str, str] | None = None) -> dict[str, Any]:
     """``selector``: the gateway pods' label selector (the scale subresource reads it);
     ``exposure``: where clients outside reach the replicas (spec.expose), when set;
-    ``network_policy``: the gateway NetworkPolicy's name (spec.networkPolicy), when enabled."""
+    ``network_policy``: the gateway NetworkPolicy's name (spec.networkPolicy), when enabled;
+    ``autoscaling``: the HPA and PodMonitor the spec asks for (render.autoscaling_status)."""
     previous = previous or {}
     merged = conditions.merge(previous.get("conditions") or [], conditions.compute(facts), facts.generation, now)
     exactly_once = next(c["status"] for c in merged if c["type"] == conditions.EXACTLY_ONCE)
@@ -46,6 +47,8 @@ def build(previous: Mapping[str, Any] | None, facts: Facts, target: RedisTarget 
         status["networkPolicy"] = {"name": network_policy}
     if migration:
         status["sqliteMigration"] = dict(migration)
+    if autoscaling:
+        status["autoscaling"] = dict(autoscaling)
     return status
 
 

@@ -185,7 +185,8 @@ async def write(p: Pass) -> bool:
     held = _held_for_the_rollout_cap(p, next(o for o in objects if o["kind"] == "Deployment"
                                              and o["metadata"]["name"] == p.owner.name))
     try:
-        applied = await asyncio.to_thread(apply.apply, p.kube, p.owner, p.spec, objects, before, not p.claimed, held)
+        applied = await asyncio.to_thread(apply.apply, p.kube, p.owner, p.spec, objects, before, not p.claimed, held,
+                                          status.get("autoscaling") or {})
         p.writes, p.routes = p.writes + applied.writes, applied.routes
         if p.rollout == "operator" and p.rollouts is not None:
             p.rollouts.applied((p.owner.namespace, p.owner.name), applied.deployment_generation)

@@ -21,7 +21,7 @@ from .conditions import Facts, Problem, Transition
 from .health import ReplicaHealth
 from .pods import PodView
 from .tenancy import MSG_HOST_CLAIMED
-from .validation import MSG_REPLICAS_NEED_REDIS
+from .validation import MSG_AUTOSCALING_NEEDS_REDIS, MSG_REPLICAS_NEED_REDIS
 
 #: the first of a pass's problems in this order wins
 PRECEDENCE: tuple[str, ...] = (
@@ -56,6 +56,10 @@ def applies_despite(problem: Problem | None) -> bool:
 def policy_problem(spec: GatewaySpec) -> Problem | None:
     if spec.policy == Policy.REFUSE and spec.replicas > 1 and spec.store_backend != "redis":
         return Problem(R.REPLICA_POLICY_VIOLATION, MSG_REPLICAS_NEED_REDIS)
+    # the same guard for the autoscaler (render holds it at one replica meanwhile)
+    if spec.policy == Policy.REFUSE and spec.autoscaling.enabled and spec.autoscaling.max_replicas > 1 \
+            and spec.store_backend != "redis":
+        return Problem(R.REPLICA_POLICY_VIOLATION, MSG_AUTOSCALING_NEEDS_REDIS)
     return None
 
 

@@ -50,6 +50,23 @@ MSG_REPLICAS_NEED_REDIS = (
     "store, so a webhook fanned to two replicas can run the agent twice. Set store_backend: "
     "redis and spec.redis, keep replicas: 1, or set replicaPolicy: Warn to accept duplicates."
 )
+MSG_AUTOSCALING_NEEDS_REDIS = (
+    "spec.autoscaling with maxReplicas > 1 needs config.hooks.idempotency.store_backend: redis (with "
+    "spec.redis) under replicaPolicy Refuse: the autoscaler would run replicas that each dedup webhooks in their "
+    "own SQLite store, so a webhook fanned to two replicas can run the agent twice. Set store_backend: redis and "
+    "spec.redis, keep maxReplicas: 1, or set replicaPolicy: Warn to accept duplicates."
+)
+MSG_AUTOSCALING_BOUNDS = "spec.autoscaling.minReplicas must not exceed spec.autoscaling.maxReplicas."
+MSG_AUTOSCALING_DRAIN = (
+    f"spec.autoscaling needs spec.drainSeconds <= {api.MAX_AUTOSCALING_DRAIN_SECONDS}: the autoscaler removes one "
+    f"replica per period of the pods' grace period (drainSeconds + {api.PRESTOP_SECONDS + api.EXIT_MARGIN_SECONDS} "
+    f"s), so that no two replicas drain at once, and autoscaling/v2 allows at most {api.HPA_MAX_PERIOD_SECONDS} s."
+)
+MSG_AUTOSCALING_PERSISTENCE = (
+    "spec.persistence holds one replica's SQLite store and cannot be shared; with spec.autoscaling up to "
+    "maxReplicas > 1 use store_backend: redis (persistence is then unnecessary), keep maxReplicas: 1, or disable "
+    "persistence."
+)
 MSG_REDIS_BACKEND_NEEDS_REDIS = (
     "config.hooks.idempotency.store_backend: redis needs spec.redis: set spec.redis.url, "
     "spec.redis.host, or spec.redis.managed.enabled: true."
@@ -132,7 +149,7 @@ def cel_string(text: str) -> str:
 class Rule:
     """One admission rule: where the CRD carries it, its CEL form, its Python form."""
 
-    at: str  # schema node that carries the CEL rule: "root", "spec", "spec.redis" or "spec.config"
+    at: str  # schema node that carries the CEL rule: "root", "spec", "spec.autoscaling", "spec.redis" or "spec.config"
     cel: str
     message: str
     holds: Callable[[Subject], bool]  # given the name and the whole spec (defaults applied)
@@ -153,9 +170,25 @@ def _redis_sources(spec: Spec) -> int:
     return sum([bool(r.get("url")), bool(r.get("host")), _managed(spec)])
 
 
+def _int(value: Any, default: int) -> int:
+    return value if isinstance(value, int) else default
+
+
 def _replicas(spec: Spec) -> int:
     value = spec.get("replicas", _DEFAULTS.replicas)
     return value if isinstance(value, int) else _DEFAULTS.replicas
+
+
+def _autoscaling(spec: Spec) -> Mapping[str, Any]:
+    autoscaling = spec.get("autoscaling")
+    return autoscaling if isinstance(autoscaling, Mapping) else {}
+
+
+def autoscales_past_one(spec: Spec) -> int:
+    """The most replicas spec.autoscaling may run when that is more than one, else 0."""
+    autoscaling = _autoscaling(spec)
+    most = autoscaling.get("maxReplicas", _DEFAULTS.autoscaling.max_replicas)
+    return most if autoscaling.get("enabled") and isinstance(most, int) and most > 1 else 0
 
 
 def idempotency_form_paths(config: Mapping[str, Any]) -> list[str]:
@@ -181,6 +214,9 @@ _REDIS_SOURCES = (
     "(has(self.redis) ? ((has(self.redis.url) ? 1 : 0) + (has(self.redis.host) ? 1 : 0) + "
     "(has(self.redis.managed) && self.redis.managed.enabled ? 1 : 0)) : 0)"
 )
+
+# spec.autoscaling on, up to more than one replica (its fields defaulted once the section is there)
+_AUTOSCALES_PAST_ONE = "(has(self.autoscaling) && self.autoscaling.enabled && self.autoscaling.maxReplicas > 1)"
 
 # inside spec.redis: does the connection use TLS, and are any of the TLS checks' options set?
 _TLS_ON = ("((has(self.tls) && has(self.tls.enabled) && self.tls.enabled) || "
@@ -219,6 +255,23 @@ RULES: tuple[Rule, ...] = (
          MSG_REPLICAS_NEED_REDIS,
          lambda s: s.spec.get("replicaPolicy", _DEFAULTS.policy) == Policy.WARN
          or _replicas(s.spec) <= 1 or store_backend_of(_config(s.spec)) == "redis"),
+    Rule("spec",  # the same guard as replicas > 1: the autoscaler writes spec.replicas up to maxReplicas
+         f"self.replicaPolicy == 'Warn' || !{_AUTOSCALES_PAST_ONE} || {_HAS_REDIS_BACKEND}",
+         MSG_AUTOSCALING_NEEDS_REDIS,
+         lambda s: s.spec.get("replicaPolicy", _DEFAULTS.policy) == Policy.WARN
+         or not autoscales_past_one(s.spec) or store_backend_of(_config(s.spec)) == "redis"),
+    Rule("spec",
+         "!(has(self.persistence) && self.persistence.enabled && "
+         f"{_AUTOSCALES_PAST_ONE} && !{_HAS_REDIS_BACKEND})",
+         MSG_AUTOSCALING_PERSISTENCE,
+         lambda s: not ((s.spec.get("persistence") or {}).get("enabled") and autoscales_past_one(s.spec)
+                        and store_backend_of(_config(s.spec)) != "redis")),
+    Rule("spec",
+         f"!(has(self.autoscaling) && self.autoscaling.enabled) || self.drainSeconds <= "
+         f"{api.MAX_AUTOSCALING_DRAIN_SECONDS}",
+         MSG_AUTOSCALING_DRAIN,
+         lambda s: not _autoscaling(s.spec).get("enabled")
+         or _int(s.spec.get("drainSeconds"), _DEFAULTS.drain_seconds) <= api.MAX_AUTOSCALING_DRAIN_SECONDS),
     Rule("spec",
          f"!{_HAS_REDIS_BACKEND} || {_REDIS_SOURCES} >= 1",
          MSG_REDIS_BACKEND_NEEDS_REDIS,
@@ -246,6 +299,11 @@ RULES: tuple[Rule, ...] = (
          "self.image.matches('\\\\S')",
          MSG_IMAGE_BLANK,
          lambda s: bool(str(s.spec.get("image") or "").strip())),
+    Rule("spec.autoscaling",
+         "self.minReplicas <= self.maxReplicas",
+         MSG_AUTOSCALING_BOUNDS,
+         lambda s: _int(_autoscaling(s.spec).get("minReplicas"), _DEFAULTS.autoscaling.min_replicas)
+         <= _int(_autoscaling(s.spec).get("maxReplicas"), _DEFAULTS.autoscaling.max_replicas)),
     Rule("spec.redis",
          f"!has(self.url) || self.url.matches({cel_string(URL_PATTERN)})",
          MSG_REDIS_URL_SCHEME,
@@ -312,10 +370,19 @@ def warn_message(replicas: int) -> str:
             "(exactly-once admission is NOT held). Set store_backend: redis and spec.redis to fix it.")
 
 
+def autoscaling_warn_message(max_replicas: int) -> str:
+    """``warn_message`` for spec.autoscaling (the chart's policy says the same; a test keeps them equal)."""
+    return (f"replicaPolicy Warn: spec.autoscaling up to {max_replicas} replicas without hooks.idempotency."
+            "store_backend: redis: each replica dedups webhooks in its own SQLite store, so the same webhook can run "
+            "the agent twice (exactly-once admission is NOT held). Set store_backend: redis and spec.redis to fix it.")
+
+
 def warnings(spec: Spec) -> list[str]:
     found: list[str] = []
     if _replicas(spec) > 1 and store_backend_of(_config(spec)) != "redis":
         found.append(warn_message(_replicas(spec)))
+    if autoscales_past_one(spec) and store_backend_of(_config(spec)) != "redis":
+        found.append(autoscaling_warn_message(autoscales_past_one(spec)))
     channels = replica_state.channels_on_every_replica(_config(spec), spec.get("env"), _replicas(spec))
     if channels:
         found.append(replica_state.channel_warning(_replicas(spec), channels))

@@ -28,7 +28,7 @@ from .wait import until
 
 CHART = REPO / "charts/gateway-operator"
 DASHBOARD = CHART / "dashboards/gateway-operator.json"
-PROMETHEUS_OPERATOR_KINDS = ("servicemonitors", "prometheusrules")
+PROMETHEUS_OPERATOR_KINDS = ("servicemonitors", "podmonitors", "prometheusrules")
 
 
 def _versions() -> dict[str, str]:
@@ -37,7 +37,7 @@ def _versions() -> dict[str, str]:
 
 
 def prometheus_operator_crds() -> list[Path]:
-    """The ServiceMonitor and PrometheusRule CRDs of the pinned prometheus-operator module."""
+    """The ServiceMonitor, PodMonitor and PrometheusRule CRDs of the pinned prometheus-operator module."""
     directory = CACHE_BIN.parent / "crds" / f"prometheus-operator-{_versions()['PROMETHEUS_OPERATOR_VERSION']}"
     paths = [directory / f"monitoring.coreos.com_{kind}.yaml" for kind in PROMETHEUS_OPERATOR_KINDS]
     if not all(p.exists() for p in paths):

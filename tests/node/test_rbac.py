@@ -14,6 +14,7 @@ import yaml
 
 from harness import audit
 from harness.cluster import Cluster
+from harness.monitoring import install_prometheus_operator_crds
 from harness.gateways import apply_gateway, create_password_secret, wait_event, wait_ready_pods
 from harness.operator import OperatorProcess, gateway_deployment, redis_store, render_rbac
 from harness.redis_server import RedisServer
@@ -94,9 +95,21 @@ def exercise_every_permission(cluster: Cluster, namespace: str, redis: RedisServ
           timeout=60, what="the gateway NetworkPolicy")
     until(lambda: cluster.get_json("gatewaydeployment", "fenced", *ns).get("status", {}).get("networkPolicy"),
           timeout=60, what="status.networkPolicy")
+    # spec.autoscaling: the HorizontalPodAutoscaler and (prometheus-operator's CRD installed) the
+    # PodMonitor of the gateway pods' /metrics, written, then deleted with the field
+    install_prometheus_operator_crds(cluster)
+    apply_gateway(cluster, namespace, gateway_deployment("scaled", autoscaling={"enabled": True, "maxReplicas": 2},
+                                                         **shared))
+    for obj, what in (("hpa/scaled", "the gateway's HorizontalPodAutoscaler"),
+                      ("podmonitor/scaled", "the gateway's PodMonitor")):
+        until(lambda: cluster.kubectl(*ns, "get", obj, check=False).returncode == 0, timeout=60, what=what)
+    until(lambda: cluster.get_json("gatewaydeployment", "scaled", *ns).get("status", {}).get("autoscaling"),
+          timeout=60, what="status.autoscaling")
+    apply_gateway(cluster, namespace, gateway_deployment("scaled", **shared))
     apply_gateway(cluster, namespace, gateway_deployment("fenced"))
     apply_gateway(cluster, namespace, gateway_deployment("exposed"))
-    for obj in ("ingress/exposed", "httproute/exposed", "networkpolicy/fenced-gateway"):
+    for obj in ("ingress/exposed", "httproute/exposed", "networkpolicy/fenced-gateway", "hpa/scaled",
+                "podmonitor/scaled"):
         until(lambda: cluster.kubectl(*ns, "get", obj, check=False).returncode != 0, timeout=60,
               what=f"{obj} to be deleted")
 

@@ -15,6 +15,7 @@ EXPECTED = {  # file -> what `kubectl apply` does with it
     "gateway-warned.yaml": "accepted",
     "gateway-refused.yaml": "refused",
     "gateway-hpa.yaml": "accepted",
+    "gateway-autoscaling.yaml": "accepted",
     "bot-tokens.yaml": "accepted",
     "gateway-own-redis.yaml": "accepted",
     "own-redis-secrets.yaml": "accepted",

@@ -96,6 +96,15 @@ missing the API server also checks `create`. */}}
 - apiGroups: [gateway.networking.k8s.io]
   resources: [gateways]
   verbs: [get]
+# spec.autoscaling: the HorizontalPodAutoscaler against the GatewayDeployment's /scale, and
+# spec.podMonitor: the PodMonitor of the gateway pods' /metrics (where prometheus-operator's CRD is
+# installed); applied, removed with the fields (kube.delete_if_present), not watched
+- apiGroups: [autoscaling]
+  resources: [horizontalpodautoscalers]
+  verbs: [get, create, patch, delete]
+- apiGroups: [monitoring.coreos.com]
+  resources: [podmonitors]
+  verbs: [get, create, patch, delete]
 # Events on the resource (kopf.event posts core v1 Events)
 - apiGroups: [""]
   resources: [events]
