@@ -29,9 +29,8 @@ start_late() {
     # whatever its processes nice is: the autogroup itself gets the lowest priority
     echo 19 >/proc/self/autogroup 2>/dev/null || true
     nice -n 19 "$1/hack/build-binaries.sh" --late-only >/dev/null
-    echo "[demo-late] traefik and kube-router built in $((SECONDS - start))s; waiting for the node (up to 60 min)"
-    for _ in $(seq 720); do "$1/hack/node.sh" status >/dev/null 2>&1 && break; sleep 5; done
-    "$1/hack/node.sh" late
+    echo "[demo-late] traefik and kube-router built in $((SECONDS - start))s; starting them once the node is up (up to 60 min)"
+    GWOP_NODE_LATE_WAIT=3600 "$1/hack/node.sh" late
     echo "[demo-late] the edge and the NetworkPolicy enforcer joined the node $((SECONDS - start))s after the demo began"
   ' late "$repo" >"$late_log" 2>&1 </dev/null &
   echo $! >"$late_pid"
@@ -59,7 +58,7 @@ case ${1:-up} in
     images_log=$(mktemp)
     "$repo/hack/images.sh" >"$images_log" 2>&1 &
     images=$!
-    echo "[demo] control-plane and node binaries (the first run builds them from Go modules: about 10 minutes)," \
+    echo "[demo] control-plane and node binaries (the first run builds them from Go modules: about 12 minutes)," \
          "the images beside them"
     "$repo/hack/build-binaries.sh" --sandbox >/dev/null
     if ! wait "$images"; then cat "$images_log"; rm -f "$images_log"; echo "[demo] hack/images.sh failed" >&2; exit 1; fi

@@ -330,11 +330,12 @@ up() {
   log "node $NODE_NAME Ready in $((SECONDS - t0))s (containerd socket $SOCK, logs $logs)"
 }
 
-late() {  # the late parts built since `up` (GWOP_NODE_LATE=defer), started on the running node
+base_up() { local c; for c in "${components[@]}"; do alive "$c" || return 1; done; node_ready; }
+late() {  # the late parts built since `up` (GWOP_NODE_LATE=defer), started once the rest of the node is up
   check_root
   bin=$nbin
-  local c
-  for c in "${components[@]}"; do alive "$c" || die "the node is not up ($c is not running): hack/node.sh up"; done
+  local wait=${GWOP_NODE_LATE_WAIT:-0}  # s to wait for the node (hack/demo.sh: while it starts)
+  wait_for -q "the node" "$wait" base_up || die "the node is not up (hack/node.sh up)"
   alive edge || run_actions start_edge wait_edge
   [[ $netpol == 0 ]] || alive netpol || run_actions start_netpol wait_netpol
 }
