@@ -35,7 +35,7 @@ from harness.gateways import (conditions, events, hostile_health, is_ready, read
 from harness.node import unavailable
 from harness.operator import gateway_deployment
 from harness.standins import HealthStandIns
-from harness.wait import until
+from harness.wait import stays, until
 
 
 DIR = REPO / ".cluster/node-demo"
@@ -365,6 +365,79 @@ def test_the_optional_gateway_network_policy_admits_its_namespace_the_operator_a
     finally:
         for namespace in (fenced, listed, other):
             cluster.kubectl("delete", "namespace", namespace, "--wait=false", check=False)
+
+
+def operator_pods(cluster: Cluster) -> list[dict]:
+    selector = f"{api.LABEL_NAME}={OPERATOR_APP_NAME},{api.LABEL_INSTANCE}={node.RELEASE}"
+    return [p for p in cluster.get_json("pods", "-n", node.SYSTEM_NAMESPACE, "-l", selector)["items"] if is_ready(p)]
+
+
+def test_the_operators_own_network_policy_admits_what_it_needs_and_nothing_else(sandbox: Sandbox) -> None:
+    """The chart's networkPolicy (off by default, issue 34) on the helm-installed operator, enforced by
+    kube-router. In: a pod of the namespace metricsFrom lists gets the metrics port's answer, a pod of
+    another namespace is refused within CONNECT_BOUND. Out: the operator still reaches the API server (a
+    new GatewayDeployment is reconciled to Ready), a replica's /health (its poll answered) and its Redis
+    probe (ops-bot's RedisReachable stays True), while its own connection to a port the policy does not
+    list (the LLM stand-in's) is refused, and answered once the chart's defaults are back."""
+    cluster = sandbox.cluster
+    endpoint = cluster.get_json("endpointslice", "-n", "default", "-l", "kubernetes.io/service-name=kubernetes")[
+        "items"][0]
+    api_address, api_port = endpoint["endpoints"][0]["addresses"][0], endpoint["ports"][0]["port"]
+    assert api_port != llm_pod.PORT
+    monitoring, other, tenant = (cluster.new_namespace({"pod-security.kubernetes.io/enforce": "restricted"})
+                                 for _ in range(3))
+    peer = {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": monitoring}}}
+    llm = llm_pod.pod_ip(cluster, NS)
+    metrics_port = 8080  # the chart's metrics.port
+    try:
+        node.install_operator(cluster, "--set", "networkPolicy.enabled=true",
+                              "--set", f"networkPolicy.apiServer.cidrs[0]={api_address}/32",
+                              "--set", f"networkPolicy.apiServer.ports[0]={api_port}",
+                              "--set-json", f"networkPolicy.metricsFrom=[{json.dumps(peer)}]")
+        policy = cluster.get_json("networkpolicy", node.RELEASE, "-n", node.SYSTEM_NAMESPACE)
+        assert policy["spec"]["policyTypes"] == ["Ingress", "Egress"], policy["spec"]
+        operators = operator_pods(cluster)
+        assert len(operators) == 2, [p["metadata"]["name"] for p in operators]
+        probes = {(monitoring, "prometheus-like"), (other, "stranger")}
+        for namespace, name in probes:
+            cluster.apply(json.dumps(probe_pod(namespace, name, {"app": "netpol-probe"})))
+        until(lambda: all(is_ready(cluster.get_json("pod", name, "-n", namespace)) for namespace, name in probes),
+              timeout=120, what="the probe pods Ready")
+        print()
+        for pod in operators:
+            name, ip = pod["metadata"]["name"], pod["status"]["podIP"]
+            tried = until(lambda: expect(answered_http, connect_try(cluster, monitoring, "prometheus-like", ip,
+                                                                  "/usr/bin/python3", metrics_port)),
+                          timeout=30, what=f"{monitoring}/prometheus-like answered by {name}'s metrics port")
+            print(f"{monitoring}/prometheus-like -> {name}:{metrics_port}: {tried.reply.splitlines()[0]!r}")
+            tried = until(lambda: expect(refused, connect_try(cluster, other, "stranger", ip, "/usr/bin/python3",
+                                                            metrics_port)),
+                          timeout=30, what=f"{other}/stranger refused by {name}'s metrics port")
+            print(f"{other}/stranger -> {name}:{metrics_port}: {tried.reply} in {tried.seconds:.3f} s")
+            tried = until(lambda: expect(refused, connect_try(cluster, node.SYSTEM_NAMESPACE, name, llm,
+                                                            port=llm_pod.PORT)),
+                          timeout=30, what=f"{name}'s own connection to the LLM stand-in refused")
+            print(f"{name} -> llm stand-in {llm}:{llm_pod.PORT}: {tried.reply} in {tried.seconds:.3f} s")
+
+        # what the operator needs still gets through: the API server, a replica's /health, Redis
+        manifest = gateway_deployment("behind-policy")
+        manifest["spec"].update(image=node.images().health_standin, imagePullPolicy="Never")
+        cluster.apply(json.dumps(manifest), "-n", tenant)
+        wait_condition(cluster, tenant, "behind-policy", "Ready", "True", timeout=120)
+        until(lambda: "(1 of 1 polled replicas answered)" in conditions(cluster, tenant, "behind-policy")[
+            "IdempotencyDegraded"]["message"], timeout=30, what="the operator's poll of the new replica")
+        stays(lambda: conditions(cluster, NS, "ops-bot")["RedisReachable"]["status"] == "True", seconds=25,
+              what="ops-bot's RedisReachable True through the policy (the operator's Redis probe)")
+    finally:
+        node.install_operator(cluster)  # the chart's defaults: no policy
+        for namespace in (monitoring, other, tenant):
+            cluster.kubectl("delete", "namespace", namespace, "--wait=false", check=False)
+    assert cluster.kubectl("get", "networkpolicy", node.RELEASE, "-n", node.SYSTEM_NAMESPACE,
+                           check=False).returncode != 0
+    # the refusal was the policy's: without it the same connection is answered
+    name = operator_pods(cluster)[0]["metadata"]["name"]
+    until(lambda: expect(answered_http, connect_try(cluster, node.SYSTEM_NAMESPACE, name, llm, port=llm_pod.PORT)),
+          timeout=30, what=f"{name}'s connection to the LLM stand-in answered without the policy")
 
 
 # -- from outside: through the node's edge (Traefik) -----------------------------------------
