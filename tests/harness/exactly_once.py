@@ -40,6 +40,11 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping, Sequence
 
 OUTAGES = ("redis_pause", "redis_restart", "redis_persistence_flip")  # faults during which Redis is unusable
+# faults during which the shared session history cannot be written: a turn then runs on its replica's
+# copy, and what it added reaches Redis only by the replica's write-back after the fault (a turn of the
+# same session on another replica in between reads the history without it). Under OOM Redis still
+# answers reads, but the session lock (SET NX) and the append are write commands it refuses.
+HISTORY_UNWRITABLE = (*OUTAGES, "redis_refuses_writes")
 # faults after which Redis may no longer hold a record it held before: a flush, a restart (with AOF
 # the last second may be lost), a recreated Redis, the switch from SQLite (records migrated)
 FORGETTING = ("redis_flush", "redis_restart", "redis_persistence_flip", "sqlite_to_redis")
@@ -231,7 +236,7 @@ def classify(deliveries: Iterable[Delivery], turns: Iterable[Turn], samples: Ite
     # replica serves until the Redis replicas take over)
     forgets = sorted((f.started, f.started if f.kind not in SESSION_RESETS else f.ended) for f in faults
                      if (f.expect and f.expect.reason == "DedupHistoryLost") or f.kind in SESSION_RESETS)
-    outages = [(f.started - lag, f.ended + lag) for f in faults if f.kind in OUTAGES]
+    outages = [(f.started - lag, f.ended + lag) for f in faults if f.kind in HISTORY_UNWRITABLE]
     every_split = _splits([t for ts in answered.values() for t in ts], slack, window)
     # a missing turn in flight at the loss counts as lost with it: the loss took its session lock
     # too, so the next turn of its session could run beside it and read the history before its append

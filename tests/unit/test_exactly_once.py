@@ -591,13 +591,14 @@ def test_a_split_across_a_flush_stays_apart_when_a_missing_turn_ran_again_later(
     assert (report["splits"], report["splits_across_faults"]) == (0, 1)
 
 
-def test_a_split_whose_turns_ran_while_redis_was_paused_is_counted_apart() -> None:
-    pause = Fault("redis_pause", T0 + 20.0, T0 + 28.0, expect=Expectation("RedisReachable", "False"))
+@pytest.mark.parametrize("kind", ["redis_pause", "redis_refuses_writes"])
+def test_a_split_whose_turns_ran_while_the_history_could_not_be_written_is_counted_apart(kind: str) -> None:
+    pause = Fault(kind, T0 + 20.0, T0 + 28.0, expect=Expectation("RedisReachable", "False"))
     turns = [turn("A", T0 + 22.0, session="s"), turn("B", T0 + 60.0, session="s", history=())]
     deliveries = [delivery("A", T0 + 22.0), delivery("B", T0 + 60.0)]
     across = classify(deliveries, turns, [held(T0 - 1)], [pause], LAG)
     assert (across["splits"], across["splits_across_faults"]) == (0, 1)
-    later = Fault("redis_pause", T0 + 40.0, T0 + 45.0)  # no turn of the split ran in it
+    later = Fault(kind, T0 + 40.0, T0 + 45.0)  # no turn of the split ran in it
     assert classify(deliveries, turns, [held(T0 - 1)], [later], LAG)["splits"] == 1
 
 
