@@ -170,8 +170,8 @@ class ManagedPersistenceSpec(fields.Section):
     """spec.redis.managed.persistence as written (``enabled`` None: by the replica count)."""
 
     enabled: bool | None = fields.api(fields.scalar(
-        "enabled", "boolean", "AOF on a PVC. Default: true when spec.replicas > 1 (several replicas share the "
-        "records), false for one replica; false opts out.", convert=lambda v: None if v is None else bool(v)))
+        "enabled", "boolean", "AOF on a PVC. Default: true when spec.replicas > 1 or spec.autoscaling may run more "
+        "than one (maxReplicas > 1): several replicas share the records; false for one replica; false opts out.", convert=lambda v: None if v is None else bool(v)))
     size: str = fields.api(_SIZE)
     storage_class: str | None = fields.api(fields.scalar(
         "storageClassName", "string", "Storage class. Default: the cluster's default.", max_length=253))
@@ -193,7 +193,8 @@ class ManagedRedisSpec(fields.Section):
     persistence: ManagedPersistenceSpec = fields.api(fields.section(
         "persistence", ManagedPersistenceSpec, "Keep the managed Redis's data (the 24-hour dedup records) across a "
         "Redis pod restart: append-only file on a PersistentVolumeClaim. Without it a restarted managed Redis forgets "
-        "admitted webhooks (reported as DedupHistoryLost). Default: on when spec.replicas > 1."))
+        "admitted webhooks (reported as DedupHistoryLost). Default: on when spec.replicas > 1, or with "
+        "spec.autoscaling.maxReplicas > 1."))
 
 
 @dataclass(frozen=True)
@@ -258,7 +259,8 @@ class RedisSpec:
 
     @classmethod
     def parse(cls, raw: Mapping[str, Any] | None, replicas: int = 1) -> "RedisSpec":
-        """``replicas``: a managed Redis persists by default when more than one replica shares it."""
+        """``replicas``: the most replicas that may share it (GatewaySpec.replicas_at_most); a managed
+        Redis persists by default when that is more than one."""
         spec = fields.parse(cls, raw)
         persistence = spec.managed_spec.persistence
         persist = replicas > 1 if persistence.enabled is None else persistence.enabled
@@ -580,8 +582,15 @@ class GatewaySpec:
             if config.get(section) is not None and not isinstance(config[section], Mapping):
                 raise ValueError(f"spec.config.{section} must be a mapping")
         parsed = fields.parse(cls, spec)
-        # a managed Redis persists by default when more than one replica shares it
-        return replace(parsed, redis=RedisSpec.parse(spec.get("redis"), parsed.replicas))
+        # a managed Redis persists by default when more than one replica may share it: with autoscaling,
+        # by the most the autoscaler may run, so that its scaling never flips the persistence (a new
+        # Redis pod, every dedup record lost: DedupHistoryLost for a whole TTL)
+        return replace(parsed, redis=RedisSpec.parse(spec.get("redis"), parsed.replicas_at_most))
+
+    @property
+    def replicas_at_most(self) -> int:
+        """The most replicas this spec may run: spec.replicas, or the autoscaler's maxReplicas when it is on."""
+        return max(self.replicas, self.autoscaling.max_replicas if self.autoscaling.enabled else 1)
 
 
 def store_backend_of(config: Mapping[str, Any]) -> str:

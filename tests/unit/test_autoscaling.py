@@ -137,6 +137,28 @@ def test_the_operator_leaves_spec_replicas_to_the_autoscaler() -> None:
         "spec"]["replicas"] == 5
 
 
+@pytest.mark.parametrize("max_replicas, persists", [(3, True), (1, False)])
+def test_the_autoscalers_moves_never_restart_the_managed_redis(max_replicas: int, persists: bool) -> None:
+    """A managed Redis persists by default when more than one replica may share it. Judged by
+    spec.replicas alone, the HPA's first scale-out past one replica switched persistence on: a new
+    Redis pod with an empty volume, every dedup record gone (DedupHistoryLost for a whole TTL).
+    With autoscaling it is judged by maxReplicas, so the Redis is the same at every count."""
+    def redis_deployment(count: int) -> dict[str, Any]:
+        body = gateway_deployment("gw", autoscaling={"enabled": True, "minReplicas": 1, "maxReplicas": max_replicas},
+                                  config=redis_store(), redis={"managed": {"enabled": True}})
+        body["spec"]["replicas"] = count  # as the HPA left it
+        s = GatewaySpec.parse(body["spec"])
+        assert (s.redis.managed_persistence is not None) is persists
+        return next(o for o in render.managed_redis(OWNER, s, render.OperatorIdentity()) if o["kind"] == "Deployment")
+    assert all(redis_deployment(count) == redis_deployment(1) for count in range(2, max_replicas + 1))
+    # without autoscaling, spec.replicas still decides; an explicit setting always wins
+    assert GatewaySpec.parse(gateway_deployment("gw", redis={"managed": {"enabled": True}})["spec"]
+                             ).redis.managed_persistence is None
+    off = GatewaySpec.parse(gateway_deployment("gw", autoscaling=AUTOSCALING, config=redis_store(), redis={
+        "managed": {"enabled": True, "persistence": {"enabled": False}}})["spec"])
+    assert off.redis.managed_persistence is None
+
+
 # -- the scrape ------------------------------------------------------------------------------------
 
 def test_the_pod_monitor_scrapes_metrics_with_the_token_by_reference_only() -> None:
