@@ -98,6 +98,12 @@ verify-exactly-once: system-deps venv binaries node-binaries images
 	$(PY) hack/verify-exactly-once.py
 .PHONY: verify-exactly-once
 
+# The autoscaling proof on the real node: Prometheus, prometheus-adapter and the HPA controller scale a
+# GatewayDeployment out under a burst of slow turns and back in, the checker's deliveries running through
+verify-autoscaling: system-deps venv binaries node-binaries images
+	$(PY) hack/verify-autoscaling.py
+.PHONY: verify-autoscaling
+
 demo:  # hack/demo.sh installs what is missing itself, saying so, and times it
 	@hack/demo.sh
 

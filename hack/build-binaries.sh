@@ -26,6 +26,10 @@
 #                                   prometheus and promtool (hack/prometheus) and the
 #                                   prometheus-operator CRDs ($GWOP_CACHE/crds/) for
 #                                   tests/sim/test_monitoring.py (`make test` and CI pass it)
+#   hack/build-binaries.sh --autoscaling
+#                                   --monitoring and prometheus-adapter (hack/prometheus-adapter), the
+#                                   custom metrics API server of the autoscaling proof
+#                                   (hack/verify-autoscaling.py; not in `make test`)
 #   hack/build-binaries.sh --oldest kube-apiserver, kube-controller-manager and kube-scheduler at
 #                                   the OLDEST supported Kubernetes (KUBE_OLDEST_VERSION, hack/k8s-oldest)
 #                                   as $GWOP_CACHE/bin/<name>-<that version>, for clusters started with
@@ -146,6 +150,18 @@ build_prometheus() {
      "github.com/prometheus/prometheus/cmd/$name" && mv "$out.tmp" "$out")
 }
 
+# prometheus-adapter, which serves the gateways' turns in flight from Prometheus on the custom metrics
+# API (custom.metrics.k8s.io) to the HPA controller. Cold: about 1.5 minutes on 2 cores.
+build_prometheus_adapter() {
+  local out=$bin/prometheus-adapter-$PROMETHEUS_ADAPTER_VERSION
+  [[ -x $out ]] && return
+  grep -q "sigs.k8s.io/prometheus-adapter $PROMETHEUS_ADAPTER_VERSION\$" "$here/prometheus-adapter/go.mod" \
+    || { log "hack/prometheus-adapter/go.mod does not pin $PROMETHEUS_ADAPTER_VERSION (versions.env)"; return 1; }
+  log "building prometheus-adapter $PROMETHEUS_ADAPTER_VERSION (one-off, minutes)"
+  (cd "$here/prometheus-adapter" && go build -trimpath -ldflags "-s -w" -o "$out.tmp" \
+     sigs.k8s.io/prometheus-adapter/cmd/adapter && mv "$out.tmp" "$out")
+}
+
 # kube-router, of which the real node runs only the network policy controller (hack/node.sh:
 # --run-firewall, no router, no service proxy). Its go.mod has no replace directives: a wrapper
 # module (hack/kube-router) with its go.sum, checked here against the module checksum versions.env
@@ -262,7 +278,7 @@ fetch_layer_tools() {  # helm (the layer's kubectl is older than the control pla
 }
 
 # What to build, from the flags (they combine).
-core=1 sim=1 node=0 late=0 monitoring=0 oldest=0
+core=1 sim=1 node=0 late=0 monitoring=0 oldest=0 autoscaling=0
 for flag in "$@"; do
   case $flag in
     --node) node=1 late=1 ;;
@@ -271,6 +287,7 @@ for flag in "$@"; do
     --late-only) late=1 core=0 sim=0 ;;
     --no-sim) sim=0 ;;
     --monitoring) monitoring=1 ;;
+    --autoscaling) monitoring=1 autoscaling=1 ;;
     --oldest) oldest=1 ;;
     --dir) echo "$bin"; exit 0 ;;
     *) log "unknown flag $flag"; exit 2 ;;
@@ -316,6 +333,7 @@ kwok_() { timed kwok build_kwok; }
 gitops_() { fetch_gitops_crds >/dev/null; }
 prometheus_() { local name; for name in prometheus promtool; do timed "$name" build_prometheus "$name"; done; }
 prometheus_crds_() { fetch_prometheus_operator_crds; }
+prometheus_adapter_() { timed prometheus-adapter build_prometheus_adapter; }
 oldest_() { timed "${OLDEST_COMPONENTS[*]} $KUBE_OLDEST_VERSION" build_kube_oldest; }
 
 # the control plane's own Kubernetes build is the longest: it has a lane; the rest share one
@@ -325,6 +343,7 @@ other=()
 ((node)) && other+=(coredns_ containerd_ gateway_api_)
 ((sim)) && other+=(kwok_ gitops_)
 ((monitoring)) && other+=(prometheus_ prometheus_crds_)
+((autoscaling)) && other+=(prometheus_adapter_)
 ((${#other[@]} == 0)) || lane other "${other[@]}"
 ((oldest)) && lane oldest oldest_
 ((late)) && lane late nice traefik_ kube_router_
@@ -354,4 +373,5 @@ fi
 if ((monitoring)); then
   for name in prometheus promtool; do ln -sf "$name-$PROMETHEUS_VERSION" "$bin/$name"; done
 fi
+((autoscaling == 0)) || ln -sf "prometheus-adapter-$PROMETHEUS_ADAPTER_VERSION" "$bin/prometheus-adapter"
 echo "$bin"

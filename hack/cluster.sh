@@ -93,7 +93,20 @@ EXT
   sign_cert "$pki" "$pki/serving" "/CN=kube-apiserver" 3650 "$pki/serving.ext"
 }
 
+# The aggregation layer's own CA and the client certificate the API server presents when it proxies to an
+# extension API server (prometheus-adapter's custom.metrics.k8s.io: hack/verify-autoscaling.py), which
+# trusts the X-Remote-User/-Group headers of a client this CA signed as front-proxy-client.
+front_proxy_pki() {
+  local fp=$pki/front-proxy
+  [[ -f $fp/client.crt ]] && return
+  mkdir -p "$fp"
+  (cd "$fp" && openssl req -x509 -newkey rsa:2048 -nodes -days 3650 -subj "/CN=gateway-operator-front-proxy-ca" \
+     -keyout ca.key -out ca.crt 2>/dev/null)
+  sign_client_cert "$fp" "$fp/client" "/CN=front-proxy-client" 3650
+}
+
 make_pki() {
+  front_proxy_pki
   if [[ -f $pki/admin.crt ]]; then
     # an earlier run with another GWOP_SERVICE_CIDR: only the serving certificate changes
     grep -q "IP:$(first_service_ip),IP:$NODE_ADDRESS," "$pki/serving.ext" 2>/dev/null || serving_cert
@@ -179,6 +192,11 @@ POLICY
     --kubelet-client-certificate "$pki/admin.crt" --kubelet-client-key "$pki/admin.key" \
     --cert-dir "$dir/apiserver-certs" --tls-cert-file "$pki/serving.crt" --tls-private-key-file "$pki/serving.key" \
     --client-ca-file "$pki/ca.crt" \
+    --requestheader-client-ca-file "$pki/front-proxy/ca.crt" --requestheader-allowed-names front-proxy-client \
+    --requestheader-username-headers X-Remote-User --requestheader-group-headers X-Remote-Group \
+    --requestheader-extra-headers-prefix X-Remote-Extra- \
+    --proxy-client-cert-file "$pki/front-proxy/client.crt" --proxy-client-key-file "$pki/front-proxy/client.key" \
+    --enable-aggregator-routing=true \
     --authorization-mode RBAC \
     --enable-admission-plugins NamespaceLifecycle,LimitRanger,ServiceAccount,PodSecurity,DefaultStorageClass,ResourceQuota,MutatingAdmissionWebhook,ValidatingAdmissionWebhook,ValidatingAdmissionPolicy \
     --service-cluster-ip-range "$service_cidr" --allow-privileged=true \
