@@ -36,8 +36,9 @@ cluster-down:
 # pods, then the other real-node modules share one (.cluster/node-session) (root; without root
 # they skip in one line, under CI they fail). PYTEST_ARGS=tests/unit runs one folder.
 # GWOP_TEST_KUBECONFIG=<path> runs the integration suite against an existing cluster instead.
+# --durations: the 30 slowest tests, what to split or speed up when CI grows (issue 34)
 test: system-deps venv test-binaries
-	$(PY) -m pytest $(PYTEST_ARGS)
+	$(PY) -m pytest --durations=30 $(PYTEST_ARGS)
 
 # every Go build `make test` uses, in one hack/build-binaries.sh run (its lanes build side by side)
 test-binaries:

@@ -580,7 +580,7 @@ def setup(cluster: Cluster, settings: Settings, say: Callable[[str], None]) -> N
     replicas = body["spec"]["replicas"]
     wait_ready_pods(cluster, NAMESPACE, NAME, replicas, timeout=300)
     wait_condition(cluster, NAMESPACE, NAME, "ExactlyOnceAdmission", "True", timeout=120)
-    say(f"  {NAME}: {replicas} replica(s) Ready ({'SQLite' if replicas == 1 else 'Redis'}), ExactlyOnceAdmission=True")
+    say(f"  {NAME}: {replicas} replica(s) Ready ({'SQLite' if SWITCH in settings.faults else 'Redis'}), ExactlyOnceAdmission=True")
 
 
 def turns(cluster: Cluster) -> list[Turn]:
