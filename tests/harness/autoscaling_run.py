@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import json
 import random
+import shutil
 import subprocess
 import tempfile
 import threading
@@ -165,7 +166,10 @@ class PodMonitorScrape:
             tmp.replace(self.targets)
 
     def stop(self) -> None:
+        """Stops following the pods and removes the token file with the rest of the job's files."""
         self._stop.set()
+        self._thread.join(timeout=10)
+        shutil.rmtree(self.dir, ignore_errors=True)
 
 
 def _secret(cluster: Cluster, namespace: str, name: str, key: str) -> str:
@@ -250,6 +254,7 @@ class Adapter:
         self.cluster.kubectl("delete", "namespace", ADAPTER_NAMESPACE, "--ignore-not-found", "--wait=false", check=False)
         terminate(self.proc, grace=10)
         self.proc = None
+        shutil.rmtree(self.dir, ignore_errors=True)  # its serving key
 
 
 def served_metric(cluster: Cluster, namespace: str) -> dict[str, float]:
