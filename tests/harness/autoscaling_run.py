@@ -386,7 +386,7 @@ def table(report: dict[str, Any]) -> str:
         metric = "-" if r["hpa_average"] is None else f"{r['hpa_average']:.2f}"
         conds = " ".join(f"{k}={v}" for k, v in r["conditions"].items() if v)
         lines.append(f"{r['at']:>6.0f} {r['provider_in_flight']:>9} {metric:>7} "
-                     f"{r['hpa_current']}->{r['hpa_desired']:<4} {r['spec_replicas']!s:>4} {r['ready_pods']:>5}  {conds}")
+                     f"{r['hpa_current']}->{r['hpa_desired']!s:<4} {r['spec_replicas']!s:>4} {r['ready_pods']:>5}  {conds}")
     lines.append(f"most ready pods {a['most_ready_pods']} at {a['most_reached_after_s']} s; back at "
                  f"{a['min_replicas']} at {a['back_at_min_after_s']} s; deliveries {report['deliveries']}, "
                  f"silent duplicates {report['silent_duplicates']}, lost {report['lost']}, splits {report['splits']}")
