@@ -30,15 +30,16 @@ cluster-up: system-deps venv binaries node-binaries images
 cluster-down:
 	@hack/cluster.sh down
 
-# tests/unit (no cluster), then tests/sim (control planes with a simulated node, started and
-# stopped by the test session) and tests/node (the real node), with real redis-servers;
+# tests/unit (no cluster) and tests/sim (control planes with a simulated node, started and
+# stopped by the test session), beside tests/node (the real node), with real redis-servers;
 # tests/node/test_node.py runs `make demo` on a real node (.cluster/node-demo) and tests its real
 # pods, then the other real-node modules share one (.cluster/node-session) (root; without root
 # they skip in one line, under CI they fail). PYTEST_ARGS=tests/unit runs one folder.
 # GWOP_TEST_KUBECONFIG=<path> runs the integration suite against an existing cluster instead.
-# --durations: the 30 slowest tests, what to split or speed up when CI grows (issue 34)
+# hack/test.sh runs tests/node beside tests/unit + tests/sim (two pytest runs, about the time of the
+# longer one), each printing its slowest tests; with PYTEST_ARGS, one pytest run with them.
 test: system-deps venv test-binaries
-	$(PY) -m pytest --durations=30 $(PYTEST_ARGS)
+	PY=$(PY) hack/test.sh $(PYTEST_ARGS)
 
 # every Go build `make test` uses, in one hack/build-binaries.sh run (its lanes build side by side)
 test-binaries:
