@@ -42,7 +42,7 @@ from typing import Any, Callable
 import yaml
 
 from . import exactly_once_run as checker
-from . import monitoring, node
+from . import monitoring, node, tls
 from .cluster import REPO, Cluster, tool
 from .exactly_once import classify
 from .gateways import ready_pods
@@ -98,14 +98,9 @@ class Provider(checker.Provider):
                   (s.burst_messages, s.trickle_messages, s.burst_s, s.trickle_s, s.trickle_turn_s)]
         for first_index, count, start, length, turn_s in phases:
             for i in range(first_index, first_index + count):
-                msg = f"a{s.seed}-{i:05d}"
                 session = f"s{self.rng.randrange(c.sessions):03d}"
-                self.sessions[msg] = session
-                text = f"msg={msg} session={session} delay={self.rng.uniform(*turn_s):.1f}"
-                first = t0 + start + self.rng.uniform(0, length)
-                for copy in range(c.copies):
-                    at = first if copy == 0 else first + self.rng.uniform(0, c.redeliver_max_s)
-                    self._push(at, msg, copy, 0, text)
+                delay = self.rng.uniform(*turn_s)
+                self.plan_message(f"a{s.seed}-{i:05d}", session, delay, t0 + start + self.rng.uniform(0, length))
 
     def in_flight(self) -> int:
         with self._cv:
@@ -127,7 +122,7 @@ class PodMonitorScrape:
         ref = endpoint["authorization"]["credentials"]
         token = self.dir / "token"
         token.touch(mode=0o600)
-        token.write_text(_secret(cluster, namespace, ref["name"], ref["key"]))
+        token.write_text(node.secret_value(cluster, namespace, ref["name"], ref["key"]))
         self.targets = self.dir / "targets.json"
         self.targets.write_text("[]")
         meta = self.monitor["metadata"]
@@ -172,12 +167,6 @@ class PodMonitorScrape:
         shutil.rmtree(self.dir, ignore_errors=True)
 
 
-def _secret(cluster: Cluster, namespace: str, name: str, key: str) -> str:
-    import base64
-    data = cluster.get_json("secret", name, "-n", namespace)["data"]
-    return base64.b64decode(data[key]).decode()
-
-
 class Adapter:
     """prometheus-adapter as a host process on the node's bridge address, registered as the
     custom metrics API: its serving certificate signed by the cluster's CA (the APIService's
@@ -194,7 +183,7 @@ class Adapter:
         self.log = open(self.dir / "adapter.log", "wb")
         self.proc: subprocess.Popen[bytes] | None = subprocess.Popen(
             [tool("prometheus-adapter"), f"--secure-port={self.port}", f"--bind-address={NODE_ADDRESS}",
-             f"--tls-cert-file={self.dir / 'serving.crt'}", f"--tls-private-key-file={self.dir / 'serving.key'}",
+             f"--tls-cert-file={self.cert.cert_path}", f"--tls-private-key-file={self.cert.key_path}",
              f"--lister-kubeconfig={kubeconfig}", f"--authentication-kubeconfig={kubeconfig}",
              f"--authorization-kubeconfig={kubeconfig}", f"--prometheus-url={prometheus_url}/",
              "--metrics-relist-interval=30s", f"--config={self.dir / 'config.yaml'}", "--v=1"],
@@ -202,17 +191,10 @@ class Adapter:
         self.register()
 
     def _serving_cert(self) -> None:
-        pki = Path(self.cluster.kubeconfig).parent / "pki"
-        ext = self.dir / "serving.ext"
-        ext.write_text(f"subjectAltName=IP:{NODE_ADDRESS},DNS:{ADAPTER_SERVICE}.{ADAPTER_NAMESPACE}.svc\n"
-                       "extendedKeyUsage=serverAuth\n")
-        key, csr, crt = (str(self.dir / f"serving.{x}") for x in ("key", "csr", "crt"))
-        subprocess.run(["openssl", "req", "-newkey", "rsa:2048", "-nodes", "-subj", f"/CN={ADAPTER_SERVICE}",
-                        "-keyout", key, "-out", csr], check=True, capture_output=True)
-        subprocess.run(["openssl", "x509", "-req", "-in", csr, "-CA", str(pki / "ca.crt"), "-CAkey", str(pki / "ca.key"),
-                        "-CAserial", str(self.dir / "ca.srl"), "-CAcreateserial", "-days", "2",
-                        "-extfile", str(ext), "-out", crt], check=True, capture_output=True)
-        self.ca = (pki / "ca.crt").read_bytes()
+        ca = tls.load_ca(Path(self.cluster.kubeconfig).parent / "pki")
+        self.cert = tls.server_cert(ca, self.dir, dns=(f"{ADAPTER_SERVICE}.{ADAPTER_NAMESPACE}.svc",), ips=(NODE_ADDRESS,),
+                                    stem="serving")
+        self.ca = ca.pem.encode()
 
     def register(self) -> None:
         import base64

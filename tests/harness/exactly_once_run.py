@@ -489,12 +489,17 @@ class Provider:
             msg = f"m{s.seed}-{i:05d}"
             session = f"s{self.rng.randrange(s.sessions):03d}"
             delay = self.rng.uniform(*s.long_s) if self.rng.random() < s.long_share else 0.0
-            self.sessions[msg] = session
-            text = f"msg={msg} session={session} delay={delay:.1f}"
-            first = t0 + self.rng.uniform(0, s.spread_s)
-            for copy in range(s.copies):
-                at = first if copy == 0 else first + self.rng.uniform(0, s.redeliver_max_s)
-                self._push(at, msg, copy, 0, text)
+            self.plan_message(msg, session, delay, t0 + self.rng.uniform(0, s.spread_s))
+
+    def plan_message(self, msg: str, session: str, delay: float, first: float) -> None:
+        """One message of ``session`` whose model turn takes ``delay``: its first delivery at
+        ``first``, each further copy after a seeded redelivery delay."""
+        s = self.settings
+        self.sessions[msg] = session
+        text = f"msg={msg} session={session} delay={delay:.1f}"
+        for copy in range(s.copies):
+            at = first if copy == 0 else first + self.rng.uniform(0, s.redeliver_max_s)
+            self._push(at, msg, copy, 0, text)
 
     def _push(self, at: float, msg: str, copy: int, retry: int, text: str) -> None:
         with self._cv:

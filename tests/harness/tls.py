@@ -79,6 +79,15 @@ def make_ca(directory: Path, name: str = "gwop test CA") -> CA:
     return CA(cert_path=cert_path, key_path=key_path, pem=pem, cert=cert, key=key)
 
 
+def load_ca(directory: Path) -> CA:
+    """A CA already on disk as ``ca.crt``/``ca.key`` (a cluster's own, hack/cluster.sh's RSA one too)."""
+    directory = Path(directory)
+    cert_path, key_path = directory / "ca.crt", directory / "ca.key"
+    pem = cert_path.read_text()
+    return CA(cert_path=cert_path, key_path=key_path, pem=pem, cert=x509.load_pem_x509_certificate(pem.encode()),
+              key=serialization.load_pem_private_key(key_path.read_bytes(), password=None))  # type: ignore[arg-type]
+
+
 def server_cert(ca: CA, directory: Path, dns: Sequence[str] = ("localhost",), ips: Sequence[str] = ("127.0.0.1",),
                 not_before: datetime | None = None, not_after: datetime | None = None,
                 stem: str = "server") -> ServerCert:
