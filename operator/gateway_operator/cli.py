@@ -205,9 +205,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     import prometheus_client
 
     from . import handlers  # noqa: F401  (registers the kopf handlers)
-    from .controller import ControllerSettings
-    from .reconcile import ReconcileSettings
     from .render import OperatorIdentity
+    from .schedule import Timing
+    from .settings import ControllerSettings, ReconcileSettings
 
     # The watch stream is decoded by json, which recurses per nesting level; the API server
     # admits objects nested up to 10,000 levels. Decoding such an object must not kill the
@@ -225,7 +225,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     logging.getLogger("aiohttp.access").setLevel(logging.DEBUG if args.verbose else logging.WARNING)
     if args.metrics_port:
         prometheus_client.start_http_server(args.metrics_port, addr=args.bind_address)
-    reconcile_settings = ReconcileSettings(resync_seconds=args.resync_seconds, operator=OperatorIdentity(
+    reconcile_settings = ReconcileSettings(timing=Timing(resync_seconds=args.resync_seconds), operator=OperatorIdentity(
         args.operator_namespace, args.operator_instance, args.managed_redis_image))
     from .tenancy import TenancyPolicy
     try:

@@ -21,6 +21,7 @@ from .redis_probe import ProbeResult
 from .redis_target import RedisTarget
 from .replica_state import channel_warning
 from .replicas import gate_holds
+from .rollouts import RolloutState
 from .unrecorded import Unrecorded
 from .unrecorded import message as unrecorded_message
 
@@ -67,7 +68,7 @@ class Facts:
     migrating: bool = False      # one replica copies the single SQLite replica's records to Redis
     sessions_store: str = "replica"  # where webhook session history lives (spec.sessions)
     target: RedisTarget | None = None  # the Redis spec.redis resolves to (its TLS settings)
-    rollout: str = ""            # "queued" / "operator": a rollout the operator causes itself (rollouts.py)
+    rollout: RolloutState = RolloutState.NONE  # a rollout the operator causes itself (rollouts.py)
     memory_warned: bool = False  # RedisDurable said RedisNearlyFull last time (it holds down to 80%)
     refused: Sequence[tuple[str, str]] = ()  # (pod, the launcher's line): pods that refused the gateway (exit 78)
     channels: Sequence[tuple[str, str]] = ()  # (channel, how): bots every replica would run (replica_state)
@@ -140,12 +141,12 @@ def _reconciling(f: Facts) -> Condition:
         return Condition(RECONCILING, "True", R.WAITING_FOR_REDIS,
                          f"holding {f.running_replicas} of {f.desired_replicas} replicas until the "
                          "operator's Redis probe passes")
-    if f.rollout == "queued":
+    if f.rollout is RolloutState.QUEUED:
         return Condition(RECONCILING, "True", R.OPERATOR_UPGRADE_QUEUED,
                          "the operator's new release changes these pods (not the spec): waiting for a rollout slot "
                          "(--max-concurrent-rollouts roll at a time); the current replicas keep serving")
     if _rolling(f):
-        why = "; the operator's new release changed the pods, not the spec" if f.rollout == "operator" else ""
+        why = "; the operator's new release changed the pods, not the spec" if f.rollout is RolloutState.OPERATOR else ""
         return Condition(RECONCILING, "True", R.ROLLING_OUT,
                          f"{f.updated_replicas} of {f.running_replicas} replicas updated, "
                          f"{f.ready_replicas} ready{why}")

@@ -1,6 +1,6 @@
 """One long-lived task per GatewayDeployment, the I/O around the pass: wait as the schedule
-says (schedule.py), run the pass (reconcile.py) beside the /health poll, summarize the facts
-(summarize.py), publish (publish.py), restart a replica stuck on the build-time fallback. One
+says (schedule.py), run the pass (reconcile.py) beside the /health poll, gather the facts
+(facts.py), publish (publish.py), restart a replica stuck on the build-time fallback. One
 sequential task per object: no two writers race on one status. A pass that outlasts its step's
 poll (a full pass behind a resync wave) goes on while the next steps poll and publish with what
 the last pass saw; one pass at a time. An error of the loop's own backs off like a failed pass
@@ -20,21 +20,23 @@ from typing import Any, Callable, Mapping, NamedTuple, Sequence
 import kopf
 from kubernetes.client.rest import ApiException
 
-from . import api, health, inputs, metrics, render, summarize, unrecorded
+from . import api, health, inputs, metrics, render, schedule, unrecorded
 from .api import GatewaySpec, HealthSpec
 from .conditions import Facts, Problem
 from .expose import Exposure
+from .facts import gather as gather_facts
 from .inputs import Checked, SecretInputs, kept, resource_version
 from .kube import Kube
 from .pods import LiveDeployment, PodView, gate_condition
 from .publish import ObjectLog, now_iso, publish
-from .reconcile import Observation, Outcome, reconcile
+from .outcome import Outcome
+from .reconcile import Observation, reconcile
 from .redis_probe import KeptConnection, ProbeResult, Prober
 from .redis_probe import bound as probe_bound
 from .replicas import out_of_traffic, stale_replica
 from .rollouts import RolloutGate
 from .schedule import Schedule
-from .steps import ControllerSettings
+from .settings import ControllerSettings
 from .tenancy import Claim
 
 log = logging.getLogger(__name__)
@@ -74,7 +76,7 @@ class GatewayController:
     poller: health.Poller = field(default_factory=health.Poller)  # its own: the connections to its replicas
     body: Mapping[str, Any] = field(default_factory=dict)
     wake: asyncio.Event = field(default_factory=asyncio.Event)
-    schedule: Schedule = field(default_factory=Schedule)  # when the next pass, poll and restart are due
+    schedule: Schedule = field(init=False)  # when the next pass, poll and restart are due (its timing: settings)
     rollouts: RolloutGate | None = None   # the operator-wide cap on the rollouts it causes itself
     _rv_floor: int = 0                    # the resourceVersion of our last status write
     _inputs: SecretInputs | None = None   # the last full pass's Secret inputs, reused until the next
@@ -94,6 +96,7 @@ class GatewayController:
 
     def __post_init__(self) -> None:
         self.log = ObjectLog(log, {"object": f"{self.namespace}/{self.name}"})
+        self.schedule = Schedule(self.settings.reconcile.timing)
 
     def update(self, body: Mapping[str, Any]) -> None:
         """Called for every watch event of the object: wakes the loop when the spec changed."""
@@ -152,14 +155,12 @@ class GatewayController:
         replicas = await self._poll(health_spec, poll_due)
         if spec is not None:
             await self._gate(spec, replicas)
-        wait = self.schedule.next_poll - time.monotonic()
-        if poll_due:  # published together when the pass ends within its Redis probe's bound (or by the
-            # next poll), so that a Redis that hangs shows in the same status as the replicas that
-            # report it, never RedisReachable=True beside them; only a full pass queued for the API
-            # threads takes longer, and the poll's news is published without it
-            wait = min(wait, started + probe_bound(health_spec.timeout_seconds) - time.monotonic())
+        # a poll's news is published with the pass when it ends within its Redis probe's bound, so
+        # that a Redis that hangs never shows RedisReachable=True beside the replicas that report it
+        wait = schedule.publish_wait(time.monotonic(), self.schedule.next_poll, started,
+                                     probe_bound(health_spec.timeout_seconds) if poll_due else None)
         if not pending.done():
-            await asyncio.wait({pending}, timeout=max(0.0, wait))
+            await asyncio.wait({pending}, timeout=wait)
         if pending.done():
             self._pending, self._waking = None, False
             passed = pending.result()  # a pass never raises (reconcile's boundary); its bookkeeping might
@@ -180,7 +181,7 @@ class GatewayController:
         self._leaving, left = unrecorded.settle(self._leaving, {p.name for p in self.pods()}, self._carried,
                                                 time.monotonic(), spec.drain_seconds if spec else 0.0)
         self._carried &= set(self._leaving)
-        facts = summarize.facts(body, spec, outcome, replicas, time.time(), self._gone + left)
+        facts = gather_facts(body, spec, outcome, replicas, time.time(), self._gone + left)
         policy = render.gateway_network_policy_name(self.name) if spec and spec.network_policy.enabled else ""
         # the autoscaler and PodMonitor asked for; a spec that does not parse keeps what status said,
         # so that they are still removed once a spec without them comes
@@ -214,8 +215,7 @@ class GatewayController:
         seen = Observation(self.deployment(), self._inputs, self._exposure, self.claims(hosts), checked,
                            self._probe, self._probe_connection, tuple(self._leaving))
         result = await reconcile(self.kube, self.prober, self.settings.reconcile, body, list(self.pods()),
-                                 full, self.schedule.failures, seen, self.rollouts,
-                                 first=self.schedule.reconciled_generation is None)
+                                 full, seen, self.rollouts)
         outcome = result.outcome
         self._probe = outcome.probe
         self._carried |= outcome.carried
@@ -225,8 +225,7 @@ class GatewayController:
             self._inputs = result.inputs  # None after a problem: observation passes read again until fixed
             metrics.reconcile_took(self.namespace, self.name, time.monotonic() - started)
             metrics.reconciled(self.namespace, self.name, outcome.writes)
-        shown = self.schedule.settled(time.monotonic(), outcome.applied, body["metadata"].get("generation"),
-                                      outcome.problem, result.requeue_after)
+        shown = self.schedule.settled(time.monotonic(), outcome, body["metadata"].get("generation"), random.random())
         outcome = outcome._replace(problem=shown)
         if outcome.error is not None:
             metrics.reconcile_failed(self.namespace, self.name)
@@ -236,7 +235,7 @@ class GatewayController:
     def _errored(self, message: str, exc_info: bool = False) -> None:
         metrics.reconcile_failed(self.namespace, self.name)
         self.log.problem(Problem("StepError", message), exc_info, message)
-        self.schedule.errored(time.monotonic(), self.settings.reconcile.problem_backoff)
+        self.schedule.errored(time.monotonic())
 
     async def _poll(self, health_spec: HealthSpec, due: bool) -> list[health.ReplicaHealth]:
         """Every serving replica's answer: polled when the poll is due, else the last one (a

@@ -12,7 +12,7 @@ from typing import Any, Iterable
 import kopf
 
 from . import api, expose, pods, reasons, watch_liveness
-from .controller import ControllerSettings
+from .settings import ControllerSettings
 from .kube import Kube, load_config
 from .pods import LiveDeployment, Observed, PodView, live_deployment
 from .supervisor import Supervisor

@@ -1,25 +1,23 @@
 """The pass's first step: read its inputs. The spec parsed and checked, the generated Secrets
 created (full passes), the Secrets the pods read, the managed Redis's address, and the
-Deployment as far as it is ours. Every bad input becomes a Problem (summarize.py names it);
+Deployment as far as it is ours. Every bad input becomes a Problem (problems.py names it);
 what runs is left alone.
 
 The API calls are synchronous (kubernetes client); reconcile.py runs these in threads.
 """
 from __future__ import annotations
 
-import base64
-import secrets as token_source
 from typing import Any, Mapping, NamedTuple
 
 from kubernetes.client.rest import ApiException
 
-from . import api, reasons, render, summarize
+from . import api, problems, reasons, render
 from .api import GatewaySpec, SecretKeyRef
 from .conditions import Problem
 from .kube import Kube, NotOwned, SecretUndecodable
 from .pods import LiveDeployment, Observed, live_deployment, serving
 from .redis_probe import Credentials, ca_bundle_loads
-from .redis_target import InvalidRedisURL, RedisTarget, managed_redis_name, resolve
+from .redis_target import InvalidRedisURL, RedisTarget, resolve
 from .tenancy import TenancyPolicy
 from .tenancy import violations as tenancy_violations
 from .validation import MSG_REPLICAS_NEED_REDIS, limit_violations, violations
@@ -115,11 +113,11 @@ def prepare(kube: Kube, owner: render.Owner, checked: Checked, full: bool, cache
         inputs = cached or _secret_inputs(kube, owner, spec, target, read)
         managed_ip = _managed_redis_ip(kube, owner, target) if target is not None else None
     except NotOwned as e:
-        return Prepared(owner, spec, target, problem=summarize.not_owned(e.kind, e.name, e.namespace))
+        return Prepared(owner, spec, target, problem=problems.not_owned(e.kind, e.name, e.namespace))
     except ApiException as e:
-        if summarize.namespace_terminating(e):
+        if problems.namespace_terminating(e):
             return Prepared(owner, spec, target, terminating=True)
-        return Prepared(owner, spec, target, problem=summarize.refused(e))
+        return Prepared(owner, spec, target, problem=problems.refused(e))
     if inputs.problem:  # keep what runs: pods referencing a missing Secret would not start
         return Prepared(owner, spec, target, problem=inputs.problem, writes=writes)
     return Prepared(owner, spec, target, inputs, managed_ip, writes=writes)
@@ -127,23 +125,15 @@ def prepare(kube: Kube, owner: render.Owner, checked: Checked, full: bool, cache
 
 def _ensure_generated_secrets(kube: Kube, owner: render.Owner, spec: GatewaySpec,
                               read: dict[str, dict[str, Any]]) -> int:
-    """The auth token (the gateway refuses a non-loopback bind without one) and the managed
-    Redis password: generated once, never rotated behind the user's back. ``read`` gets the
-    ones found, so that the pass does not read them again."""
-    wanted = []
-    if spec.auth_token_ref is None:
-        wanted.append((render.auth_secret_name(owner.name), "token", token_source.token_urlsafe(48), "gateway"))
-    if spec.redis.managed:
-        wanted.append((managed_redis_name(owner.name), "password", token_source.token_urlsafe(32), "redis"))
-    if spec.sessions_store == "redis" and spec.sessions.key_ref is None:  # a Fernet key
-        key = base64.urlsafe_b64encode(token_source.token_bytes(32)).decode()
-        wanted.append((render.session_key_secret_name(owner.name), "key", key, "gateway"))
+    """The Secrets render.generated_secrets names: created once when absent, never rotated
+    behind the user's back. ``read`` gets the ones found, so that the pass does not read them again."""
     created = 0
-    for name, key_name, value, component in wanted:
-        made, live = kube.create_if_absent(render.generated_secret(owner, name, key_name, value, component), owner.uid)
+    for g in render.generated_secrets(owner, spec):
+        made, live = kube.create_if_absent(render.generated_secret(owner, g.name, g.key, g.value(), g.component),
+                                           owner.uid)
         created += made
         if live is not None:
-            read[name] = live
+            read[g.name] = live
     return created
 
 

@@ -1,5 +1,5 @@
 """The loop's one write: status, when it changed, and an Event for each transition that
-summarize.EVENTS names (with one log line per transition).
+events.EVENTS names (with one log line per transition).
 
 ``status.build`` makes the new status from the facts (pure); this module writes its merge
 patch and posts the Events. A status the API server refuses raises (the loop backs off).
@@ -13,10 +13,11 @@ from typing import Any, Mapping, MutableMapping, Sequence
 
 import kopf
 
-from . import api, conditions, metrics, status, summarize
+from . import api, conditions, events, metrics, status
 from .conditions import Facts, Problem
 from .expose import Exposure
 from .kube import Kube
+from .outcome import Outcome
 
 
 class ObjectLog(logging.LoggerAdapter):  # type: ignore[type-arg]
@@ -42,7 +43,7 @@ def now_iso() -> str:
     return dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-async def publish(kube: Kube, body: Mapping[str, Any], facts: Facts, outcome: Any, exposure: Exposure | None,
+async def publish(kube: Kube, body: Mapping[str, Any], facts: Facts, outcome: Outcome, exposure: Exposure | None,
                   policy: str, log: ObjectLog, autoscaling: Mapping[str, str] | None = None) -> Mapping[str, Any] | None:
     """Writes status when it changed; returns the object as written (None: nothing to write).
     ``outcome``: the pass's (reconcile.Outcome), its problem as the schedule shows it;
@@ -67,6 +68,6 @@ def _post_events(body: Mapping[str, Any], before: Sequence[Mapping[str, Any]],
                  after: Sequence[Mapping[str, Any]], log: ObjectLog) -> None:
     for t in conditions.transitions(before, after):
         log.info("%s %s -> %s (%s): %s", t.type, t.old or "-", t.new["status"], t.new["reason"], t.new["message"])
-        event = summarize.event_for(t)
+        event = events.event_for(t)
         if event:
             kopf.event(dict(body), type=event[0], reason=event[1], message=event[2])

@@ -4,13 +4,15 @@ Nothing here talks to the API server; ``reconcile`` applies what these return.
 """
 from __future__ import annotations
 
+import base64
 import copy
 import functools
 import hashlib
 import json
+import secrets as token_source
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping, NamedTuple
 
 import yaml
 
@@ -518,6 +520,30 @@ def generated_secret(owner: Owner, name: str, key: str, value: str, component: s
     """A Secret the operator generates once (auth token, managed Redis password)."""
     return _object("v1", "Secret", name, owner, component=component, type="Opaque",
                    stringData={key: value})
+
+
+class Generated(NamedTuple):
+    """A Secret the operator generates once, when it is absent, and never rotates."""
+
+    name: str
+    key: str
+    component: str
+    value: Callable[[], str]  # a fresh random value, drawn only when the Secret is created
+
+
+def generated_secrets(owner: Owner, spec: GatewaySpec) -> list[Generated]:
+    """The Secrets this spec needs the operator to generate: the auth token (the gateway refuses a
+    non-loopback bind without one), the managed Redis password, the sessions' Fernet key."""
+    wanted = []
+    if spec.auth_token_ref is None:
+        wanted.append(Generated(auth_secret_name(owner.name), "token", "gateway", lambda: token_source.token_urlsafe(48)))
+    if spec.redis.managed:
+        wanted.append(Generated(managed_redis_name(owner.name), "password", "redis",
+                                lambda: token_source.token_urlsafe(32)))
+    if spec.sessions_store == "redis" and spec.sessions.key_ref is None:
+        wanted.append(Generated(session_key_secret_name(owner.name), "key", "gateway",
+                                lambda: base64.urlsafe_b64encode(token_source.token_bytes(32)).decode()))
+    return wanted
 
 
 def desired_objects(owner: Owner, spec: GatewaySpec, redis: RedisTarget | None, replicas: int,

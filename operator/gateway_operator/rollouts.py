@@ -11,6 +11,7 @@ own change is never queued.
 """
 from __future__ import annotations
 
+import enum
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
@@ -18,14 +19,19 @@ from . import api
 from .pods import LiveDeployment
 
 DEFAULT_LIMIT = 2
-#: a GatewayDeployment waiting for a slot looks again this often (a full pass), so that a freed slot
-#: is taken within seconds rather than at its next resync
-QUEUED_RECHECK_S = 5.0
 #: a slot whose rollout never completes is given back after this long (a stuck rollout must not
 #: hold every other GatewayDeployment's upgrade for ever); its own rollout goes on regardless
 SLOT_TIMEOUT = 900.0
 
 Key = tuple[str, str]
+
+
+class RolloutState(str, enum.Enum):
+    """A GatewayDeployment's rollout as far as the cap is concerned (status reads it)."""
+
+    NONE = ""                # no rollout the operator causes itself
+    QUEUED = "queued"        # one would run: it waits for a slot, the pods kept as they are
+    OPERATOR = "operator"    # one runs in its slot
 
 
 def operator_caused(generation: int, observed_generation: int, live: LiveDeployment, desired: Mapping[str, Any],

@@ -1,17 +1,23 @@
 """When one GatewayDeployment's loop runs next, and which problem it keeps showing: pure, with
 the clock (monotonic seconds) and the jitter as inputs, so tests drive it without sleeping.
 
-The loop (controller.py) asks ``begin`` at each step whether this pass is a full one (apply)
-or an observation pass, tells ``settled`` (or ``errored``) how it ended, and sleeps ``sleep_for``
-unless woken. Like controller-runtime's ``Result{RequeueAfter}``: the pass says when it wants to
-run again (``requeue_after``), the schedule keeps the earliest due time.
+The one owner of "when next": the backoff after a problem, the resync and its jitter, the recheck
+of a rollout waiting for its slot, the /health poll's cadence, how long a step waits for its pass
+before publishing without it, and the stale-replica restart's cooldown. As controller-runtime's
+queue owns the backoff and the reconciler only returns what happened, the pass (reconcile.py)
+returns an ``Outcome`` and ``settled`` decides from it when the next full pass is due. The loop
+(controller.py) asks ``begin`` at each step whether this pass is a full one (apply) or an
+observation pass, tells ``settled`` (or ``errored``) how it ended, and sleeps ``sleep_for``
+unless woken.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from . import reasons
 from .conditions import Problem
+from .outcome import Outcome
+from .rollouts import RolloutState
 
 #: problems only a full pass can see (a write the API server refused, a foreign object): shown
 #: until the next full pass, so status does not flap between it and the observation passes
@@ -19,6 +25,17 @@ STICKY = (reasons.APPLY_FAILED, reasons.OBJECT_NOT_OWNED, reasons.RECONCILE_ERRO
 PROBLEM_BACKOFF = (2.0, 4.0, 8.0, 16.0, 30.0, 60.0)  # retries while a problem persists
 MIN_SLEEP = 0.1
 POLL_SLACK = MIN_SLEEP  # a step this close before its poll is due polls now, not in a moment
+#: a GatewayDeployment waiting for a rollout slot (rollouts.py) looks again this often (a full
+#: pass), so that a freed slot is taken within seconds rather than at its next resync
+QUEUED_RECHECK_S = 5.0
+
+
+@dataclass(frozen=True)
+class Timing:
+    """The operator-wide timing of full passes (the flags of ``gateway-operator run``)."""
+
+    resync_seconds: float = 60.0                        # a full pass (drift check) at least this often
+    problem_backoff: tuple[float, ...] = PROBLEM_BACKOFF  # retries while a problem persists
 
 
 def backoff(failures: int, steps: tuple[float, ...] = PROBLEM_BACKOFF) -> float:
@@ -36,8 +53,32 @@ def resync_after(resync_seconds: float, jitter: float, first: bool = False) -> f
     return resync_seconds * (1.0 - 0.1 * jitter)
 
 
+def requeue_after(timing: Timing, outcome: Outcome, failures: int, first: bool, jitter: float) -> float:
+    """Seconds until the next full pass after a pass that ended with ``outcome``: the backoff
+    while a problem persists (``failures`` in a row before this one), a waiting rollout's recheck,
+    else the resync (``first``: the loop's first full pass, spread over the whole period)."""
+    if outcome.problem is not None:
+        return backoff(failures, timing.problem_backoff)
+    requeue = resync_after(timing.resync_seconds, jitter, first and outcome.applied)
+    if outcome.rollout is RolloutState.QUEUED:  # a slot may free any moment: look again soon
+        requeue = min(requeue, QUEUED_RECHECK_S)
+    return requeue
+
+
+def publish_wait(now: float, poll_due: float, started: float, probe_bound: float | None) -> float:
+    """How long a step waits for its pass before it publishes the poll without it: until the next
+    poll; when this step polled (``probe_bound``: the bound of the pass's Redis probe), no longer
+    than that bound from the step's start, so that a Redis that hangs shows in the same status as
+    the replicas that report it, and only a pass queued for the API threads is left behind."""
+    wait = poll_due - now
+    if probe_bound is not None:
+        wait = min(wait, started + probe_bound - now)
+    return max(0.0, wait)
+
+
 @dataclass
 class Schedule:
+    timing: Timing = field(default_factory=Timing)
     dirty: bool = True                   # the spec changed, or an owned object did: a full pass is due
     reconciled_generation: int | None = None
     latest_generation: object = None     # the newest generation a watch event showed
@@ -76,24 +117,26 @@ class Schedule:
                 self.next_poll = now + poll_interval  # late by more than an interval: no catching up
         return not passing and (self.dirty or now >= self.next_full), poll
 
-    def settled(self, now: float, applied: bool, generation: object, problem: Problem | None,
-                requeue_after: float) -> Problem | None:
-        """A pass ended; returns the problem status shows (a sticky one survives observation passes)."""
+    def settled(self, now: float, outcome: Outcome, generation: object, jitter: float) -> Problem | None:
+        """A pass ended with ``outcome`` (``jitter`` in [0, 1) spreads the resync); returns the
+        problem status shows (a sticky one survives observation passes)."""
+        applied, problem = outcome.applied, outcome.problem
+        requeue = requeue_after(self.timing, outcome, self.failures, self.reconciled_generation is None, jitter)
         if applied:  # a newer spec that came while it ran is still due
             self.dirty = self.latest_generation is not None and generation != self.latest_generation
             self.reconciled_generation = generation
-            self.next_full = now + requeue_after
+            self.next_full = now + requeue
             self.failures = self.failures + 1 if problem else 0
             self.sticky = problem if problem and problem.reason in STICKY else None
             return problem
         if problem is None:
             return self.sticky
-        self.next_full = min(self.next_full, now + requeue_after)
+        self.next_full = min(self.next_full, now + requeue)
         return problem
 
-    def errored(self, now: float, steps: tuple[float, ...] = PROBLEM_BACKOFF) -> None:
+    def errored(self, now: float) -> None:
         """The step itself failed (not the pass): the next full pass backs off."""
-        self.next_full = now + backoff(self.failures, steps)
+        self.next_full = now + backoff(self.failures, self.timing.problem_backoff)
         self.failures += 1
 
     def restart_allowed(self, now: float, cooldown: float) -> bool:

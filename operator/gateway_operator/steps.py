@@ -1,7 +1,7 @@
 """The steps of one reconciliation pass, in order (``STEPS``), on one ``Pass``.
 
 As Flux's source-controller lists its sub-reconcilers, each step does one job and records its
-small result on the pass, with the problems it met (summarize.py names them and says which
+small result on the pass, with the problems it met (problems.py names them and says which
 wins); a step that finds nothing more can be done returns False and the pass ends there:
 - ``read_inputs``: the spec, the Secrets, the Deployment (inputs.py); a bad input ends the pass;
 - ``probe``: the operator's Redis probe (redis_probe.py);
@@ -25,7 +25,7 @@ from typing import Any, Awaitable, Callable, Mapping, NamedTuple, Sequence
 
 from kubernetes.client.rest import ApiException
 
-from . import api, apply, compat, inputs, redis_probe, render, rollouts, schedule, summarize
+from . import api, apply, compat, inputs, problems, redis_probe, render, rollouts
 from .api import GatewaySpec
 from .conditions import Problem
 from .expose import Exposure
@@ -34,23 +34,9 @@ from .kube import Kube, NotOwned, NotServed
 from .pods import LiveDeployment, Observed, PodView, live_deployment
 from .redis_probe import KeptConnection, ProbeResult, Prober
 from .replicas import Migration, migration_state, reads_the_claim, replicas_to_run
-from .rollouts import RolloutGate
-from .tenancy import Claim, TenancyPolicy, claim_of, claimed_elsewhere
-
-
-@dataclass(frozen=True)
-class ReconcileSettings:
-    resync_seconds: float = 60.0                            # full reconcile (drift check) at least this often
-    problem_backoff: tuple[float, ...] = schedule.PROBLEM_BACKOFF  # retries while a Problem persists
-    operator: render.OperatorIdentity = field(default_factory=render.OperatorIdentity)
-    tenancy: TenancyPolicy = field(default_factory=TenancyPolicy)  # the administrator's (chart values tenancy)
-
-
-@dataclass(frozen=True)
-class ControllerSettings:
-    reconcile: ReconcileSettings = field(default_factory=ReconcileSettings)  # resync, backoff, identity
-    redis_allow: tuple[str, ...] = ()        # the probe's allowlist (CIDRs, hosts, .domains); empty: open
-    max_concurrent_rollouts: int = rollouts.DEFAULT_LIMIT  # operator-caused rollouts at a time; 0: no cap
+from .rollouts import RolloutGate, RolloutState
+from .settings import ReconcileSettings
+from .tenancy import Claim, claim_of, claimed_elsewhere
 
 
 class Observation(NamedTuple):
@@ -91,7 +77,7 @@ class Pass:
     terminating: bool = False     # the namespace is being deleted: the pass stops creating, and says nothing
     rollouts: RolloutGate | None = None  # the operator-wide cap on the rollouts it causes itself
     live: LiveDeployment | None = None   # the Deployment as read (full pass) or watched
-    rollout: str = ""             # "queued": an operator-caused rollout waits its turn; "operator": it runs
+    rollout: RolloutState = RolloutState.NONE  # an operator-caused rollout waiting its turn, or running
     carried: frozenset[str] = frozenset()  # of seen.leaving: those that said their journal is all in Redis
 
     @property
@@ -151,9 +137,9 @@ async def probe(p: Pass) -> bool:
 async def decide(p: Pass) -> bool:
     spec, owner = p.spec, p.owner
     p.claimed = claimed_elsewhere(claim_of(api.KIND, p.body["metadata"]), spec.expose.hosts, p.seen.host_claims)
-    p.problems += [summarize.policy_problem(spec),
-                   summarize.target_problem(p.probe.reason, p.probe.message) if p.probe else None,
-                   summarize.claim_problem(p.claimed)]
+    p.problems += [problems.policy_problem(spec),
+                   problems.target_problem(p.probe.reason, p.probe.message) if p.probe else None,
+                   problems.claim_problem(p.claimed)]
     previous = (p.body.get("status") or {}).get("sqliteMigration") or {}
     state = functools.partial(
         migration_state, spec, previous,
@@ -169,7 +155,7 @@ async def decide(p: Pass) -> bool:
     # the scale-out gate just opened: grow now rather than at the next full pass (only a
     # Deployment that exists grows this way; creating one waits for a full pass and its backoff)
     p.apply_due = p.full or (p.observed.running > 0 and p.replicas > p.observed.running)
-    p.applying = p.apply_due and summarize.applies_despite(summarize.winner(p.problems))
+    p.applying = p.apply_due and problems.applies_despite(problems.winner(p.problems))
     return True
 
 
@@ -188,13 +174,13 @@ async def write(p: Pass) -> bool:
         applied = await asyncio.to_thread(apply.apply, p.kube, p.owner, p.spec, objects, before, not p.claimed, held,
                                           status.get("autoscaling") or {})
         p.writes, p.routes = p.writes + applied.writes, applied.routes
-        if p.rollout == "operator" and p.rollouts is not None:
+        if p.rollout is RolloutState.OPERATOR and p.rollouts is not None:
             p.rollouts.applied((p.owner.namespace, p.owner.name), applied.deployment_generation)
         if applied.deployment is not None:  # written: as the API server answered the apply
             p.live = live_deployment(applied.deployment)
             p.observed = inputs.observed_if_ours(p.live, p.owner)
     except (NotOwned, NotServed, ApiException) as e:
-        p.terminating = isinstance(e, ApiException) and summarize.namespace_terminating(e)
+        p.terminating = isinstance(e, ApiException) and problems.namespace_terminating(e)
         if not p.terminating:
             p.problems.append(_write_problem(e))
     return True
@@ -212,14 +198,14 @@ def _held_for_the_rollout_cap(p: Pass, deployment: Mapping[str, Any]) -> tuple[t
         p.rollouts.not_held((p.owner.namespace, p.owner.name))
         return ()
     if p.rollouts.admit((p.owner.namespace, p.owner.name), time.monotonic()):
-        p.rollout = "operator"
+        p.rollout = RolloutState.OPERATOR
         return ()
-    p.rollout = "queued"
+    p.rollout = RolloutState.QUEUED
     return ("Deployment", p.owner.name), ("ConfigMap", render.config_map_name(p.owner.name))
 
 
 async def read_exposure(p: Pass) -> bool:
-    spec, claim = p.spec, summarize.claim_problem(p.claimed)
+    spec, claim = p.spec, problems.claim_problem(p.claimed)
     if p.applying and p.routes is not None:
         try:  # status.expose says why there is no route, whatever else is wrong
             p.exposure = (Exposure(message=claim.message) if claim else
@@ -236,12 +222,13 @@ async def read_exposure(p: Pass) -> bool:
 
 
 async def look_at_pods(p: Pass) -> bool:
-    p.problems += [summarize.pod_problem(p.pods), summarize.deployment_problem(p.observed.failure)]
+    p.problems += [problems.pod_problem(p.pods), problems.deployment_problem(p.observed.failure)]
     key = (p.owner.namespace, p.owner.name)
     if p.rollouts is not None and p.rollouts.settle(key, p.observed.generation, p.observed.rolled_out):
-        p.rollout = p.rollout or "operator"  # its operator-caused rollout still runs
-    elif p.rollouts is not None and not p.rollout and p.rollouts.queued(key):
-        p.rollout = "queued"  # an observation pass: still waiting for its slot, as the last full pass found
+        if p.rollout is RolloutState.NONE:
+            p.rollout = RolloutState.OPERATOR  # its operator-caused rollout still runs
+    elif p.rollouts is not None and p.rollout is RolloutState.NONE and p.rollouts.queued(key):
+        p.rollout = RolloutState.QUEUED  # an observation pass: still waiting for its slot, as the last full pass found
     return True
 
 
@@ -251,8 +238,8 @@ STEPS: tuple[Callable[[Pass], Awaitable[bool]], ...] = (read_inputs, probe, deci
 
 def _write_problem(e: Exception) -> Problem:
     if isinstance(e, NotOwned):
-        return summarize.not_owned(e.kind, e.name, e.namespace)
+        return problems.not_owned(e.kind, e.name, e.namespace)
     if isinstance(e, NotServed):
-        return summarize.not_served(e.kind, e.api_version, apply.EXPOSE_FIELD.get(e.kind, "spec.expose"))
+        return problems.not_served(e.kind, e.api_version, apply.EXPOSE_FIELD.get(e.kind, "spec.expose"))
     assert isinstance(e, ApiException)
-    return summarize.refused(e, "change")
+    return problems.refused(e, "change")

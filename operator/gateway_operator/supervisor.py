@@ -12,7 +12,8 @@ from collections import OrderedDict
 from typing import Any, Callable, Mapping, Sequence
 
 from . import metrics
-from .controller import ControllerSettings, GatewayController
+from .controller import GatewayController
+from .settings import ControllerSettings
 from .kube import Kube
 from .pods import LiveDeployment, PodView
 from .redis_probe import Allowlist, ForeignCheck, Prober

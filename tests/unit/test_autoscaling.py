@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 import yaml
 
-from gateway_operator import api, apply, offline, render, replicas, summarize, validation
+from gateway_operator import api, apply, offline, problems, render, replicas, validation
 from gateway_operator.api import GatewaySpec
 from gateway_operator.kube import NotServed
 from harness.operator import gateway_deployment, redis_store
@@ -39,7 +39,7 @@ def test_an_autoscaler_past_one_sqlite_replica_is_refused_under_refuse_with_one_
     # the defaults (maxReplicas 4) are past one too
     assert check(autoscaling={"enabled": True}) == errors
     # the operator says the same if the CRD's rule were missing, and runs one replica meanwhile
-    problem = summarize.policy_problem(spec(autoscaling=AUTOSCALING))
+    problem = problems.policy_problem(spec(autoscaling=AUTOSCALING))
     assert problem is not None and problem.message == validation.MSG_AUTOSCALING_NEEDS_REDIS
     assert render.autoscaling_bounds(spec(autoscaling=AUTOSCALING)) == (1, 1)
 
@@ -51,7 +51,7 @@ def test_an_autoscaler_past_one_sqlite_replica_is_refused_under_refuse_with_one_
 ], ids=["redis", "max-one", "disabled"])
 def test_an_autoscaler_is_accepted_with_redis_with_one_replica_at_most_or_off(overrides: dict) -> None:
     assert check(**overrides) == []
-    assert summarize.policy_problem(spec(**overrides)) is None
+    assert problems.policy_problem(spec(**overrides)) is None
 
 
 def test_under_warn_it_is_accepted_with_the_warning_replicas_get() -> None:

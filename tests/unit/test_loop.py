@@ -1,4 +1,4 @@
-"""The reconcile pass (steps.STEPS) and its summary (summarize.py) without a cluster.
+"""The reconcile pass (steps.STEPS) and its summary (problems.py, events.py, facts.py) without a cluster.
 
 The API server is an IN-MEMORY STAND-IN here (``ApiStandIn``: objects in a dict, every call
 counted), and so is the Redis probe (``ProbeStandIn``): these tests drive the pass's decisions
@@ -23,13 +23,16 @@ from gateway_operator import api
 from gateway_operator.api import GatewaySpec
 from gateway_operator import conditions as C
 from gateway_operator import reasons as R
-from gateway_operator import rollouts, schedule, summarize
+from gateway_operator import events, problems
+from gateway_operator import facts as status_facts
 from gateway_operator.conditions import Problem, Transition
 from gateway_operator.kube import ApplyResult, NotOwned, NotServed, controlled_by
 from gateway_operator.pods import PodView
-from gateway_operator.reconcile import Observation, ReconcileSettings, reconcile
+from gateway_operator.reconcile import Observation, reconcile
+from gateway_operator.reconcile import Result as ReconcileResult
 from gateway_operator.redis_probe import ProbeResult
-from gateway_operator.rollouts import RolloutGate
+from gateway_operator.rollouts import RolloutGate, RolloutState
+from gateway_operator.settings import ReconcileSettings
 
 UID = "uid-1"
 PACKAGE = Path(__file__).resolve().parents[2] / "operator/gateway_operator"
@@ -138,20 +141,19 @@ PROBE_OK = ProbeResult(True, R.PROBE_SUCCEEDED, "ok")
 
 
 def run(kube: ApiStandIn, body: Mapping[str, Any], full: bool = True, probe: ProbeResult = PROBE_OK,
-        pods: list[PodView] = (), failures: int = 0, seen: Observation = Observation(),  # type: ignore[assignment]
+        pods: list[PodView] = (), seen: Observation = Observation(),  # type: ignore[assignment]
         rollouts: RolloutGate | None = None):
     prober = ProbeStandIn(probe)
-    result = asyncio.run(reconcile(kube, prober, ReconcileSettings(), body, list(pods), full, failures,  # type: ignore[arg-type]
+    result = asyncio.run(reconcile(kube, prober, ReconcileSettings(), body, list(pods), full,  # type: ignore[arg-type]
                                    seen, rollouts))
     return result, prober
 
 
-def test_a_full_pass_applies_the_gateway_and_asks_for_the_resync() -> None:
+def test_a_full_pass_applies_the_gateway_and_keeps_the_secret_inputs() -> None:
     kube = ApiStandIn([secret("redis-auth", password="pw")])
     result, prober = run(kube, gateway(REDIS_SPEC))
     assert result.outcome.problem is None and result.outcome.applied and prober.calls == 1
     assert kube.deployment()["spec"]["replicas"] == 3   # the probe passed: the gate is open
-    assert 54.0 <= result.requeue_after <= 60.0           # the resync less up to 10% jitter
     assert result.inputs is not None and result.inputs.password == "pw"  # kept for the observation passes
 
 
@@ -216,12 +218,12 @@ def test_an_observation_pass_keeps_the_last_probe_rather_than_queue_for_a_slot()
     first, _ = run(kube, gateway(REDIS_SPEC))
     seen = Observation(deployment=_watched(kube), inputs=first.inputs, probe=PROBE_OK)
     prober = BusyProber()
-    result = asyncio.run(reconcile(kube, prober, ReconcileSettings(), gateway(REDIS_SPEC), [], False, 0,  # type: ignore[arg-type]
+    result = asyncio.run(reconcile(kube, prober, ReconcileSettings(), gateway(REDIS_SPEC), [], False,  # type: ignore[arg-type]
                                    seen, None))
     assert prober.waited == 0 and result.outcome.problem is None
     assert result.outcome.probe == dataclasses.replace(PROBE_OK, reused=True)
     for full, last in ((True, PROBE_OK), (False, None)):
-        result = asyncio.run(reconcile(kube, prober, ReconcileSettings(), gateway(REDIS_SPEC), [], full, 0,  # type: ignore[arg-type]
+        result = asyncio.run(reconcile(kube, prober, ReconcileSettings(), gateway(REDIS_SPEC), [], full,  # type: ignore[arg-type]
                                        seen._replace(probe=last), None))
         assert result.outcome.probe is not None and result.outcome.probe.message == "waited"
     assert prober.waited == 2
@@ -239,22 +241,21 @@ def test_a_kept_probe_result_is_not_taken_for_a_redis_that_forgot() -> None:
                   "canary": "c-1", "runId": "run-1"}
     body = gateway(REDIS_SPEC, redis=remembered)
     seen = Observation(deployment=_watched(kube), inputs=first.inputs, probe=created)
-    result = asyncio.run(reconcile(kube, BusyProber(), ReconcileSettings(), body, [], False, 0, seen, None))  # type: ignore[arg-type]
+    result = asyncio.run(reconcile(kube, BusyProber(), ReconcileSettings(), body, [], False, seen, None))  # type: ignore[arg-type]
     assert result.outcome.probe is not None and result.outcome.probe.reused
-    facts = summarize.facts(body, GatewaySpec.parse(body["spec"]), result.outcome, [], time.time())
+    facts = status_facts.gather(body, GatewaySpec.parse(body["spec"]), result.outcome, [], time.time())
     assert facts.dedup.lost_at is None
-    fresh = asyncio.run(reconcile(kube, ProbeStandIn(created), ReconcileSettings(), body, [], False, 0,  # type: ignore[arg-type]
+    fresh = asyncio.run(reconcile(kube, ProbeStandIn(created), ReconcileSettings(), body, [], False,  # type: ignore[arg-type]
                                   seen._replace(probe=None), None))
-    assert summarize.facts(body, GatewaySpec.parse(body["spec"]), fresh.outcome, [], time.time()).dedup.lost_at
+    assert status_facts.gather(body, GatewaySpec.parse(body["spec"]), fresh.outcome, [], time.time()).dedup.lost_at
 
 
 def test_a_missing_secret_stops_the_pass_before_anything_is_written() -> None:
     kube = ApiStandIn()
-    result, prober = run(kube, gateway(REDIS_SPEC), failures=2)
+    result, prober = run(kube, gateway(REDIS_SPEC))
     assert result.outcome.problem is not None and result.outcome.problem.reason == R.SECRET_NOT_FOUND
     assert "redis-auth" in result.outcome.problem.message
     assert kube.deployment() is None and prober.calls == 0
-    assert result.requeue_after == schedule.backoff(2)
     assert result.inputs is None
 
 
@@ -355,14 +356,14 @@ def test_an_operator_caused_rollout_waits_for_a_slot_and_a_spec_change_never_doe
     assert gate.admit(("other", "gw"), time.monotonic())    # the one slot is taken
     reconciled = gateway(REDIS_SPEC, observedGeneration=1)  # status: the spec did not change since
     result, _ = run(kube, reconciled, rollouts=gate)
-    assert result.outcome.problem is None and result.outcome.rollout == "queued"
+    assert result.outcome.problem is None and result.outcome.rollout is RolloutState.QUEUED
     assert _template_hash(kube) == "from-an-older-release"  # the pods are left as they are ...
     assert kube.objects[("v1", "ConfigMap", "ns", "bot-gateway-config")] == config_before  # ... and what they read
     # the user's own change is never queued
     changed = gateway(REDIS_SPEC, observedGeneration=1)
     changed["metadata"]["generation"] = 2
     result, _ = run(kube, changed, rollouts=gate)
-    assert result.outcome.rollout == "" and _template_hash(kube) != "from-an-older-release"
+    assert result.outcome.rollout is RolloutState.NONE and _template_hash(kube) != "from-an-older-release"
     assert not gate.holds(("ns", "bot"))
 
 
@@ -376,7 +377,7 @@ def test_the_managed_redis_is_never_held_behind_the_gateways_queue() -> None:
     gate = RolloutGate(limit=1)
     assert gate.admit(("other", "gw"), time.monotonic())
     result, _ = run(kube, gateway(managed, observedGeneration=1), rollouts=gate)
-    assert result.outcome.rollout == "queued" and _template_hash(kube) == "from-an-older-release"
+    assert result.outcome.rollout is RolloutState.QUEUED and _template_hash(kube) == "from-an-older-release"
     assert kube.objects[redis]["spec"]["replicas"] == 1
 
 
@@ -389,25 +390,25 @@ def _after_an_upgrade() -> tuple[ApiStandIn, RolloutGate, tuple[str, str], dict[
 
 
 def _reconciling(body: Mapping[str, Any], outcome: Any) -> C.Condition:
-    facts = summarize.facts(body, GatewaySpec.parse(body["spec"]), outcome, [], time.time())
+    facts = status_facts.gather(body, GatewaySpec.parse(body["spec"]), outcome, [], time.time())
     return next(c for c in C.compute(facts) if c.type == C.RECONCILING)
 
 
 def test_a_slot_is_taken_then_given_back_once_the_new_template_is_ready() -> None:
     kube, gate, key, reconciled = _after_an_upgrade()
     result, _ = run(kube, reconciled, rollouts=gate)
-    assert result.outcome.rollout == "operator" and gate.holds(key)
+    assert result.outcome.rollout is RolloutState.OPERATOR and gate.holds(key)
     assert _template_hash(kube) != "from-an-older-release"
     assert not gate.admit(("other", "gw"), time.monotonic())  # the next one waits
     # the watch still shows the Deployment as it was before the apply: not done yet
     stale = _watched(kube)._replace(observed=_watched(kube).observed._replace(generation=1))
     result, _ = run(kube, reconciled, full=False, rollouts=gate, seen=Observation(deployment=stale))
-    assert result.outcome.rollout == "operator" and gate.holds(key)
+    assert result.outcome.rollout is RolloutState.OPERATOR and gate.holds(key)
     d = kube.deployment()
     d["status"] = {"observedGeneration": d["metadata"]["generation"], "replicas": 3, "readyReplicas": 3,
                    "updatedReplicas": 3}
     result, _ = run(kube, reconciled, full=False, rollouts=gate, seen=Observation(deployment=_watched(kube)))
-    assert result.outcome.rollout == "" and not gate.holds(key)
+    assert result.outcome.rollout is RolloutState.NONE and not gate.holds(key)
     assert gate.admit(("other", "gw"), time.monotonic())
 
 
@@ -420,14 +421,14 @@ def test_a_queued_rollout_says_so_between_full_passes_and_looks_again_soon() -> 
     assert gate.admit(("other", "gw"), time.monotonic())
     reconciled = gateway(REDIS_SPEC, observedGeneration=1)
     result, _ = run(kube, reconciled, rollouts=gate)
-    assert result.outcome.rollout == "queued" and result.requeue_after <= rollouts.QUEUED_RECHECK_S
+    assert result.outcome.rollout is RolloutState.QUEUED
     observed, _ = run(kube, reconciled, full=False, rollouts=gate, seen=Observation(deployment=_watched(kube)))
-    assert observed.outcome.rollout == "queued"
+    assert observed.outcome.rollout is RolloutState.QUEUED
     reconciling = _reconciling(reconciled, observed.outcome)
     assert (reconciling.status, reconciling.reason) == ("True", R.OPERATOR_UPGRADE_QUEUED)
     gate.done(("other", "gw"))  # the slot frees: the next full pass takes it, and the queue forgets it
     result, _ = run(kube, reconciled, rollouts=gate)
-    assert result.outcome.rollout == "operator" and not gate.queued(key)
+    assert result.outcome.rollout is RolloutState.OPERATOR and not gate.queued(key)
 
 
 def test_the_slot_is_held_until_no_old_replica_is_left() -> None:
@@ -438,12 +439,12 @@ def test_the_slot_is_held_until_no_old_replica_is_left() -> None:
     d["status"] = {"observedGeneration": d["metadata"]["generation"], "replicas": 4, "readyReplicas": 4,
                    "updatedReplicas": 3}
     result, _ = run(kube, reconciled, full=False, rollouts=gate, seen=Observation(deployment=_watched(kube)))
-    assert result.outcome.rollout == "operator" and gate.holds(key)
+    assert result.outcome.rollout is RolloutState.OPERATOR and gate.holds(key)
     reconciling = _reconciling(reconciled, result.outcome)
     assert (reconciling.status, reconciling.reason) == ("True", R.ROLLING_OUT)
     d["status"]["replicas"] = 3
     result, _ = run(kube, reconciled, full=False, rollouts=gate, seen=Observation(deployment=_watched(kube)))
-    assert result.outcome.rollout == "" and not gate.holds(key)
+    assert result.outcome.rollout is RolloutState.NONE and not gate.holds(key)
 
 
 # -- the precedence table ----------------------------------------------------------------------------
@@ -451,9 +452,9 @@ def test_the_slot_is_held_until_no_old_replica_is_left() -> None:
 def test_winner_follows_the_table_whatever_the_order_found() -> None:
     guard, owned = Problem(R.REPLICA_POLICY_VIOLATION, "a"), Problem(R.OBJECT_NOT_OWNED, "b")
     crash = Problem(R.CRASH_LOOP, "c")
-    assert summarize.winner([None, guard, crash, owned]) == owned
-    assert summarize.winner([crash, guard]) == guard
-    assert summarize.winner([None, None]) is None
+    assert problems.winner([None, guard, crash, owned]) == owned
+    assert problems.winner([crash, guard]) == guard
+    assert problems.winner([None, None]) is None
 
 
 def test_every_problem_the_operator_raises_has_a_place_in_the_table() -> None:
@@ -466,8 +467,8 @@ def test_every_problem_the_operator_raises_has_a_place_in_the_table() -> None:
                 if isinstance(first, ast.Attribute) and getattr(first.value, "id", "") in ("R", "reasons"):
                     raised.add(getattr(R, first.attr))
     assert raised, "found no Problem(...) at all: the scan is broken"
-    assert raised - set(summarize.PRECEDENCE) == set()
-    assert len(summarize.PRECEDENCE) == len(set(summarize.PRECEDENCE))
+    assert raised - set(problems.PRECEDENCE) == set()
+    assert len(problems.PRECEDENCE) == len(set(problems.PRECEDENCE))
 
 
 # -- the Events table ---------------------------------------------------------------------------------
@@ -496,13 +497,13 @@ def transition(type_: str, old: str | None, status: str, reason: str = "R", mess
     (transition(C.READY, "True", "False"), None),
 ])
 def test_events_table(t: Transition, event: tuple[str, str, str] | None) -> None:
-    assert summarize.event_for(t) == event
+    assert events.event_for(t) == event
 
 
 # -- the layering: the pure core apart from I/O, and no cycles ----------------------------------------
 
-PURE = ("api", "render", "validation", "conditions", "status", "schedule", "summarize", "replicas",
-        "dedup_history", "reasons", "compat", "unrecorded")
+PURE = ("api", "render", "validation", "conditions", "status", "schedule", "problems", "events", "facts",
+        "outcome", "settings", "replicas", "dedup_history", "reasons", "compat", "unrecorded")
 IO = ("kopf", "kubernetes.client", "kubernetes.dynamic", "redis", "aiohttp", "asyncio", "socket")
 
 
@@ -536,6 +537,20 @@ def test_the_package_has_no_import_cycle() -> None:
     for module in graph:
         visit(module)
     assert len(done) > 20
+
+
+def test_when_next_is_decided_in_the_schedule_alone() -> None:
+    """The backoff, the resync and the rechecks are the schedule's (controller-runtime's queue owns
+    the backoff): no other module computes when a pass comes back."""
+    owned = {"backoff", "resync_after", "requeue_after", "PROBLEM_BACKOFF", "QUEUED_RECHECK_S", "publish_wait"}
+    for path in PACKAGE.glob("*.py"):
+        if path.stem == "schedule":
+            continue
+        tree = ast.parse(path.read_text())
+        named = {n.attr for n in ast.walk(tree) if isinstance(n, ast.Attribute)} | \
+                {a.name for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) for a in n.names}
+        assert not named & (owned - {"publish_wait"} if path.stem == "controller" else owned), path.stem
+    assert "requeue_after" not in ReconcileResult._fields
 
 
 def test_the_pure_core_does_no_io() -> None:

@@ -514,7 +514,7 @@ def test_a_managed_redis_runs_the_operators_default_image_unless_its_spec_names_
 ])
 def test_a_waiting_pod_is_a_stalled_reason_with_the_kubelets_words(reason: str, message: str, shown: str | None) -> None:
     from gateway_operator.handlers import WAITING_MESSAGE_LIMIT, pod_view
-    from gateway_operator.summarize import pod_problem
+    from gateway_operator.problems import pod_problem
     status = {"podIP": "198.18.0.9", "containerStatuses": [{"state": {"waiting": {"reason": reason, "message": message}}}]}
     problem = pod_problem([pod_view("p", "u", {}, status)])
     assert problem is not None and problem.reason == (reasons.CRASH_LOOP if reason == "CrashLoopBackOff" else reason)
@@ -541,7 +541,7 @@ def test_a_replica_that_refused_the_gateway_release_says_what_it_lacks(code: int
     """The launcher's exit-78 line, as the kubelet keeps it in the pod's lastState, names the
     missing names and the versions in Stalled: GatewayIncompatible, not a config error."""
     from gateway_operator.handlers import pod_view
-    from gateway_operator.summarize import pod_problem
+    from gateway_operator.problems import pod_problem
     terminated = {"exitCode": code, **({"message": message + "\n"} if message else {})}
     status = {"podIP": "198.18.0.9", "containerStatuses": [{"state": {"running": {}},
                                                             "lastState": {"terminated": terminated}}]}
@@ -793,8 +793,8 @@ def test_a_spec_without_the_new_fields_renders_the_pod_template_it_did_before() 
 ])
 def test_a_channel_bot_every_replica_would_run_is_said_in_status_with_a_warning(replicas, env, channels,
                                                                                expected) -> None:
-    from gateway_operator import summarize
-    from gateway_operator.reconcile import Outcome
+    from gateway_operator import events, facts
+    from gateway_operator.outcome import Outcome
     config = redis_store()
     if channels is not None:
         config["channels"] = channels
@@ -802,11 +802,11 @@ def test_a_channel_bot_every_replica_would_run_is_said_in_status_with_a_warning(
                              env=[{"name": n, "valueFrom": {"secretKeyRef": {"name": "bot", "key": n}}} for n in env])
     s = GatewaySpec.parse(raw["spec"])
     body = {"metadata": {"name": "gw", "namespace": "ns", "generation": 1}, "spec": raw["spec"], "status": {}}
-    c = {x.type: x for x in conditions.compute(summarize.facts(body, s, Outcome(), (), 0.0))}["ReplicaSafeChannels"]
+    c = {x.type: x for x in conditions.compute(facts.gather(body, s, Outcome(), (), 0.0))}["ReplicaSafeChannels"]
     status, reason, named = expected
     assert (c.status, c.reason) == (status, reason), c
     assert [n for n in named if f"({n} " in c.message or f"; {n} " in c.message] == named, c.message
-    event = summarize.event_for(conditions.Transition(
+    event = events.event_for(conditions.Transition(
         "ReplicaSafeChannels", None, {"status": c.status, "reason": c.reason, "message": c.message}))
     if status == "False":
         assert event == ("Warning", "ChannelOnEveryReplica", c.message)

@@ -4,7 +4,7 @@ from __future__ import annotations
 from gateway_operator import conditions as C
 from gateway_operator import reasons as R
 from gateway_operator.conditions import Facts
-from gateway_operator.rollouts import RolloutGate
+from gateway_operator.rollouts import RolloutGate, RolloutState
 
 A, B, D = ("ns", "a"), ("ns", "b"), ("ns", "d")
 
@@ -27,17 +27,17 @@ def test_a_stuck_rollout_gives_its_slot_back_after_the_timeout_and_zero_means_no
     assert all(free.admit(("ns", str(i)), 0) for i in range(50))
 
 
-def _reconciling(rollout: str) -> C.Condition:
+def _reconciling(rollout: RolloutState) -> C.Condition:
     facts = Facts(generation=1, desired_replicas=2, store_backend="redis", policy="Refuse", persistence=False,
                   redis_configured=True, running_replicas=2, ready_replicas=2,
-                  updated_replicas=1 if rollout == "operator" else 2, rollout_observed=True, rollout=rollout)
+                  updated_replicas=1 if rollout is RolloutState.OPERATOR else 2, rollout_observed=True, rollout=rollout)
     return next(c for c in C.compute(facts) if c.type == C.RECONCILING)
 
 
 def test_a_queued_rollout_says_so_and_a_running_one_says_why() -> None:
-    queued = _reconciling("queued")
+    queued = _reconciling(RolloutState.QUEUED)
     assert (queued.status, queued.reason) == ("True", R.OPERATOR_UPGRADE_QUEUED)
     assert "--max-concurrent-rollouts" in queued.message
-    running = _reconciling("operator")
+    running = _reconciling(RolloutState.OPERATOR)
     assert (running.status, running.reason) == ("True", R.ROLLING_OUT)
     assert "the operator's new release changed the pods, not the spec" in running.message

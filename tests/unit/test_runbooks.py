@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 import yaml
 
-from gateway_operator import conditions, health, reasons, summarize
+from gateway_operator import conditions, health, problems, reasons
 from harness.cluster import REPO, tool
 
 CHART = REPO / "charts/gateway-operator"
@@ -105,7 +105,7 @@ FIRING_REASONS: dict[str, list[str]] = {
     "GatewayRedisUnreachable": [getattr(reasons, n) for n in re.findall(
         r"ProbeResult\(\s*False,\s*reasons\.(\w+)", (REPO / "operator/gateway_operator/redis_probe.py").read_text())
         if getattr(reasons, n) != reasons.MANAGED_REDIS_STARTING],  # that one is Unknown
-    "GatewayStalled": list(summarize.PRECEDENCE),
+    "GatewayStalled": list(problems.PRECEDENCE),
 }
 
 

@@ -1,25 +1,35 @@
 """The loop's timing (schedule.py), driven by a fake clock: when a pass is a full one, how a
 problem backs off, which problem stays shown between full passes, the poll cadence, the restart
-cooldown. No test here sleeps."""
+cooldown: all from the outcome a pass returns, the pass never says when to come back. No test
+here sleeps."""
 from __future__ import annotations
 
 from gateway_operator import reasons, schedule
 from gateway_operator.conditions import Problem
-from gateway_operator.schedule import Schedule
+from gateway_operator.outcome import Outcome
+from gateway_operator.rollouts import RolloutState
+from gateway_operator.schedule import Schedule, Timing
 
 INTERVAL = 10.0
 APPLY = Problem(reasons.APPLY_FAILED, "the API server refused a change")
 REDIS = Problem(reasons.REDIS_TARGET_NOT_ALLOWED, "outside the allowlist")
 
 
-def test_the_first_pass_is_full_and_the_next_full_one_comes_when_the_pass_asked() -> None:
-    s, now = Schedule(), 1000.0
+def ended(s: Schedule, now: float, applied: bool, generation: int, problem: Problem | None = None,
+          jitter: float = 0.0, rollout: RolloutState = RolloutState.NONE) -> Problem | None:
+    """A pass ended at ``now`` with this outcome: what status shows."""
+    return s.settled(now, Outcome(problem=problem, applied=applied, rollout=rollout), generation, jitter)
+
+
+def test_the_first_pass_is_full_and_the_next_full_one_comes_at_the_resync() -> None:
+    s, now = Schedule(Timing(resync_seconds=60.0)), 1000.0
     assert s.begin(now, INTERVAL, 0.5)[0]
-    assert s.settled(now, True, 1, None, 60.0) is None
-    assert not s.dirty and s.failures == 0 and s.next_full == now + 60
+    assert ended(s, now, True, 1, jitter=0.5) is None
+    assert not s.dirty and s.failures == 0 and s.next_full == now + 33   # the first: 0.1-1.0 of the period
     assert not s.begin(now + 30, INTERVAL, 0.5)[0]   # an observation pass
-    assert s.begin(now + 60, INTERVAL, 0.5)[0]       # the resync is due
-    s.settled(now + 60, True, 1, None, 60.0)
+    assert s.begin(now + 33, INTERVAL, 0.5)[0]       # the resync is due
+    ended(s, now + 33, True, 1)
+    assert s.next_full == now + 93                   # then the whole period (less up to 10%: jitter 0)
     assert not s.begin(now + 61, INTERVAL, 0.5)[0]
     s.nudge()                                     # an owned object changed
     assert s.begin(now + 61, INTERVAL, 0.5)[0]
@@ -40,9 +50,9 @@ def test_a_step_between_polls_does_not_poll_and_a_late_poll_keeps_the_cadence() 
     """The benchmark counted 15% more polls than replicas x 1/interval: every step polled, the
     resync's and each nudge's too. Now only a due poll polls, and lateness does not shift the
     cadence (so the rate stays one per interval)."""
-    s = Schedule()
+    s = Schedule(Timing(resync_seconds=5.0))
     s.begin(0.0, INTERVAL, 1.0)                   # the first poll; the next due at 10
-    s.settled(0.0, True, 1, None, 5.0)
+    ended(s, 0.0, True, 1, jitter=0.999)          # the first resync at 4.9955
     assert s.begin(5.0, INTERVAL, 1.0) == (True, False)   # the resync: a full pass, no poll
     s.nudge()
     assert s.begin(7.0, INTERVAL, 1.0) == (True, False)   # a nudge: the same
@@ -60,8 +70,7 @@ def test_a_persisting_problem_backs_off_and_a_spec_change_retries_at_once() -> N
     s, now, waits = Schedule(), 0.0, []
     for _ in range(8):
         assert s.begin(now, INTERVAL, 1.0)[0]
-        requeue = schedule.backoff(s.failures)    # what reconcile asks for with the failures so far
-        assert s.settled(now, True, 1, REDIS, requeue) == REDIS
+        assert ended(s, now, True, 1, REDIS) == REDIS
         waits.append(s.next_full - now)
         now = s.next_full
     assert waits == [2, 4, 8, 16, 30, 60, 60, 60]
@@ -73,17 +82,17 @@ def test_a_persisting_problem_backs_off_and_a_spec_change_retries_at_once() -> N
 def test_an_observation_pass_sees_a_problem_only_sooner_and_keeps_a_sticky_one() -> None:
     s = Schedule()
     s.begin(0.0, INTERVAL, 1.0)[0]
-    s.settled(0.0, True, 1, None, 60.0)
+    ended(s, 0.0, True, 1, jitter=0.999)          # the first resync: at 59.95
     # a problem an observation pass finds (a crash loop) brings the next full pass forward
-    assert s.settled(5.0, False, 1, REDIS, 2.0) == REDIS and s.next_full == 7.0
+    assert ended(s, 5.0, False, 1, REDIS) == REDIS and s.next_full == 7.0
     # a full pass's refused write is not seen by observation passes: it stays until the next full one
-    s.settled(7.0, True, 1, APPLY, 2.0)
-    assert s.settled(8.0, False, 1, None, 60.0) == APPLY
-    s.settled(9.0, True, 1, None, 60.0)
-    assert s.settled(10.0, False, 1, None, 60.0) is None
+    ended(s, 7.0, True, 1, APPLY)
+    assert ended(s, 8.0, False, 1) == APPLY
+    ended(s, 9.0, True, 1)
+    assert ended(s, 10.0, False, 1) is None
     # a problem that is not sticky is shown only while a pass finds it
-    s.settled(11.0, True, 1, REDIS, 2.0)
-    assert s.settled(12.0, False, 1, None, 60.0) is None
+    ended(s, 11.0, True, 1, REDIS)
+    assert ended(s, 12.0, False, 1) is None
 
 
 def test_a_failed_step_backs_off_like_a_problem() -> None:
@@ -91,7 +100,9 @@ def test_a_failed_step_backs_off_like_a_problem() -> None:
     s.errored(100.0)
     s.errored(100.0)
     assert (s.failures, s.next_full) == (2, 104.0)
-    s.errored(100.0, (1.0, 3.0))
+    s = Schedule(Timing(problem_backoff=(1.0, 3.0)))   # the operator's own steps (--resync-seconds aside)
+    s.errored(100.0)
+    s.errored(100.0)
     assert s.next_full == 103.0
 
 
@@ -131,7 +142,27 @@ def test_a_spec_that_changed_while_its_pass_ran_is_still_due() -> None:
     s.spec_changed(1)
     s.begin(0.0, INTERVAL, 1.0)
     s.spec_changed(2)                             # a watch event while generation 1's pass runs
-    s.settled(5.0, True, 1, None, 60.0)           # that pass ends, having applied generation 1
+    ended(s, 5.0, True, 1)                        # that pass ends, having applied generation 1
     assert s.begin(5.0, INTERVAL, 1.0)[0], "generation 2 is applied next, not at the resync"
-    s.settled(6.0, True, 2, None, 60.0)
+    ended(s, 6.0, True, 2)
     assert not s.begin(7.0, INTERVAL, 1.0)[0]
+
+
+def test_a_rollout_waiting_for_its_slot_looks_again_within_seconds() -> None:
+    """A full pass that found its operator-caused rollout queued (rollouts.py) comes back within
+    QUEUED_RECHECK_S, so that a freed slot is taken then, not at the resync a minute later."""
+    s = Schedule()
+    ended(s, 0.0, True, 1)
+    ended(s, 10.0, True, 1, rollout=RolloutState.QUEUED)
+    assert s.next_full == 10.0 + schedule.QUEUED_RECHECK_S
+    ended(s, 15.0, True, 1, rollout=RolloutState.OPERATOR)   # it has its slot: the resync again
+    assert s.next_full == 75.0
+    ended(s, 75.0, True, 1, REDIS, rollout=RolloutState.QUEUED)   # a problem's backoff comes first
+    assert s.next_full == 75.0 + schedule.backoff(0)
+
+
+def test_a_step_waits_for_its_pass_at_most_until_the_next_poll_or_the_probe_bound() -> None:
+    assert schedule.publish_wait(100.0, 110.0, 100.0, None) == 10.0       # a step that did not poll
+    assert schedule.publish_wait(100.5, 110.0, 100.0, 3.0) == 2.5         # it polled: the probe's bound
+    assert schedule.publish_wait(104.0, 110.0, 100.0, 3.0) == 0.0         # past it: publish now
+    assert schedule.publish_wait(112.0, 110.0, 100.0, None) == 0.0

@@ -10,7 +10,7 @@ from typing import Any
 
 from kubernetes.client.rest import ApiException
 
-from gateway_operator.controller import ControllerSettings
+from gateway_operator.settings import ControllerSettings
 from gateway_operator.supervisor import Supervisor
 from harness.operator import gateway_deployment
 

@@ -1,24 +1,20 @@
-"""Which problem a pass reports, and which Event a change of condition posts: declared once, pure.
+"""Which problem a pass reports: declared once, pure.
 
-A pass (reconcile.py) collects the problems its steps found; ``winner`` picks the one that
-becomes ``Stalled=True`` (and so ``Ready=False``, ``Reconciling=False``) by its place in
-``PRECEDENCE``, as Flux's ``summarize.Conditions`` declares its order once. ``EVENTS`` says
-which condition transitions post an Event, and of which type. ``facts`` turns what the pass
-and the poll saw into the ``Facts`` that conditions.compute reads.
+A pass (reconcile.py) collects the problems its steps found, each made by one constructor here;
+``winner`` picks the one that becomes ``Stalled=True`` (and so ``Ready=False``,
+``Reconciling=False``) by its place in ``PRECEDENCE``, as Flux's ``summarize.Conditions``
+declares its order once.
 """
 from __future__ import annotations
 
 import json
-from typing import Any, Callable, Mapping, Sequence
+from typing import Sequence
 
 from kubernetes.client.rest import ApiException
 
-from . import conditions as C
-from . import dedup_history, replica_state, unrecorded
 from . import reasons as R
 from .api import GatewaySpec, Policy
-from .conditions import Facts, Problem, Transition
-from .health import ReplicaHealth
+from .conditions import Problem
 from .pods import PodView
 from .tenancy import MSG_HOST_CLAIMED
 from .validation import MSG_AUTOSCALING_NEEDS_REDIS, MSG_REPLICAS_NEED_REDIS
@@ -50,8 +46,6 @@ def winner(problems: Sequence[Problem | None]) -> Problem | None:
 def applies_despite(problem: Problem | None) -> bool:
     return problem is None or problem.reason in APPLY_DESPITE
 
-
-# -- the problems, one constructor each ----------------------------------------------------------
 
 def policy_problem(spec: GatewaySpec) -> Problem | None:
     if spec.policy == Policy.REFUSE and spec.replicas > 1 and spec.store_backend != "redis":
@@ -142,101 +136,3 @@ def api_message(e: ApiException) -> str:
         return str(json.loads(e.body).get("message", e.reason))[:500]
     except (TypeError, ValueError, AttributeError):
         return str(e.reason)
-
-
-# -- Events: which transition posts one (type, reason, message) -----------------------------------
-
-_Rule = Callable[[Transition], "tuple[str, str, str] | None"]
-
-
-def _when(status: str | None, event: str, reason: str | None = None, message: str | None = None,
-          was: Callable[[str | None], bool] = lambda old: True) -> _Rule:
-    def rule(t: Transition) -> tuple[str, str, str] | None:
-        c = t.new
-        if status is not None and c["status"] != status or not was(t.old):
-            return None
-        return event, reason or c["reason"], message or c["message"]
-    return rule
-
-
-#: per condition type, its rules in order; the first that matches posts the Event
-EVENTS: Mapping[str, tuple[_Rule, ...]] = {
-    C.STALLED: (_when("True", "Warning"),),
-    C.REDIS_DURABLE: (_when("False", "Warning", was=lambda old: old != "False"),),
-    C.IDEMPOTENCY_DEGRADED: (
-        _when("True", "Warning", "IdempotencyDegraded"),
-        _when(None, "Normal", "IdempotencyRecovered", "no replica reports durability:idempotency any more",
-              was=lambda old: old == "True")),
-    C.REDIS_REACHABLE: (
-        _when("False", "Warning", "RedisUnreachable"),
-        _when("True", "Normal", "RedisReachable", was=lambda old: old == "False")),
-    C.REDIS_TLS_VERIFIED: (_when("False", "Warning"),),
-    C.GATEWAY_COMPATIBLE: (_when("False", "Warning"),),
-    C.REPLICA_SAFE_CHANNELS: (_when("False", "Warning"),),
-    C.EXACTLY_ONCE: (
-        lambda t: (("Warning", "ExactlyOnceNotHeld", t.new["message"])
-                   if t.new["status"] == "False" and t.new["reason"] == R.PER_REPLICA_STORES else None),
-        _when("True", "Normal", "ExactlyOnceAdmission", was=lambda old: old is not None)),
-}
-
-
-def event_for(t: Transition) -> tuple[str, str, str] | None:
-    return next((e for e in (rule(t) for rule in EVENTS.get(t.type, ())) if e), None)
-
-
-# -- Facts -------------------------------------------------------------------------------------------
-
-def facts(body: Mapping[str, Any], spec: GatewaySpec | None, outcome: Any, replicas: Sequence[ReplicaHealth],
-          now: float, gone: Sequence[ReplicaHealth] = ()) -> Facts:
-    """What conditions.compute reads: the spec, the pass's ``outcome`` (reconcile.Outcome, its
-    problem as the schedule shows it), the poll's ``replicas`` (``gone``: the last answers of replicas
-    that went away since the last publish), the canary's history and the unrecorded admissions."""
-    observed = outcome.observed
-    return Facts(
-        generation=int(body["metadata"].get("generation") or 0),
-        desired_replicas=spec.replicas if spec else 0,
-        store_backend=spec.store_backend if spec else "sqlite", policy=spec.policy if spec else "",
-        persistence=spec.persistence.enabled if spec else False,
-        redis_configured=spec.redis.configured if spec else False, running_replicas=observed.running,
-        ready_replicas=observed.ready, updated_replicas=observed.updated,
-        rollout_observed=observed.rollout_observed, current_replicas=observed.current, problem=outcome.problem,
-        probe=outcome.probe,
-        health=tuple(replicas), dedup=_dedup_history(body, outcome, now),
-        unrecorded=_unrecorded(body, outcome, replicas, gone, now), now=now,
-        migrating=bool(outcome.migration and not outcome.migration.done),
-        sessions_store=spec.sessions_store if spec else "replica", target=outcome.target, rollout=outcome.rollout,
-        memory_warned=_said(body, C.REDIS_DURABLE, R.REDIS_NEARLY_FULL), refused=outcome.refused,
-        channels=replica_state.channels_on_every_replica(spec.config, spec.pod.get("env"), spec.replicas)
-        if spec else ())
-
-
-def _said(body: Mapping[str, Any], type_: str, reason: str) -> bool:
-    """The condition ``type_`` as last written has ``reason``."""
-    conditions = (body.get("status") or {}).get("conditions") or []
-    return any(isinstance(c, Mapping) and c.get("type") == type_ and c.get("reason") == reason for c in conditions)
-
-
-def _remembered(body: Mapping[str, Any], outcome: Any) -> Mapping[str, Any] | None:
-    """status.redis as last written, when it is about the same store (endpoint and prefix)."""
-    target = outcome.target
-    remembered = (body.get("status") or {}).get("redis") or {}
-    same = target is not None and remembered.get("endpoint") == target.endpoint and \
-        remembered.get("prefix") == target.prefix
-    return remembered if same else None
-
-
-def _unrecorded(body: Mapping[str, Any], outcome: Any, replicas: Sequence[ReplicaHealth],
-                gone: Sequence[ReplicaHealth], now: float) -> unrecorded.Unrecorded:
-    if outcome.target is None:
-        return unrecorded.Unrecorded()
-    return unrecorded.assess(unrecorded.Unrecorded.from_status(_remembered(body, outcome)), replicas, gone, now)
-
-
-def _dedup_history(body: Mapping[str, Any], outcome: Any, now: float) -> dedup_history.History:
-    """The canary's history after this pass; what status remembers counts only for the same store."""
-    target = outcome.target
-    if target is None:
-        return dedup_history.History()
-    previous = dedup_history.History.from_status(_remembered(body, outcome))
-    fresh = outcome.probe is not None and not outcome.probe.reused  # a kept result was assessed when it was new
-    return dedup_history.assess(previous, outcome.probe.store if fresh else None, now)
