@@ -9,15 +9,24 @@ pods are SIMULATED by kwok (hack/cluster.sh's simulated node) and their ``/healt
 HEALTH ENDPOINT STAND-INS in a process of their own (bench/health_farm.py). Redis is a real
 redis-server; the operator is the real CLI under the chart's RBAC. In order:
 
-1. floor: a minimal direct client creates what the operator would create for N gateways
-   (rendered by the operator's own pure functions) and waits for their pods to be Ready;
+1. floor: a minimal direct client creates the same objects the operator creates for N gateways
+   (rendered by the operator's own pure functions, the generated Secrets included; the JSON
+   counts both sides: ``floor_objects_per_gateway``, ``operator_objects_per_gateway``) and waits
+   for their pods to be Ready;
 2. the operator, from N GatewayDeployments, until the same pods are Ready (``operator_s``,
    compared with the floor) and every resource says Ready (``operator_ready_s``);
 3. idle: health polls achieved against demanded (every ready replica once per interval),
-   the operator's API writes (audit log), CPU per poll, RSS;
+   the operator's API writes (audit log), CPU per replica check (the operator's CPU divided by the
+   checks the interval demands, so that runs compare however the checks are made), RSS and KiB
+   per GatewayDeployment;
 4. flips: one replica of each of ``--flips`` gateways reports ``durability:idempotency``,
    spread over an interval: the time until the resource shows it (and clears it);
 5. soak (``--soak S``): RSS sampled while the operator idles for S seconds.
+
+``--tracemalloc`` runs the operator under tracemalloc (bench/traced_operator.py) and says what each
+KiB per GatewayDeployment is: the Python allocations alive when all have settled less those
+alive before the first, by the module that made them (``kib_per_gateway_by_source``) and by line.
+Tracing slows the operator: such a run's memory figures count, its timings do not.
 
 Prints a table; ``--json`` writes the same figures (bench/plot.py draws them).
 """
@@ -27,6 +36,7 @@ import argparse
 import collections
 import json
 import os
+import signal
 import statistics
 import subprocess
 import sys
@@ -201,6 +211,49 @@ def gateway_summary(body: dict[str, Any]) -> dict[str, str]:
     return {c["type"]: c["status"] for c in (body.get("status") or {}).get("conditions") or []}
 
 
+@dataclass
+class Traced:
+    """The traced operator's allocations (bench/traced_operator.py), asked for by SIGUSR2."""
+
+    path: Path
+
+    def __post_init__(self) -> None:
+        os.environ["GWOP_TRACEMALLOC_OUT"] = str(self.path)  # before the operator starts: its environment
+
+    def take(self, pid: int) -> list[dict[str, Any]]:
+        self.path.unlink(missing_ok=True)
+        os.kill(pid, signal.SIGUSR2)
+        until(self.path.exists, timeout=300, interval=0.5, what="the traced operator's allocations")
+        return json.loads(self.path.read_text())
+
+    @staticmethod
+    def per_gateway(before: list[dict[str, Any]], after: list[dict[str, Any]], gateways: int) -> dict[str, Any]:
+        """KiB per GatewayDeployment by source module and by line: what grew between the two."""
+        grown: collections.Counter[str] = collections.Counter()
+        for sign, lines in ((-1, before), (1, after)):
+            for line in lines:
+                grown[line["where"]] += sign * line["bytes"]
+        by_source: collections.Counter[str] = collections.Counter()
+        for where, size in grown.items():
+            by_source[_source(where.rsplit(":", 1)[0])] += size
+        kib = lambda size: round(size / 1024 / gateways, 2)  # noqa: E731
+        return {"traced_kib_per_gateway": kib(sum(grown.values())),
+                "kib_per_gateway_by_source": {k: kib(v) for k, v in by_source.most_common() if abs(kib(v)) >= 0.1},
+                "kib_per_gateway_by_line": {k: kib(v) for k, v in grown.most_common(25)}}
+
+
+def _source(filename: str) -> str:
+    """An allocation's file as a module path: gateway_operator.health, kopf, redis, json, ..."""
+    if filename.startswith("<"):
+        return filename  # <frozen importlib._bootstrap>, <string>
+    parts = Path(filename).with_suffix("").parts
+    for anchor in ("gateway_operator", "site-packages"):
+        if anchor in parts:
+            rest = parts[parts.index(anchor) + (0 if anchor == "gateway_operator" else 1):]
+            return ".".join(rest[:2]) if anchor == "gateway_operator" else rest[0]
+    return ".".join(parts[-2:]) if "python3" in filename else parts[-1]
+
+
 # -- the runs ----------------------------------------------------------------------------------
 
 @dataclass
@@ -212,6 +265,7 @@ class Bench:
     core: Any = None
     custom: Any = None
     stop: threading.Event = field(default_factory=threading.Event)
+    floor_objects: dict[str, float] = field(default_factory=dict)  # what the floor created, by kind, per gateway
 
     def __post_init__(self) -> None:
         client = kubernetes.config.new_client_from_config(str(self.cluster.kubeconfig))
@@ -276,8 +330,9 @@ class Bench:
             spec = GatewaySpec.parse(raw)
             owner = render.Owner(name, ns, str(uuid.uuid4()))
             target = resolve(spec.redis, ns, name)
-            objects.append(render.generated_secret(owner, render.auth_secret_name(name), "token",
-                                                   uuid.uuid4().hex, "gateway"))
+            # what the operator creates: the Secrets it generates, then what render says should exist
+            objects += [render.generated_secret(owner, g.name, g.key, g.value(), g.component)
+                        for g in render.generated_secrets(owner, spec)]
             objects += render.desired_objects(owner, spec, target, spec.replicas, "floor")
         for manifest in objects:  # no owner exists to be garbage-collected against
             manifest["metadata"].pop("ownerReferences", None)
@@ -287,6 +342,7 @@ class Bench:
         until(lambda: self.ready_pod_count(pods) >= self.pods_expected, timeout=3600, interval=0.5,
               what="floor pods ready")
         elapsed = time.monotonic() - started
+        self.floor_objects = self.objects_per_gateway(ns)
         self.delete_namespace(ns)
         return elapsed
 
@@ -296,8 +352,25 @@ class Bench:
                   "Service": self.core.create_namespaced_service,
                   "Deployment": kubernetes.client.AppsV1Api(self.client).create_namespaced_deployment,
                   "PodDisruptionBudget": kubernetes.client.PolicyV1Api(self.client).create_namespaced_pod_disruption_budget,
+                  "NetworkPolicy": kubernetes.client.NetworkingV1Api(self.client).create_namespaced_network_policy,
+                  "PersistentVolumeClaim": self.core.create_namespaced_persistent_volume_claim,
                   }[kind]
         create(ns, manifest, _preload_content=False)
+
+    def objects_per_gateway(self, ns: str) -> dict[str, float]:
+        """The objects in ``ns`` that carry a gateway's labels, by kind, per gateway (the pods and
+        ReplicaSets the controllers make are the same on both sides and not counted)."""
+        selector = f"{gw_api.LABEL_MANAGED_BY}={gw_api.MANAGED_BY}"
+        apps, policy = kubernetes.client.AppsV1Api(self.client), kubernetes.client.PolicyV1Api(self.client)
+        net = kubernetes.client.NetworkingV1Api(self.client)
+        lists = {"ConfigMap": self.core.list_namespaced_config_map, "Secret": self.core.list_namespaced_secret,
+                 "Service": self.core.list_namespaced_service, "Deployment": apps.list_namespaced_deployment,
+                 "PodDisruptionBudget": policy.list_namespaced_pod_disruption_budget,
+                 "NetworkPolicy": net.list_namespaced_network_policy,
+                 "PersistentVolumeClaim": self.core.list_namespaced_persistent_volume_claim}
+        counts = {kind: len(json.loads(call(ns, label_selector=selector, _preload_content=False).data)["items"])
+                  for kind, call in lists.items()}
+        return {kind: round(n / self.args.gateways, 2) for kind, n in counts.items() if n}
 
     # 2. the operator
     def operator_run(self, ns: str, pods: Watched, gateways: Watched) -> tuple[float, float]:
@@ -356,23 +429,30 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     out: dict[str, Any] = {"gateways": args.gateways, "replicas": args.replicas,
                            "interval_s": args.interval, "timeout_s": args.timeout}
     try:
+        out["shards"] = 1  # operator replicas that share the GatewayDeployments (one leader today)
         if not args.no_floor:
             out["floor_s"] = round(bench.floor(), 2)
-            print(f"floor: {out['floor_s']} s", flush=True)
+            out["floor_objects_per_gateway"] = bench.floor_objects
+            print(f"floor: {out['floor_s']} s, objects per gateway {bench.floor_objects}", flush=True)
 
         ns = bench.namespace()
         pods = bench.watch_pods(ns)
         gateways = Watched(gateway_summary)
         start_watch(lambda n, **kw: bench.custom.list_namespaced_custom_object(
             gw_api.GROUP, gw_api.VERSION, n, gw_api.PLURAL, **kw), ns, gateways, bench.stop)
-        operator = OperatorProcess(cluster, resync_seconds=args.resync, lease=(15, 10, 2)).start()  # the chart's lease
+        traced = Traced(Path(cluster.directory) / "tracemalloc.json") if args.tracemalloc else None
+        entry = (str(Path(__file__).parent / "traced_operator.py"),) if traced else ("-m", "gateway_operator.cli")
+        operator = OperatorProcess(cluster, resync_seconds=args.resync, lease=(15, 10, 2),  # the chart's lease
+                                   entry=entry).start()
         assert operator.proc is not None
         pid = operator.proc.pid
         print(f"operator pid {pid} (for a profiler: py-spy record -p {pid})", flush=True)
         out["rss_start_mib"] = round(proc_stat(pid)[0], 1)
+        before = traced.take(pid) if traced else []
         operator_s, ready_s = bench.operator_run(ns, pods, gateways)
         out["rss_peak_start_mib"] = round(rss_peak_mib(pid), 1)  # creating every object: the start-up peak
         out["operator_s"], out["operator_ready_s"] = round(operator_s, 2), round(ready_s, 2)
+        out["operator_objects_per_gateway"] = bench.objects_per_gateway(ns)
         if "floor_s" in out:
             out["ratio"] = round(operator_s / out["floor_s"], 2)
         print(f"operator: pods Ready {operator_s:.1f} s (ratio {out.get('ratio')}), resources Ready {ready_s:.1f} s",
@@ -405,12 +485,16 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         out["cpu_share_idle_by_thread"] = {name: round((threads1.get(name, 0.0) - threads0.get(name, 0.0)) / args.idle, 3)
                                            for name in sorted(threads1)}
         out["idle_lease_renewals"] = len(writes) - out["idle_writes"]
-        out["cpu_ms_per_poll"] = round(1000 * (cpu1 - cpu0) / max(1, polls), 3)
+        # per replica check the interval demands (not per poll made), so that runs compare however
+        # the operator checks its replicas
+        out["cpu_ms_per_poll"] = round(1000 * (cpu1 - cpu0) / max(1.0, out["polls_demanded_per_s"] * args.idle), 3)
         out["cpu_share_idle"] = round((cpu1 - cpu0) / args.idle, 3)
         out["rss_mib"] = round(rss, 1)
         out["polls_extra_pct"] = round(100 * (out["polls_achieved_per_s"] / out["polls_demanded_per_s"] - 1), 1)
         # what each GatewayDeployment (and its replicas' pods, Deployment, connections) costs, settled
         out["kib_per_gateway"] = round(1024 * (rss - out["rss_start_mib"]) / args.gateways, 1)
+        if traced:
+            out.update(traced.per_gateway(before, traced.take(pid), args.gateways))
         print(f"idle {args.idle:.0f} s: polls {out['polls_achieved_per_s']}/s of {out['polls_demanded_per_s']}/s "
               f"demanded, writes {out['idle_writes']}, RSS {out['rss_mib']} MiB", flush=True)
 
@@ -445,6 +529,8 @@ def table(out: dict[str, Any]) -> str:
     rows = [("gateways x replicas", f"{out['gateways']} x {out['replicas']}"),
             ("floor: pods Ready", f"{out['floor_s']} s" if "floor_s" in out else "not run (--no-floor)"),
             ("operator: pods Ready", f"{out['operator_s']} s  (ratio {out.get('ratio', '-')})"),
+            ("objects per gateway: floor / operator", f"{sum(out.get('floor_objects_per_gateway', {}).values())} / "
+                                                      f"{sum(out['operator_objects_per_gateway'].values())}"),
             ("operator: every resource Ready", f"{out['operator_ready_s']} s"),
             ("health polls achieved / demanded", f"{out['polls_achieved_per_s']} / {out['polls_demanded_per_s']} per s"
                                                  f"  (interval {out['interval_s']} s, timeout {out['timeout_s']} s)"),
@@ -479,6 +565,8 @@ def main() -> None:
     parser.add_argument("--sample", type=float, default=15, help="soak sampling period")
     parser.add_argument("--no-floor", action="store_true", help="skip the floor run (throughput and memory runs)")
     parser.add_argument("--json", type=Path, help="write the figures here as JSON")
+    parser.add_argument("--tracemalloc", action="store_true", help="say what each KiB per GatewayDeployment is "
+                        "(the operator under tracemalloc: its timings do not count)")
     parser.add_argument("--keep", action="store_true", help="leave the control plane up")
     parser.add_argument("--cluster-dir", default=".cluster/bench", help="its control plane's directory")
     parser.add_argument("--pod-cidr", default=POD_CIDR, help="loopback range of the simulated pods' IPs "

@@ -1,7 +1,8 @@
 """The scale benchmark still runs (bench/operator_bench.py, kwok-simulated pods, health
 stand-ins in a process of their own): a small run on a control plane of its own writes every
-figure of its --json contract, with no idle API write and a degraded replica shown on the
-resource. Its speed and memory targets are the benchmark's to print, not this test's."""
+figure of its --json contract, with no idle API write, a degraded replica shown on the
+resource, a floor that creates the same objects the operator does, and the traced operator's
+memory said by source. Its speed and memory targets are the benchmark's to print, not this test's."""
 from __future__ import annotations
 
 import json
@@ -15,7 +16,9 @@ import pytest
 from harness.cluster import REPO
 
 KEYS = {"gateways", "replicas", "floor_s", "operator_s", "ratio", "polls_demanded_per_s", "polls_achieved_per_s",
-        "degraded_p50_s", "degraded_max_s", "interval_s", "timeout_s", "idle_writes", "rss_mib"}
+        "degraded_p50_s", "degraded_max_s", "interval_s", "timeout_s", "idle_writes", "rss_mib", "cpu_ms_per_poll",
+        "kib_per_gateway", "shards", "floor_objects_per_gateway", "operator_objects_per_gateway",
+        "traced_kib_per_gateway", "kib_per_gateway_by_source"}
 
 
 def test_the_benchmark_runs_and_reports_its_figures(tmp_path: Path) -> None:
@@ -24,13 +27,18 @@ def test_the_benchmark_runs_and_reports_its_figures(tmp_path: Path) -> None:
     out = tmp_path / "bench.json"
     run = subprocess.run([sys.executable, str(REPO / "bench/operator_bench.py"), "--gateways", "3", "--replicas", "2",
                           "--interval", "2", "--resync", "3", "--idle", "8", "--flips", "3", "--json", str(out),
-                          "--cluster-dir", ".cluster/bench-smoke", "--pod-cidr", "127.41.0.0/16"],
+                          "--cluster-dir", ".cluster/bench-smoke", "--pod-cidr", "127.41.0.0/16", "--tracemalloc"],
                          capture_output=True, text=True, timeout=900)
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     figures = json.loads(out.read_text())
     assert KEYS <= set(figures), KEYS - set(figures)
     assert figures["gateways"] == 3 and figures["replicas"] == 2
     assert figures["floor_s"] > 0 and figures["operator_s"] > 0
+    # the ratio compares like with like: the floor creates what the operator creates, Secrets included
+    assert figures["floor_objects_per_gateway"] == figures["operator_objects_per_gateway"], figures
+    assert figures["operator_objects_per_gateway"].get("Secret", 0) >= 1
+    # what each KiB is: the operator's own modules among the sources of what 3 GatewayDeployments hold
+    assert any(source.startswith("gateway_operator.") for source in figures["kib_per_gateway_by_source"])
     assert figures["idle_writes"] == 0, "an idle operator wrote to the API server"
     # full passes ran (resync 3 s: the PodDisruptionBudget, which no watch covers, was read back),
     # and read back nothing a watch covers: the gateway's Deployment, ConfigMap and Service
