@@ -202,11 +202,20 @@ def observed_if_ours(live: LiveDeployment | None, owner: render.Owner) -> Observ
 
 # -- the GatewayDeployment as the loop keeps it ------------------------------------------------------
 
+#: what the loop reads of a GatewayDeployment's metadata (its identity, its generation and
+#: resourceVersion, when it was created and whether it is being deleted); an Event names it by these
+KEPT_METADATA = ("name", "namespace", "uid", "generation", "resourceVersion", "creationTimestamp",
+                 "deletionTimestamp")
+
+
 def kept(body: Mapping[str, Any]) -> dict[str, Any]:
-    """The object as the loop keeps it between passes: without metadata.managedFields, which
-    the operator never reads and which is most of a GatewayDeployment's size in memory."""
+    """The object as the loop keeps it between passes: its kind, the metadata it reads
+    (KEPT_METADATA), spec and status. Not kept: metadata.managedFields, which was most of a
+    GatewayDeployment's size in memory, the labels and annotations it never reads, among them
+    ``kubectl apply``'s last-applied-configuration (the whole spec again, as a JSON string)."""
     meta = body.get("metadata") or {}
-    return {**body, "metadata": {k: v for k, v in meta.items() if k != "managedFields"}}
+    return {**{k: v for k, v in body.items() if k != "metadata"},
+            "metadata": {k: meta[k] for k in KEPT_METADATA if k in meta}}
 
 
 def resource_version(body: Mapping[str, Any]) -> int:

@@ -22,6 +22,7 @@ from gateway_operator import conditions as C
 from gateway_operator import reasons as R
 from gateway_operator.api import GATEWAY_PORT, IDEMPOTENCY_OWNER
 from gateway_operator.controller import GatewayController
+from gateway_operator.inputs import KEPT_METADATA
 from gateway_operator.kube import ApplyResult
 from gateway_operator.pods import PodView
 
@@ -99,8 +100,10 @@ class HangingProber:
 
 
 def run_loop(test: Callable[[HeldApi, GatewayController, list[dict[str, Any]], list[float]], Awaitable[None]],
-             spec: Mapping[str, Any] | None = None, prober: Any = None) -> None:
+             spec: Mapping[str, Any] | None = None, prober: Any = None,
+             metadata: Mapping[str, Any] | None = None) -> None:
     body = gateway(spec or {"replicas": 1, "health": {"intervalSeconds": 1, "timeoutSeconds": 1}})
+    body["metadata"].update(metadata or {})
     kube = HeldApi(body, [secret("redis-auth", password="pw")])
     pods = [PodView("bot-0", "pod-uid", REPLICA_IP, ready=True, deleting=False)]
 
@@ -320,3 +323,27 @@ def test_a_pod_gone_before_its_gate_is_written_does_not_stop_the_loop() -> None:
             await server.wait_closed()
 
     asyncio.run(main())
+
+
+def test_the_loop_keeps_only_what_it_reads_of_the_object_and_its_events_still_name_it() -> None:
+    """An object applied with ``kubectl apply`` carries its whole spec again in an annotation, and
+    managedFields besides: the loop keeps neither between passes (memory per GatewayDeployment),
+    and still names the object in its Events and writes its status."""
+    spec = {"replicas": 1, "health": {"intervalSeconds": 1, "timeoutSeconds": 1}}
+    applied = {"annotations": {"kubectl.kubernetes.io/last-applied-configuration": json.dumps({"spec": spec})},
+               "labels": {"team": "bots"}, "managedFields": [{"manager": "kubectl-client-side-apply"}],
+               "creationTimestamp": "2026-12-01T00:00:00Z"}
+
+    async def test(kube: HeldApi, controller: GatewayController, owners: list[dict[str, Any]], _: list[float]) -> None:
+        meta = controller.body["metadata"]
+        assert set(meta) <= set(KEPT_METADATA), sorted(set(meta) - set(KEPT_METADATA))
+        assert meta["uid"] == kube.body["metadata"]["uid"] and meta["creationTimestamp"] == "2026-12-01T00:00:00Z"
+        assert controller.body["spec"]["replicas"] == 1 and controller.body["status"]
+        owners.append({"owner_id": IDEMPOTENCY_OWNER, "reason": RUNTIME})
+        await until(lambda: kube.condition(C.IDEMPOTENCY_DEGRADED).get("status") == "True", 10, "the degraded replica")
+        queue = posting.event_queue_var.get()
+        posted = [queue.get_nowait() for _ in range(queue.qsize())]
+        assert any(e.reason == "IdempotencyDegraded" and e.ref["name"] == "bot" and e.ref["namespace"] == "ns"
+                   and e.ref["uid"] == kube.body["metadata"]["uid"] for e in posted), posted
+
+    run_loop(test, spec, metadata=applied)
