@@ -331,8 +331,7 @@ class Bench:
             owner = render.Owner(name, ns, str(uuid.uuid4()))
             target = resolve(spec.redis, ns, name)
             # what the operator creates: the Secrets it generates, then what render says should exist
-            objects += [render.generated_secret(owner, g.name, g.key, g.value(), g.component)
-                        for g in render.generated_secrets(owner, spec)]
+            objects += [g.manifest(owner) for g in render.generated_secrets(owner, spec)]
             objects += render.desired_objects(owner, spec, target, spec.replicas, "floor")
         for manifest in objects:  # no owner exists to be garbage-collected against
             manifest["metadata"].pop("ownerReferences", None)

@@ -129,8 +129,7 @@ def _ensure_generated_secrets(kube: Kube, owner: render.Owner, spec: GatewaySpec
     behind the user's back. ``read`` gets the ones found, so that the pass does not read them again."""
     created = 0
     for g in render.generated_secrets(owner, spec):
-        made, live = kube.create_if_absent(render.generated_secret(owner, g.name, g.key, g.value(), g.component),
-                                           owner.uid)
+        made, live = kube.create_if_absent(g.manifest(owner), owner.uid)
         created += made
         if live is not None:
             read[g.name] = live

@@ -528,7 +528,11 @@ class Generated(NamedTuple):
     name: str
     key: str
     component: str
-    value: Callable[[], str]  # a fresh random value, drawn only when the Secret is created
+    value: Callable[[], str]  # a fresh random value (an existing Secret keeps its own: create_if_absent)
+
+    def manifest(self, owner: Owner) -> Manifest:
+        """The Secret to create when it is absent, with a freshly drawn value."""
+        return generated_secret(owner, self.name, self.key, self.value(), self.component)
 
 
 def generated_secrets(owner: Owner, spec: GatewaySpec) -> list[Generated]:
