@@ -2,14 +2,16 @@
 
 kwok simulates the pods, so no gateway runs behind their IPs (loopback addresses); this
 process answers ``GET /health`` at every such IP the way the gateway documents it, with
-``degraded_owners`` set on command. It runs apart from the operator and from the measuring
+``degraded_owners`` set on command, and serves the launcher's long-poll health watch beside it
+(the real pod/gwop_watch.py server on api.WATCH_PORT; a command wakes its waiters, as the
+launcher's tick would; ``--no-watch``: an image without it). It runs apart from the operator and from the measuring
 process, so its CPU is neither charged to the operator nor in the benchmark's hot path.
 
 Commands arrive as JSON lines on stdin, one reply line each on stdout:
   {"op": "serve", "ips": [...]}            listen on these IPs too (the gateway's port)
   {"op": "degrade", "ips": [...]}          /health reports durability:idempotency (runtime)
   {"op": "clear", "ips": [...]}            back to healthy
-  {"op": "stats"}                          {"requests": total answered, "cpu_s": ...}
+  {"op": "stats"}                          {"requests": polls and watch answers, "watch_answers": ..., "cpu_s": ...}
 """
 from __future__ import annotations
 
@@ -20,6 +22,8 @@ import sys
 import time
 
 from gateway_operator.api import GATEWAY_PORT as PORT
+from gateway_operator.api import WATCH_PORT
+from gateway_operator.pod.gwop_watch import Watched, WatchServer
 from harness.standins import RUNTIME, health_body, idempotency_owner  # the one /health shape
 
 
@@ -37,11 +41,33 @@ _ANSWERS = {False: _response(json.dumps(health_body([])).encode()),
             True: _response(json.dumps(health_body([idempotency_owner(RUNTIME)])).encode())}
 
 
+class CountedWatch(Watched):
+    """The launcher's Watched, counting its answers."""
+
+    def __init__(self, farm: "Farm", ip: str) -> None:
+        self.farm, self.ip = farm, ip
+        super().__init__(lambda: health_body([idempotency_owner(RUNTIME)] if ip in farm.degraded else []))
+
+    async def answer(self, since: str, wait: float) -> tuple[str, bytes]:
+        answered = await super().answer(since, wait)
+        self.farm.requests += 1
+        self.farm.watch_answers += 1
+        return answered
+
+
 class Farm:
-    def __init__(self) -> None:
+    def __init__(self, watch: bool = True) -> None:
         self.servers: dict[str, asyncio.AbstractServer] = {}
+        self.watches: dict[str, tuple[WatchServer, CountedWatch]] = {}
+        self.watch = watch
         self.degraded: set[str] = set()
         self.requests = 0
+        self.watch_answers = 0
+
+    def changed(self, ips: list[str]) -> None:
+        for ip in ips:
+            if ip in self.watches:
+                self.watches[ip][1].refresh()
 
     def protocol(self, ip: str) -> asyncio.Protocol:
         farm = self
@@ -78,13 +104,17 @@ class Farm:
             if ip not in self.servers:
                 self.servers[ip] = await loop.create_server(lambda ip=ip: self.protocol(ip), ip, PORT,
                                                             reuse_address=True, backlog=64)
+            if self.watch and ip not in self.watches:
+                server, watched = WatchServer(), CountedWatch(self, ip)
+                await server.listen(ip, WATCH_PORT, watched)
+                self.watches[ip] = (server, watched)
         return len(self.servers)
 
 
 async def main() -> None:
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))  # a socket per IP plus one per poller connection
-    farm = Farm()
+    farm = Farm(watch="--no-watch" not in sys.argv)
     loop = asyncio.get_running_loop()
     reader = asyncio.StreamReader()
     await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
@@ -98,13 +128,16 @@ async def main() -> None:
                 reply = {"error": f"cannot listen on {ips}: {e}"}
         elif op == "degrade":
             farm.degraded.update(ips)
+            farm.changed(ips)
             reply = {"degraded": len(farm.degraded)}
         elif op == "clear":
             farm.degraded.difference_update(ips)
+            farm.changed(ips)
             reply = {"degraded": len(farm.degraded)}
         elif op == "stats":
             usage = resource.getrusage(resource.RUSAGE_SELF)
-            reply = {"requests": farm.requests, "cpu_s": usage.ru_utime + usage.ru_stime}
+            reply = {"requests": farm.requests, "watch_answers": farm.watch_answers,
+                     "cpu_s": usage.ru_utime + usage.ru_stime}
         else:
             reply = {"error": f"unknown op {op}"}
         reply["at"] = time.time()

@@ -15,7 +15,8 @@ redis-server; the operator is the real CLI under the chart's RBAC. In order:
    for their pods to be Ready;
 2. the operator, from N GatewayDeployments, until the same pods are Ready (``operator_s``,
    compared with the floor) and every resource says Ready (``operator_ready_s``);
-3. idle: health polls achieved against demanded (every ready replica once per interval),
+3. idle: replica checks achieved against demanded (every ready replica once per interval: the
+   launcher's long-poll health watch answering, or a poll; ``--health poll`` turns the watch off),
    the operator's API writes (audit log), CPU per replica check (the operator's CPU divided by the
    checks the interval demands, so that runs compare however the checks are made), RSS and KiB
    per GatewayDeployment;
@@ -111,8 +112,9 @@ def quantile(values: list[float], q: float) -> float:
 class Farm:
     """Client of bench/health_farm.py, a child process."""
 
-    def __init__(self) -> None:
-        self.proc = subprocess.Popen([sys.executable, str(REPO / "bench/health_farm.py")],
+    def __init__(self, watch: bool = True) -> None:
+        self.proc = subprocess.Popen([sys.executable, str(REPO / "bench/health_farm.py"),
+                                      *(() if watch else ("--no-watch",))],
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
         self.lock = threading.Lock()
 
@@ -422,7 +424,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         raise SystemExit("the benchmark runs on a control plane of its own (unset GWOP_TEST_KUBECONFIG)")
     print(f"control plane with its simulated node up: {time.monotonic() - t:.1f}s", flush=True)
     redis = RedisServer(password="bench-password").start()
-    farm = Farm()
+    farm = Farm(watch=args.health == "watch")
     bench = Bench(args, cluster, farm, redis)
     operator: OperatorProcess | None = None
     out: dict[str, Any] = {"gateways": args.gateways, "replicas": args.replicas,
@@ -442,7 +444,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         traced = Traced(Path(cluster.directory) / "tracemalloc.json") if args.tracemalloc else None
         entry = (str(Path(__file__).parent / "traced_operator.py"),) if traced else ("-m", "gateway_operator.cli")
         operator = OperatorProcess(cluster, resync_seconds=args.resync, lease=(15, 10, 2),  # the chart's lease
-                                   entry=entry).start()
+                                   entry=entry,
+                                   extra_args=() if args.health == "watch" else ("--no-health-watch",)).start()
         assert operator.proc is not None
         pid = operator.proc.pid
         print(f"operator pid {pid} (for a profiler: py-spy record -p {pid})", flush=True)
@@ -465,9 +468,13 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         # a traced operator answers its metrics scrape too slowly to count its polls (its timings do not count)
         counted = (lambda: 0.0) if traced else (lambda: operator_polls(operator))
         counted0, threads0 = counted(), thread_cpu(pid)
-        polls0, (_, cpu0) = farm.call("stats")["requests"], proc_stat(pid)
+        stats0, (_, cpu0) = farm.call("stats"), proc_stat(pid)
         time.sleep(args.idle)
-        polls = farm.call("stats")["requests"] - polls0
+        stats1 = farm.call("stats")
+        polls = stats1["requests"] - stats0["requests"]
+        out["health"] = args.health
+        # of the checks achieved, those a health watch answered (the rest were polls)
+        out["watch_answers_per_s"] = round((stats1["watch_answers"] - stats0["watch_answers"]) / args.idle, 1)
         rss, cpu1 = proc_stat(pid)
         threads1, counted1 = thread_cpu(pid), counted()
         out["polls_demanded_per_s"] = round(bench.ready_pod_count(pods) / args.interval, 1)
@@ -565,6 +572,9 @@ def main() -> None:
     parser.add_argument("--soak", type=float, default=0, help="seconds of RSS sampling after the flips")
     parser.add_argument("--sample", type=float, default=15, help="soak sampling period")
     parser.add_argument("--no-floor", action="store_true", help="skip the floor run (throughput and memory runs)")
+    parser.add_argument("--health", choices=("watch", "poll"), default="watch",
+                        help="how the operator checks its replicas: the launcher's long-poll health watch (the "
+                             "stand-ins serve it), or polls only (--no-health-watch; stand-ins without it)")
     parser.add_argument("--json", type=Path, help="write the figures here as JSON")
     parser.add_argument("--tracemalloc", action="store_true", help="say what each KiB per GatewayDeployment is "
                         "(the operator under tracemalloc: its timings do not count)")

@@ -37,6 +37,8 @@ ANNOTATION_TEMPLATE_HASH = f"{GROUP}/template-hash"  # on the Deployment: its po
 
 
 GATEWAY_PORT = 8765
+# the launcher's long-poll GET /health (pod/gwop_watch.py): only the operator asks it
+WATCH_PORT = 8766
 # a managed Redis's image when neither its spec nor the operator's --managed-redis-image names one
 DEFAULT_MANAGED_REDIS_IMAGE = "redis:7.2-alpine"
 REDIS_PASSWORD_ENV = "GATEWAY_REDIS_PASSWORD"
@@ -271,7 +273,8 @@ class RedisSpec:
 @dataclass(frozen=True)
 class HealthSpec(fields.Section):
     interval_seconds: float = fields.api(fields.scalar(
-        "intervalSeconds", "integer", "Seconds between polls, {range}. Default {default}.", 10, convert=float,
+        "intervalSeconds", "integer", "Seconds between polls, {range}. With the launcher's health watch (port 8766), "
+        "the longest a replica stays unheard: a change is heard at once. Default {default}.", 10, convert=float,
         minimum=1, maximum=3600))
     timeout_seconds: float = fields.api(fields.scalar(
         "timeoutSeconds", "integer", "Timeout of one poll in seconds, {range}. Default {default}.", 2, convert=float,
@@ -526,8 +529,8 @@ class GatewaySpec:
     network_policy: NetworkPolicySpec = fields.api(fields.section(
         "networkPolicy", NetworkPolicySpec, "A NetworkPolicy for the gateway pods (<name>-gateway): port 8765 only "
         "from pods of this namespace (the Service's clients), the operator's pods (its health polls) and the "
-        "namespaces listed (the edge's). Binds where the network plugin enforces NetworkPolicy. Default: off (no "
-        "policy for the gateway pods)."))
+        "namespaces listed (the edge's); port 8766 (the launcher's health watch) only from the operator's pods. "
+        "Binds where the network plugin enforces NetworkPolicy. Default: off (no policy for the gateway pods)."))
     pod: Mapping[str, Any] = fields.api(fields.group(  # those set, as written
         dict,
         _pod("resources", f"Gateway container resources: requests and limits, {QUANTITIES}. Default none."),

@@ -235,7 +235,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     reconcile_settings = replace(reconcile_settings, tenancy=tenancy)
     memo = kopf.Memo(kubeconfig=args.kubeconfig, controller_settings=ControllerSettings(
         reconcile=reconcile_settings, redis_allow=tuple(args.redis_allow or ()),
-        max_concurrent_rollouts=args.max_concurrent_rollouts))
+        max_concurrent_rollouts=args.max_concurrent_rollouts, health_watch=not args.no_health_watch))
     if not args.redis_allow:
         logging.getLogger(__name__).warning(
             "the Redis probe may connect to any host:port a GatewayDeployment names (no --redis-allow)")
@@ -280,6 +280,8 @@ def parser() -> argparse.ArgumentParser:
     run.add_argument("--log-format", choices=["plain", "full", "json"], default="full")
     run.add_argument("--log-level", choices=["debug", "info", "warning", "error"], default="info")
     run.add_argument("--resync-seconds", type=float, default=60.0, help="full reconcile at least this often")
+    run.add_argument("--no-health-watch", action="store_true",
+                     help="poll every replica's GET /health only (no long-poll health watch on port 8766)")
     run.add_argument("--redis-allow", action="append", metavar="CIDR|HOST|.DOMAIN",
                      help="where the Redis probe may connect (repeatable); default: anywhere")
     run.add_argument("--tenancy-policy", metavar="JSON", default="",

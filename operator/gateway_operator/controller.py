@@ -1,5 +1,6 @@
 """One long-lived task per GatewayDeployment, the I/O around the pass: wait as the schedule
-says (schedule.py), run the pass (reconcile.py) beside the /health poll, gather the facts
+says (schedule.py), run the pass (reconcile.py) beside the /health poll (each replica's health
+watch, health_watch.py, stands in for its poll while it answers, and its news wakes the loop), gather the facts
 (facts.py), publish (publish.py), restart a replica stuck on the build-time fallback. One
 sequential task per object: no two writers race on one status. A pass that outlasts its step's
 poll (a full pass behind a resync wave) goes on while the next steps poll and publish with what
@@ -20,7 +21,7 @@ from typing import Any, Callable, Mapping, NamedTuple, Sequence
 import kopf
 from kubernetes.client.rest import ApiException
 
-from . import api, health, inputs, metrics, render, schedule, unrecorded
+from . import api, health, health_watch, inputs, metrics, render, schedule, unrecorded
 from .api import GatewaySpec, HealthSpec
 from .conditions import Facts, Problem
 from .expose import Exposure
@@ -77,6 +78,7 @@ class GatewayController:
     body: Mapping[str, Any] = field(default_factory=dict)
     wake: asyncio.Event = field(default_factory=asyncio.Event)
     schedule: Schedule = field(init=False)  # when the next pass, poll and restart are due (its timing: settings)
+    watch: health_watch.Watch | None = field(init=False)  # each replica's health watch (settings.health_watch)
     rollouts: RolloutGate | None = None   # the operator-wide cap on the rollouts it causes itself
     _rv_floor: int = 0                    # the resourceVersion of our last status write
     _inputs: SecretInputs | None = None   # the last full pass's Secret inputs, reused until the next
@@ -97,6 +99,19 @@ class GatewayController:
     def __post_init__(self) -> None:
         self.log = ObjectLog(log, {"object": f"{self.namespace}/{self.name}"})
         self.schedule = Schedule(self.settings.reconcile.timing)
+        self.watch = (health_watch.Watch(news=self._news, answered=lambda h: metrics.polled(
+            self.namespace, self.name, (h.state.value,))) if self.settings.health_watch else None)
+
+    def _news(self) -> None:
+        """A replica's health watch brought a change: a step publishes it (at once, or when the
+        schedule spaces it)."""
+        delay = self.schedule.health_news(time.monotonic())
+        if delay is None:
+            return
+        if delay <= 0:
+            self.wake.set()
+        else:
+            asyncio.get_running_loop().call_later(delay, self.wake.set)
 
     def update(self, body: Mapping[str, Any]) -> None:
         """Called for every watch event of the object: wakes the loop when the spec changed."""
@@ -119,6 +134,8 @@ class GatewayController:
             if self._pending is not None:
                 self._pending.cancel()
             self.poller.close()
+            if self.watch is not None:
+                self.watch.close()
             await self._probe_connection.aclose()
 
     async def _loop(self) -> None:
@@ -145,6 +162,7 @@ class GatewayController:
         started = time.monotonic()
         full, poll_due = self.schedule.begin(started, health_spec.interval_seconds, random.uniform(0.5, 1.0),
                                              passing=self._pending is not None)
+        news = self.schedule.take_news(started)  # what a health watch brought: published in this step
         if self._pending is None:
             self._pending = asyncio.ensure_future(self._pass(body, checked, full,
                                                              spec.expose.hosts if spec else ()))
@@ -158,7 +176,7 @@ class GatewayController:
         # a poll's news is published with the pass when it ends within its Redis probe's bound, so
         # that a Redis that hangs never shows RedisReachable=True beside the replicas that report it
         wait = schedule.publish_wait(time.monotonic(), self.schedule.next_poll, started,
-                                     probe_bound(health_spec.timeout_seconds) if poll_due else None)
+                                     probe_bound(health_spec.timeout_seconds) if poll_due or news else None)
         if not pending.done():
             await asyncio.wait({pending}, timeout=wait)
         if pending.done():
@@ -169,7 +187,7 @@ class GatewayController:
             if not self._waking:
                 pending.add_done_callback(lambda _: self.wake.set())
                 self._waking = True
-            if not poll_due or self._last is None:
+            if not (poll_due or news) or self._last is None:
                 return
             passed = self._last  # this poll's news, with what the last pass saw
         await self._publish(passed, replicas)
@@ -238,10 +256,18 @@ class GatewayController:
         self.schedule.errored(time.monotonic())
 
     async def _poll(self, health_spec: HealthSpec, due: bool) -> list[health.ReplicaHealth]:
-        """Every serving replica's answer: polled when the poll is due, else the last one (a
-        replica without one, a new pod, is polled at once)."""
+        """Every serving replica's answer: its health watch's last one while that stands, else
+        polled when the poll is due, else the last one (a replica without one, a new pod, is polled
+        at once)."""
         targets = [health.Target(p.name, p.ip, api.GATEWAY_PORT) for p in self.pods() if p.polled and p.ip]
-        asked = [t for t in targets if due or t.pod not in self._health]
+        watched: dict[str, health.ReplicaHealth] = {}
+        if self.watch is not None:
+            self.watch.follow([dataclasses.replace(t, port=api.WATCH_PORT) for t in targets],
+                              health_spec.interval_seconds, health_spec.timeout_seconds)
+            now = time.monotonic()
+            watched = {t.pod: h for t in targets if (h := self.watch.answer(t.pod, now)) is not None}
+        self._health.update(watched)
+        asked = [t for t in targets if t.pod not in watched and (due or t.pod not in self._health)]
         if asked:
             answers = await self.poller.poll(asked, health_spec.timeout_seconds, health_spec.max_concurrency,
                                              keep_alive=health_spec.interval_seconds < health.REUSE_WITHIN_S)

@@ -190,6 +190,7 @@ class _Exchange(asyncio.Protocol):
         self.body = bytearray()
         self.keep = True
         self.got_bytes = False
+        self.etag = ""   # the answer's ETag, unquoted (the launcher's long-poll /health sets it)
 
     # asyncio.Protocol
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -260,6 +261,8 @@ class _Exchange(asyncio.Protocol):
                 self.chunked = value.endswith(b"chunked")
             elif name == b"connection":
                 self.keep = self.keep and value != b"close"
+            elif name == b"etag":
+                self.etag = value.strip(b'"')[:64].decode("ascii", "replace")
         if self.chunked:
             self.length = None
         elif self.length is None:
@@ -323,11 +326,17 @@ class _Exchange(asyncio.Protocol):
         self._drop()
 
 
-def _request(target: Target, keep_alive: bool) -> bytes:
+def _request(target: Target, keep_alive: bool, query: str = "") -> bytes:
     host = f"[{target.ip}]" if ":" in target.ip else target.ip
-    return (f"GET /health HTTP/1.1\r\nHost: {host}:{target.port}\r\nAccept: application/json\r\n"
+    return (f"GET /health{query} HTTP/1.1\r\nHost: {host}:{target.port}\r\nAccept: application/json\r\n"
             f"User-Agent: gateway-operator\r\n{'' if keep_alive else 'Connection: close' + chr(13) + chr(10)}\r\n"
             ).encode()
+
+
+def watch_request(target: Target, wait: float, since: str) -> bytes:
+    """The launcher's long-poll ``GET /health?wait=S&since=TAG`` (pod/gwop_watch.py), kept alive."""
+    tag = "".join(c for c in since if c.isalnum())  # a tag is hex: anything else is the tenant's
+    return _request(target, True, f"?wait={wait:.1f}&since={tag}")
 
 
 def _health(pod: str, status: int, body: bytes) -> ReplicaHealth:

@@ -238,8 +238,10 @@ def _gateway_container(spec: GatewaySpec, redis: RedisTarget | None, auth: Secre
         "name": "gateway",
         "image": spec.image,
         "command": ["python3", f"{CONFIG_DIR}/launch.py", "--config", f"{CONFIG_DIR}/gateway.yaml",
-                    "--workdir", WORK_DIR, "--host", "0.0.0.0", "--port", str(api.GATEWAY_PORT)],
-        "ports": [{"name": "http", "containerPort": api.GATEWAY_PORT, "protocol": "TCP"}],
+                    "--workdir", WORK_DIR, "--host", "0.0.0.0", "--port", str(api.GATEWAY_PORT),
+                    "--watch-port", str(api.WATCH_PORT)],
+        "ports": [{"name": "http", "containerPort": api.GATEWAY_PORT, "protocol": "TCP"},
+                  {"name": "health-watch", "containerPort": api.WATCH_PORT, "protocol": "TCP"}],
         "env": env,
         # /health always answers 200, so it proves nothing: probe /live and /ready instead
         "livenessProbe": {"httpGet": {"path": "/live", "port": "http"}, "failureThreshold": 6, **probe},
@@ -337,14 +339,14 @@ def gateway_network_policy_name(name: str) -> str:
 def gateway_network_policy(owner: Owner, spec: GatewaySpec, operator: OperatorIdentity) -> Manifest | None:
     """spec.networkPolicy: ingress to the gateway port only from the pods of this namespace (the
     Service's clients), the operator's own pods (its /health polls) and the listed namespaces
-    (the edge's). Where the network plugin enforces NetworkPolicy, everything else is refused."""
+    (the edge's); to the launcher's long-poll /health (api.WATCH_PORT) only from the operator's
+    pods. Where the network plugin enforces NetworkPolicy, everything else is refused."""
     if not spec.network_policy.enabled:
         return None
-    peers: list[dict[str, Any]] = [
-        {"podSelector": {}},  # this namespace
-        {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": operator.namespace}},
-         "podSelector": {"matchLabels": {api.LABEL_NAME: OPERATOR_APP_NAME, api.LABEL_INSTANCE: operator.instance}}},
-    ]
+    the_operator = {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": operator.namespace}},
+                    "podSelector": {"matchLabels": {api.LABEL_NAME: OPERATOR_APP_NAME,
+                                                    api.LABEL_INSTANCE: operator.instance}}}
+    peers: list[dict[str, Any]] = [{"podSelector": {}}, the_operator]  # this namespace, the operator
     if spec.network_policy.from_namespaces:
         peers.append({"namespaceSelector": {"matchExpressions": [{
             "key": "kubernetes.io/metadata.name", "operator": "In",
@@ -352,7 +354,8 @@ def gateway_network_policy(owner: Owner, spec: GatewaySpec, operator: OperatorId
     return _object("networking.k8s.io/v1", "NetworkPolicy", gateway_network_policy_name(owner.name), owner, spec={
         "podSelector": {"matchLabels": api.selector_for(owner.name)},
         "policyTypes": ["Ingress"],
-        "ingress": [{"from": peers, "ports": [{"port": api.GATEWAY_PORT, "protocol": "TCP"}]}],
+        "ingress": [{"from": peers, "ports": [{"port": api.GATEWAY_PORT, "protocol": "TCP"}]},
+                    {"from": [the_operator], "ports": [{"port": api.WATCH_PORT, "protocol": "TCP"}]}],
     })
 
 

@@ -3,7 +3,9 @@ the clock (monotonic seconds) and the jitter as inputs, so tests drive it withou
 
 The one owner of "when next": the backoff after a problem, the resync and its jitter, the recheck
 of a rollout waiting for its slot, the /health poll's cadence, how long a step waits for its pass
-before publishing without it, and the stale-replica restart's cooldown. As controller-runtime's
+before publishing without it, the stale-replica restart's cooldown, and the health watch's
+(health_watch.py): how long each long-poll may wait, how soon one that failed is tried again,
+how long its answer stands in for a poll, and when a step publishes what it brought. As controller-runtime's
 queue owns the backoff and the reconciler only returns what happened, the pass (reconcile.py)
 returns an ``Outcome`` and ``settled`` decides from it when the next full pass is due. The loop
 (controller.py) asks ``begin`` at each step whether this pass is a full one (apply) or an
@@ -16,7 +18,9 @@ from dataclasses import dataclass, field
 
 from . import reasons
 from .conditions import Problem
+from .health import ReplicaHealth
 from .outcome import Outcome
+from .replicas import CUT_OFF_AFTER_S
 from .rollouts import RolloutState
 
 #: problems only a full pass can see (a write the API server refused, a foreign object): shown
@@ -28,6 +32,17 @@ POLL_SLACK = MIN_SLEEP  # a step this close before its poll is due polls now, no
 #: a GatewayDeployment waiting for a rollout slot (rollouts.py) looks again this often (a full
 #: pass), so that a freed slot is taken within seconds rather than at its next resync
 QUEUED_RECHECK_S = 5.0
+#: the health watch, tried again after it failed (refused, reset, an answer that is not the
+#: launcher's): the last step is also how often a replica whose image has no watch is asked
+WATCH_RETRY = (1.0, 2.0, 4.0, 8.0, 16.0, 30.0, 60.0)
+#: a watch asks again no sooner after its last ask, whatever the answers (an image answering at once)
+WATCH_MIN_GAP_S = 0.5
+#: a step that publishes a watch's news comes no sooner after the last one (a counter that moves
+#: with every webhook during an outage changes the tag each time)
+NEWS_GAP_S = 1.0
+#: a duration a replica reports crosses a bound the operator acts on this long after the long-poll
+#: that asks for it: its answer rounds to a tenth, and the tick that reads it is 0.2 s
+CROSSING_SLACK_S = 0.3
 
 
 @dataclass(frozen=True)
@@ -76,6 +91,31 @@ def publish_wait(now: float, poll_due: float, started: float, probe_bound: float
     return max(0.0, wait)
 
 
+def watch_wait(interval: float, last: ReplicaHealth | None) -> float:
+    """How long a replica's long-poll may wait for a change: the poll interval (the longest
+    silence), shortened to when a duration the operator acts on crosses its bound (a replica cut
+    off from Redis, or one reaching it again, for CUT_OFF_AFTER_S: replicas.out_of_traffic). A
+    duration is not in the watch's tag, so its crossing is asked for, not announced."""
+    wait = interval
+    if last is not None:
+        for since in (last.answers_for_s, last.unusable_for_s):
+            if since is not None and since < CUT_OFF_AFTER_S:
+                wait = min(wait, CUT_OFF_AFTER_S - since + CROSSING_SLACK_S)
+    return max(WATCH_MIN_GAP_S, wait)
+
+
+def watch_retry(failures: int) -> float:
+    """Seconds before a watch that failed ``failures`` times in a row is tried again (its replica is
+    polled meanwhile)."""
+    return backoff(failures, WATCH_RETRY)
+
+
+def watch_stands(answered_at: float, now: float, interval: float, timeout: float) -> bool:
+    """A watch's last answer stands in for a poll while its next one may still come (its wait, the
+    interval, and its timeout, plus a second); older, the replica is polled."""
+    return now - answered_at <= interval + timeout + 1.0
+
+
 @dataclass
 class Schedule:
     timing: Timing = field(default_factory=Timing)
@@ -87,6 +127,23 @@ class Schedule:
     sticky: Problem | None = None        # a problem of the last full pass that observation cannot see
     next_poll: float = 0.0               # when the next /health poll is due (fixed cadence)
     last_restart: float = 0.0
+    news_at: float | None = None         # when a step publishes what a health watch brought
+    last_news: float = float("-inf")     # ... the last such step
+
+    def health_news(self, now: float) -> float | None:
+        """A health watch brought a change: seconds until the step that publishes it (at once, or
+        NEWS_GAP_S after the last one), or None when such a step is already due."""
+        if self.news_at is not None:
+            return None
+        self.news_at = max(now, self.last_news + NEWS_GAP_S)
+        return self.news_at - now
+
+    def take_news(self, now: float) -> bool:
+        """A step starts: does it publish a watch's news (whether or not a poll is due)."""
+        if self.news_at is None or now < self.news_at - POLL_SLACK:
+            return False
+        self.news_at, self.last_news = None, now
+        return True
 
     def spec_changed(self, generation: object) -> bool:
         """A watch event's generation: True (and a prompt first try) when it is not the reconciled one."""
@@ -149,4 +206,6 @@ class Schedule:
         """Until the next poll or full pass; while a full pass runs, until the next poll (the
         pass wakes the loop when it ends)."""
         due = self.next_poll if passing else min(self.next_poll, self.next_full)
+        if self.news_at is not None:
+            due = min(due, self.news_at)
         return max(MIN_SLEEP, due - now)

@@ -23,3 +23,4 @@ class ControllerSettings:
     reconcile: ReconcileSettings = field(default_factory=ReconcileSettings)  # timing, identity, tenancy
     redis_allow: tuple[str, ...] = ()        # the probe's allowlist (CIDRs, hosts, .domains); empty: open
     max_concurrent_rollouts: int = DEFAULT_LIMIT  # operator-caused rollouts at a time; 0: no cap
+    health_watch: bool = True   # each replica's launcher long-poll /health (health_watch.py); False: polls only

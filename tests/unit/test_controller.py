@@ -20,7 +20,7 @@ from kopf._core.engines import posting
 
 from gateway_operator import conditions as C
 from gateway_operator import reasons as R
-from gateway_operator.api import GATEWAY_PORT, IDEMPOTENCY_OWNER
+from gateway_operator.api import GATEWAY_PORT, IDEMPOTENCY_OWNER, WATCH_PORT
 from gateway_operator.controller import GatewayController
 from gateway_operator.inputs import KEPT_METADATA
 from gateway_operator.kube import ApplyResult
@@ -28,6 +28,7 @@ from gateway_operator.pods import PodView
 
 from gateway_operator.redis_probe import ProbeResult
 
+from harness.pod_code import importable
 from test_loop import PROBE_OK, REDIS_SPEC, ApiStandIn, gateway, secret
 
 REPLICA_IP = "127.61.0.1"  # a loopback address no other unit test binds
@@ -65,6 +66,11 @@ class HeldApi(ApiStandIn):
 
 async def serve_health(owners: list[dict[str, Any]], polls: list[float]) -> asyncio.AbstractServer:
     """One replica's /health: the documented body with ``owners`` as they are at each request."""
+    return await serve_health_at(REPLICA_IP, owners, polls)
+
+
+async def serve_health_at(ip: str, owners: list[dict[str, Any]], polls: list[float]) -> asyncio.AbstractServer:
+    """serve_health at ``ip``."""
 
     async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         await reader.readuntil(b"\r\n\r\n")
@@ -75,7 +81,7 @@ async def serve_health(owners: list[dict[str, Any]], polls: list[float]) -> asyn
         await writer.drain()
         writer.close()
 
-    return await asyncio.start_server(answer, REPLICA_IP, GATEWAY_PORT)
+    return await asyncio.start_server(answer, ip, GATEWAY_PORT)
 
 
 async def until(check: Callable[[], bool], seconds: float, what: str) -> None:
@@ -347,3 +353,61 @@ def test_the_loop_keeps_only_what_it_reads_of_the_object_and_its_events_still_na
                    and e.ref["uid"] == kube.body["metadata"]["uid"] for e in posted), posted
 
     run_loop(test, spec, metadata=applied)
+
+
+def test_a_watched_replica_s_change_reaches_status_at_once_and_one_without_the_watch_is_polled() -> None:
+    """Health as a watch (issue 33): bot-0 runs the launcher's long-poll /health (pod/gwop_watch.py,
+    real, over a HEALTH BODY STAND-IN) beside its /health; bot-1 is another image, /health only. The
+    interval is 6 s: bot-0's degradation and recovery reach status within a second each, and bot-0
+    is never polled once its watch answers; bot-1 is polled once an interval, and its degradation
+    shows within the interval plus the timeout."""
+    importable()
+    import gwop_watch
+    ips = ("127.61.0.4", "127.61.0.5")
+    pods = [PodView(f"bot-{i}", f"uid-{i}", ip, ready=True, deleting=False) for i, ip in enumerate(ips)]
+    body = gateway({**REDIS_SPEC, "replicas": 2, "health": {"intervalSeconds": 6, "timeoutSeconds": 1}})
+    kube = HeldApi(body, [secret("redis-auth", password="pw")])
+    owners: list[list[dict[str, Any]]] = [[], []]
+    polls: list[list[float]] = [[], []]
+    degraded = [{"owner_kind": "gateway", "owner_id": IDEMPOTENCY_OWNER, "state": "cold", "reason": RUNTIME}]
+
+    async def main() -> None:
+        posting.event_queue_loop_var.set(asyncio.get_running_loop())
+        posting.event_queue_var.set(asyncio.Queue())
+        posting.settings_var.set(kopf.OperatorSettings())
+        servers = [await serve_health_at(ip, owners[i], polls[i]) for i, ip in enumerate(ips)]
+        watch = gwop_watch.WatchServer()
+        watched = gwop_watch.Watched(lambda: {"status": "healthy", "uptime": time.monotonic(),
+                                              "degraded_owners": list(owners[0])})
+        await watch.listen(ips[0], WATCH_PORT, watched)
+        ticking = asyncio.ensure_future(watched.tick())
+        controller = GatewayController(kube, "ns", "bot", lambda: pods, prober=HangingProber(0))  # type: ignore[arg-type]
+        controller.update(kube.body)
+        task = asyncio.create_task(controller.run())
+        degraded_now = lambda: kube.condition(C.IDEMPOTENCY_DEGRADED).get("status")  # noqa: E731
+        try:
+            await until(lambda: degraded_now() == "False" and controller.watch.watching == 1, 10,
+                        "the first status, and bot-0's watch answering")
+            polled_before = len(polls[0])
+            for want, change in (("True", lambda: owners[0].extend(degraded)), ("False", owners[0].clear)) * 2:
+                await asyncio.sleep(0.5)
+                changed = time.monotonic()
+                change()
+                await until(lambda: degraded_now() == want, 1.5, f"bot-0's watch bringing IdempotencyDegraded={want}")
+                print(f"bot-0 (watched): IdempotencyDegraded={want} {time.monotonic() - changed:.2f} s after the change")
+            assert len(polls[0]) == polled_before, "bot-0 is not polled while its watch answers"
+            changed = time.monotonic()
+            owners[1].extend(degraded)
+            await until(lambda: degraded_now() == "True", 6 + 1 + 1, "bot-1's poll bringing the degradation")
+            print(f"bot-1 (polled): IdempotencyDegraded=True {time.monotonic() - changed:.2f} s after the change")
+            assert len(polls[1]) >= 2, "bot-1 is polled each interval"
+        finally:
+            task.cancel()
+            ticking.cancel()
+            watch.close()
+            await asyncio.gather(task, return_exceptions=True)
+            for server in servers:
+                server.close()
+                await server.wait_closed()
+
+    asyncio.run(main())

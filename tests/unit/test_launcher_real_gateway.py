@@ -310,6 +310,62 @@ def test_a_replica_says_it_cannot_reach_redis_before_any_webhook(
     assert own()["answers_for_s"] >= first + 1.0
 
 
+@pytest.mark.release_matrix
+def test_the_health_watch_says_at_once_what_health_says_and_the_operator_hears_it(
+        launch, real_redis: RedisServer, llm: StandInLLM) -> None:
+    """Health as a watch (issue 33): the launcher started with a watch port serves the long-poll
+    /health there, with the same body as the gateway's own /health (the launcher's section
+    included). The operator's watch (health_watch.Watch, real) hears the replica go from reaching
+    Redis to cut off, and back, each within the replica's own probe (period and timeout) plus a
+    second, not at its next poll; and a silent replica once an interval."""
+    import asyncio
+    import gwop_reach
+    from gateway_operator.health import Target
+    from gateway_operator.health_watch import Watch
+    from gateway_operator.render import REDIS_CLIENT_OPTIONS
+    documented = documented_config(real_redis)
+    documented["push"]["redis"]["url"] += f"?{REDIS_CLIENT_OPTIONS}"
+    watch_port = free_port()
+    gw = launch("watched", documented, {"GATEWAY_WATCH_PORT": str(watch_port)})
+    bound = gwop_reach.Reach.PERIOD_S + gwop_reach.Reach.TIMEOUT_S + 1.0
+    interval = 20.0
+
+    async def main() -> None:
+        news: list = []
+        watch = Watch(news=lambda: news.append(time.monotonic()))
+        watch.follow([Target("watched-0", "127.0.0.1", watch_port)], interval=interval, timeout=2.0)
+
+        async def heard(what: str, redis: str, seconds: float) -> float:
+            started = time.monotonic()
+            while True:
+                last = watch.answer("watched-0", time.monotonic())
+                if last is not None and last.redis == redis:
+                    return time.monotonic() - started
+                assert time.monotonic() - started < seconds, f"not within {seconds} s: {what} ({last})"
+                await asyncio.sleep(0.05)
+        try:
+            await heard("the first answer", "answers", STARTUP_TIMEOUT)
+            first = watch.answer("watched-0", time.monotonic())
+            assert first is not None and first.versions == (RUNNING["praisonai-bot"], RUNNING["praisonaiagents"])
+            own = await asyncio.to_thread(gw.health)
+            assert own["gateway_operator"]["idempotency"]["redis"] == "answers"
+            await asyncio.sleep(6.0)  # past the bound the watch asks for (answers_for_s): quiet now
+            quiet = len(news)
+            real_redis.pause()
+            try:
+                took = await heard("the replica cut off", "unreachable", bound)
+                print(f"cut off: heard after {took:.2f} s (bound {bound:.1f} s, interval {interval:g} s)")
+            finally:
+                real_redis.resume()
+            took = await heard("the replica reaching Redis again", "answers", bound)
+            print(f"reaching Redis again: heard after {took:.2f} s")
+            assert len(news) >= quiet + 2
+        finally:
+            watch.close()
+
+    asyncio.run(main())
+
+
 def test_a_hung_redis_is_answered_503_within_a_second_then_fails_open_after_the_window(
         launch, real_redis: RedisServer, llm: StandInLLM) -> None:
     """The URL the operator renders bounds redis-py's socket timeouts (redis-py's defaults held a

@@ -22,6 +22,7 @@ from gwop_log import say
 from gwop_reach import Reach
 from gwop_redis import redis_client
 from gwop_sessions import SharedSessions
+from gwop_watch import serve_watch
 
 # at the stop, how long the journal and the unsaved session history may wait for Redis to take them
 CARRY_BUDGET_SECONDS = 8.0
@@ -56,9 +57,11 @@ def clear_stale_pid_lock(home: str, port: Optional[int]) -> bool:
 
 
 async def serve(gateway: Any, config_path: str, drain: float, guard: Mapping[str, float],
-                sessions: Optional[SharedSessions] = None, store_redis: Optional[Mapping[str, Any]] = None) -> int:
+                sessions: Optional[SharedSessions] = None, store_redis: Optional[Mapping[str, Any]] = None,
+                watch_port: Optional[int] = None) -> int:
     """Run the gateway until SIGTERM/SIGINT; return the process exit code (0). ``store_redis``: the
-    push.redis settings when the idempotency store is the Redis one. At the stop, what
+    push.redis settings when the idempotency store is the Redis one; ``watch_port``: where the
+    long-poll /health is served (gwop_watch), once the gateway runs. At the stop, what
     the journal and the shared sessions still hold is carried to Redis (within CARRY_BUDGET_SECONDS:
     Redis may be coming back), then this replica's unfinished claims are released."""
     loop = asyncio.get_running_loop()
@@ -82,7 +85,7 @@ async def serve(gateway: Any, config_path: str, drain: float, guard: Mapping[str
     leases = Leases(gateway, guard["claim_lease_seconds"], pod, store_redis)
     if sessions is not None:
         sessions.other_window = lambda: journal.broken_since
-    guarding = asyncio.ensure_future(guard_webhooks(gateway, start, pod, journal, leases, reach))
+    guarding = asyncio.ensure_future(guard_webhooks(gateway, start, pod, journal, leases, reach, watch_port))
     try:
         await start
     finally:
@@ -132,9 +135,10 @@ def carry(journal: OutageJournal, sessions: Optional[SharedSessions], budget: fl
 
 
 async def guard_webhooks(gateway: Any, start: "asyncio.Future[Any]", pod: str, journal: OutageJournal,
-                         leases: Leases, reach: Optional[Reach] = None) -> None:
+                         leases: Leases, reach: Optional[Reach] = None, watch_port: Optional[int] = None) -> None:
     """Once the gateway runs: the fail-closed window and the outage journal around its claim calls,
-    the claims' short leases, in-flight duplicates answered 503, and (once the store is built) the
+    the claims' short leases, in-flight duplicates answered 503, the long-poll /health on
+    ``watch_port`` (its body is /health's, section included), and (once the store is built) the
     store's owner recorded under this pod."""
     while not (gateway.is_running or start.done()):
         await asyncio.sleep(0.05)
@@ -148,6 +152,8 @@ async def guard_webhooks(gateway: Any, start: "asyncio.Future[Any]", pod: str, j
     tasks = [asyncio.ensure_future(journal.run()), asyncio.ensure_future(leases.run())]
     if reach is not None:
         tasks.append(asyncio.ensure_future(reach.run()))
+    if watch_port:
+        tasks.append(asyncio.ensure_future(serve_watch(watch_port, upstream.health_call(gateway))))
     try:
         await record_owner(gateway, start, pod)
         await asyncio.gather(*tasks)

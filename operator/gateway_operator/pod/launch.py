@@ -85,6 +85,8 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
     parser.add_argument("--host", default=env.get("GATEWAY_HOST") or None)
     # argparse applies type=int to string defaults too.
     parser.add_argument("--port", type=int, default=env.get("GATEWAY_PORT") or None)
+    # the long-poll /health (gwop_watch); none unless asked for
+    parser.add_argument("--watch-port", type=int, default=env.get("GATEWAY_WATCH_PORT") or None)
     return parser.parse_args(argv)
 
 
@@ -135,7 +137,8 @@ def main(argv: Optional[List[str]] = None) -> int:
             f"gateway={' '.join(f'{p}={v}' for p, v in versions.items())}"
         )
         store_redis = redis if idempotency_backend(working) == "redis" else None
-        return asyncio.run(serve(gateway, path, drain_timeout(loaded), guard, shared, store_redis))
+        return asyncio.run(serve(gateway, path, drain_timeout(loaded), guard, shared, store_redis,
+                                 args.watch_port))
     except KeyboardInterrupt:
         return EXIT_OK
     except Exception as exc:  # noqa: BLE001 - every failure becomes one clear line + exit code
