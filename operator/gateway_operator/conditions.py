@@ -17,7 +17,7 @@ from .api import IDEMPOTENCY_OWNER
 from .dedup_history import MEMORY_CLEAR_BELOW, MEMORY_WARN_AT, History, durability, lost_message
 from .health import DESCRIPTIONS, Idempotency, ReplicaHealth
 from .pods import Observed
-from .redis_probe import ProbeResult
+from .probe_result import ProbeResult
 from .redis_target import RedisTarget
 from .replica_state import channel_warning
 from .replicas import gate_holds

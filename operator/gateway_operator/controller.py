@@ -21,7 +21,7 @@ from typing import Any, Callable, Mapping, NamedTuple, Sequence
 import kopf
 from kubernetes.client.rest import ApiException
 
-from . import api, health, health_watch, inputs, metrics, render, schedule, unrecorded
+from . import api, health, health_poll, health_watch, inputs, metrics, render, schedule, unrecorded
 from .api import GatewaySpec, HealthSpec
 from .conditions import Facts, Problem
 from .expose import Exposure
@@ -32,8 +32,9 @@ from .pods import LiveDeployment, PodView, gate_condition
 from .publish import ObjectLog, now_iso, publish
 from .outcome import Outcome
 from .reconcile import Observation, reconcile
-from .redis_probe import KeptConnection, ProbeResult, Prober
-from .redis_probe import bound as probe_bound
+from .probe_result import ProbeResult
+from .redis_probe import KeptConnection, Prober
+from .probe_result import bound as probe_bound
 from .replicas import out_of_traffic, stale_replica
 from .rollouts import RolloutGate
 from .schedule import Schedule
@@ -74,7 +75,7 @@ class GatewayController:
     claims: Callable[[Sequence[str]], Mapping[str, Sequence[Claim]]] = lambda _: {}  # claimants of these hosts
     settings: ControllerSettings = field(default_factory=ControllerSettings)
     prober: Prober = field(default_factory=Prober)
-    poller: health.Poller = field(default_factory=health.Poller)  # its own: the connections to its replicas
+    poller: health_poll.Poller = field(default_factory=health_poll.Poller)  # its own: the connections to its replicas
     body: Mapping[str, Any] = field(default_factory=dict)
     wake: asyncio.Event = field(default_factory=asyncio.Event)
     schedule: Schedule = field(init=False)  # when the next pass, poll and restart are due (its timing: settings)
@@ -270,7 +271,7 @@ class GatewayController:
         asked = [t for t in targets if t.pod not in watched and (due or t.pod not in self._health)]
         if asked:
             answers = await self.poller.poll(asked, health_spec.timeout_seconds, health_spec.max_concurrency,
-                                             keep_alive=health_spec.interval_seconds < health.REUSE_WITHIN_S)
+                                             keep_alive=health_spec.interval_seconds < health_poll.REUSE_WITHIN_S)
             metrics.polled(self.namespace, self.name, (r.state.value for r in answers))
             self._health.update((r.pod, r) for r in answers)
         live = {p.name for p in self.pods() if not p.deleting}

@@ -7,9 +7,9 @@ launcher's tick, and a silent replica still answers once an interval. Each answe
 change calls ``news`` (the loop publishes it: schedule.health_news); every answer calls
 ``answered`` (the poll counter). A replica whose watch does not answer as the launcher does
 (another image, an older launcher, a port refused, an answer without the tag) is polled by the
-loop as before (health.Poller) while the watch is tried again later (schedule.watch_retry).
+loop as before (health_poll.Poller) while the watch is tried again later (schedule.watch_retry).
 
-What a replica answers is the tenant's: read with the same bounds as a poll (health._Exchange:
+What a replica answers is the tenant's: read with the same bounds as a poll (health_poll._Exchange:
 the head's size, the body's, and a deadline of the wait plus the poll timeout).
 """
 from __future__ import annotations
@@ -21,7 +21,8 @@ from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
 from . import schedule
-from .health import Idempotency, ReplicaHealth, Target, _Exchange, _Failed, _health, watch_request
+from .health import Idempotency, ReplicaHealth, Target, parse_answer
+from .health_poll import _Exchange, _Failed, watch_request
 
 log = logging.getLogger(__name__)
 
@@ -136,7 +137,7 @@ class Watch:
         if not (exchange.open and exchange.keep):
             exchange.close()
             followed.exchange = None
-        health = _health(target.pod, status, body)
+        health = parse_answer(target.pod, status, body)
         if health.state is Idempotency.UNKNOWN:  # 200 with a tag, but not a /health body
             raise _NotServed(status)
         return health, tag

@@ -9,7 +9,7 @@ from typing import NamedTuple
 from .conditions import Problem
 from .expose import Exposure
 from .pods import Observed
-from .redis_probe import ProbeResult
+from .probe_result import ProbeResult
 from .redis_target import RedisTarget
 from .replicas import Migration
 from .rollouts import RolloutState

@@ -38,6 +38,7 @@ from redis.retry import Retry
 
 from . import reasons
 from .dedup_history import CANARY_KEY, CARRIED_KEY, MIGRATED_KEY, StoreFacts
+from .probe_result import ProbeResult, bound
 from .redis_target import RedisTarget
 
 TIMEOUT_CEILING = 5.0      # whatever spec.health.timeoutSeconds says
@@ -51,12 +52,6 @@ BACKOFF_CEILING = 300.0
 # managed Redis? (handlers.py answers from its index of managed Redis Services and pods)
 ForeignCheck = Callable[[str, str, str, Sequence[str]], bool]
 
-
-
-def bound(timeout: float) -> float:
-    """The most one probe takes, whatever the Redis does: its connect, TLS and round trips (and an
-    observation probe's one retry afresh) each within ``timeout``."""
-    return 3 * timeout + 1
 
 class Credentials(NamedTuple):
     """What the probe signs in and checks TLS with, read from the spec's Secrets (never logged)."""
@@ -87,15 +82,6 @@ class _NamedSSLConnection(aioredis.SSLConnection):
 
     def _connection_arguments(self):  # type: ignore[no-untyped-def]
         return {**super()._connection_arguments(), "server_hostname": self.server_name}
-
-
-@dataclass(frozen=True)
-class ProbeResult:
-    ok: bool
-    reason: str   # a reasons.* RedisReachable reason
-    message: str  # never holds the password
-    store: StoreFacts | None = None  # the canary and what INFO/CONFIG GET said (a passed probe only)
-    reused: bool = False  # an earlier pass's result, kept (no probe was sent): says nothing new of the store
 
 
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network

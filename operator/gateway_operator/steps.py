@@ -32,7 +32,8 @@ from .expose import Exposure
 from .inputs import Checked, Prepared, SecretInputs
 from .kube import Kube, NotOwned, NotServed
 from .pods import LiveDeployment, Observed, PodView, live_deployment
-from .redis_probe import KeptConnection, ProbeResult, Prober
+from .probe_result import ProbeResult
+from .redis_probe import KeptConnection, Prober
 from .replicas import Migration, migration_state, reads_the_claim, replicas_to_run
 from .rollouts import RolloutGate, RolloutState
 from .settings import ReconcileSettings

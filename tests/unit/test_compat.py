@@ -6,7 +6,7 @@ from gateway_operator import compat, conditions, replicas
 from gateway_operator.api import GatewaySpec
 from gateway_operator.conditions import Facts
 from gateway_operator.health import Idempotency, ReplicaHealth
-from gateway_operator.redis_probe import ProbeResult
+from gateway_operator.probe_result import ProbeResult
 from harness.operator import gateway_deployment, redis_store
 
 TESTED = compat.TESTED_RELEASES[-1]

@@ -26,7 +26,7 @@ from gateway_operator.inputs import KEPT_METADATA
 from gateway_operator.kube import ApplyResult
 from gateway_operator.pods import PodView
 
-from gateway_operator.redis_probe import ProbeResult
+from gateway_operator.probe_result import ProbeResult
 
 from harness.pod_code import importable
 from test_loop import PROBE_OK, REDIS_SPEC, ApiStandIn, gateway, secret

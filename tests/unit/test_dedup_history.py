@@ -7,7 +7,8 @@ import asyncio
 from gateway_operator import conditions, reasons
 from gateway_operator.conditions import Facts
 from gateway_operator.dedup_history import RECORD_TTL_SECONDS, History, StoreFacts, assess
-from gateway_operator.redis_probe import ProbeResult, Prober
+from gateway_operator.probe_result import ProbeResult
+from gateway_operator.redis_probe import Prober
 from gateway_operator.redis_target import RedisTarget
 from harness.redis_server import RedisServer
 from harness.wait import until

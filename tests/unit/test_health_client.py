@@ -1,4 +1,4 @@
-"""The /health client (health.Poller) against a real HTTP server on loopback that answers as
+"""The /health client (health_poll.Poller) against a real HTTP server on loopback that answers as
 each case says: the framings a server may use, the answers a hostile image may give, keep-alive
 and its one retry, and the connections it keeps. What a user would notice is the state each
 replica is reported in (IdempotencyDegraded's message counts them), so that is what is asserted."""
@@ -10,8 +10,9 @@ from typing import Awaitable, Callable
 
 import pytest
 
-from gateway_operator import health
-from gateway_operator.health import Idempotency, Poller, Target
+from gateway_operator import health_poll
+from gateway_operator.health import Idempotency, Target
+from gateway_operator.health_poll import Poller
 
 HEALTHY = json.dumps({"status": "healthy", "degraded_owners": []}).encode()
 DEGRADED = json.dumps({"status": "degraded", "degraded_owners": [
@@ -127,7 +128,7 @@ def test_a_huge_or_endless_body_is_cut_at_the_cap_and_a_silent_one_times_out() -
         await asyncio.sleep(5)
         return False
 
-    huge = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n\r\n{\"a\": \"" + b"x" * (2 * health.MAX_BODY_BYTES)
+    huge = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n\r\n{\"a\": \"" + b"x" * (2 * health_poll.MAX_BODY_BYTES)
     assert run(state_of(endless)) == Idempotency.UNKNOWN
     assert read and read[0] < 1 << 30  # it stopped reading: the sender met a closed socket
     assert run(state_of(writes(huge))) == Idempotency.UNKNOWN

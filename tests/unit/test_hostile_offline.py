@@ -12,7 +12,8 @@ import pytest
 import yaml
 
 from gateway_operator import reasons, replica_state, validation
-from gateway_operator.redis_probe import Allowlist, ProbeResult, Prober
+from gateway_operator.probe_result import ProbeResult
+from gateway_operator.redis_probe import Allowlist, Prober
 from gateway_operator.redis_target import RedisTarget
 from harness.cluster import REPO
 from harness.operator import gateway_deployment, redis_store

@@ -30,7 +30,7 @@ from gateway_operator.kube import ApplyResult, NotOwned, NotServed, controlled_b
 from gateway_operator.pods import PodView
 from gateway_operator.reconcile import Observation, reconcile
 from gateway_operator.reconcile import Result as ReconcileResult
-from gateway_operator.redis_probe import ProbeResult
+from gateway_operator.probe_result import ProbeResult
 from gateway_operator.rollouts import RolloutGate, RolloutState
 from gateway_operator.settings import ReconcileSettings
 
@@ -503,7 +503,8 @@ def test_events_table(t: Transition, event: tuple[str, str, str] | None) -> None
 # -- the layering: the pure core apart from I/O, and no cycles ----------------------------------------
 
 PURE = ("api", "render", "validation", "conditions", "status", "schedule", "problems", "events", "facts",
-        "outcome", "settings", "replicas", "dedup_history", "reasons", "compat", "unrecorded")
+        "outcome", "settings", "replicas", "dedup_history", "reasons", "compat", "unrecorded", "health",
+        "probe_result")
 IO = ("kopf", "kubernetes.client", "kubernetes.dynamic", "redis", "aiohttp", "asyncio", "socket")
 
 

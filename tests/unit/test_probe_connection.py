@@ -9,7 +9,8 @@ from typing import Any
 
 from gateway_operator import reasons
 from gateway_operator.dedup_history import History, assess
-from gateway_operator.redis_probe import KeptConnection, ProbeResult, Prober
+from gateway_operator.probe_result import ProbeResult
+from gateway_operator.redis_probe import KeptConnection, Prober
 from gateway_operator.redis_target import RedisTarget
 from harness.redis_server import RedisServer
 

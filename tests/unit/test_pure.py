@@ -10,7 +10,7 @@ from gateway_operator.api import GatewaySpec
 from gateway_operator.conditions import Facts, Problem
 from gateway_operator.health import OWN_SECTION, DESCRIPTIONS, Idempotency, ReplicaHealth, classify, own_view
 from gateway_operator.kube import is_subset
-from gateway_operator.redis_probe import ProbeResult
+from gateway_operator.probe_result import ProbeResult
 from gateway_operator.redis_target import InvalidRedisURL, resolve
 from harness.operator import gateway_deployment, redis_store
 

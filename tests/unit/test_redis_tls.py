@@ -14,7 +14,8 @@ import pytest
 
 from gateway_operator import conditions, reasons, redis_acl
 from gateway_operator.api import SecretKeyRef, TLSOptions
-from gateway_operator.redis_probe import Allowlist, Credentials, ProbeResult, Prober
+from gateway_operator.probe_result import ProbeResult
+from gateway_operator.redis_probe import Allowlist, Credentials, Prober
 from gateway_operator.redis_target import RedisTarget
 from harness.redis_server import RedisServer
 from harness.tls import make_ca, server_cert

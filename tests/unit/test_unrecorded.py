@@ -9,7 +9,7 @@ from gateway_operator import conditions, reasons
 from gateway_operator.conditions import Facts
 from gateway_operator.dedup_history import RECORD_TTL_SECONDS
 from gateway_operator.health import Idempotency, ReplicaHealth
-from gateway_operator.redis_probe import ProbeResult
+from gateway_operator.probe_result import ProbeResult
 from gateway_operator.unrecorded import CARRY_BUDGET_S, MARK_GRACE_S, Leaving, Unrecorded, assess, leaves_a_journal, settle
 
 T0 = 1_800_000_000.0
