@@ -64,7 +64,7 @@ OLDEST_TESTS := tests/sim/test_crd_admission.py tests/sim/test_control_plane.py 
 	tests/sim/test_tenancy.py::test_a_pod_the_api_server_refuses_reaches_the_resource \
 	tests/sim/test_tenancy.py::test_the_gateway_network_policy_is_written_and_goes_with_the_field
 # The release matrix (issue 32): the real-gateway suite against each praisonai-bot release of
-# gateway_operator/compat.py TESTED_RELEASES (RELEASES=..., MATRIX_ARGS=..., MATRIX_JSON=...).
+# gateway_operator/core/compat.py TESTED_RELEASES (RELEASES=..., MATRIX_ARGS=..., MATRIX_JSON=...).
 # CI runs its release_matrix slice against every release but the venv's own.
 release-matrix: system-deps venv
 	hack/release-matrix.sh
@@ -112,7 +112,7 @@ demo:  # hack/demo.sh installs what is missing itself, saying so, and times it
 demo-down:
 	@hack/demo.sh down
 
-# The CRD is generated from operator/gateway_operator/crd.py; both copies are checked by
+# The CRD is generated from operator/gateway_operator/api/crd.py; both copies are checked by
 # tests/sim/test_crd_admission.py. So is the chart's tenancy admission policy (tenancy.RULES).
 crds: venv
 	$(VENV)/bin/gateway-operator crd > crds/gatewaydeployments.yaml
@@ -121,7 +121,7 @@ crds: venv
 .PHONY: crds
 
 # The GatewayDeployment reference table of docs/reference.md, generated from the CRD (whose fields are
-# declared once in operator/gateway_operator/api.py); tests/unit/test_api_fields.py fails when the
+# declared once in operator/gateway_operator/api/__init__.py); tests/unit/test_api_fields.py fails when the
 # committed one is stale.
 api-reference: venv
 	$(PY) hack/api-reference.py

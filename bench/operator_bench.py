@@ -53,9 +53,10 @@ import kubernetes
 from kubernetes import watch
 from kubernetes.client.rest import ApiException
 
-from gateway_operator import api as gw_api, pods as gw_pods, render
+from gateway_operator import api as gw_api
 from gateway_operator.api import GatewaySpec
-from gateway_operator.redis_target import resolve
+from gateway_operator.api.redis_target import resolve
+from gateway_operator.core import pods as gw_pods, render
 from harness import audit
 from harness.cluster import REPO, Cluster
 from harness.operator import IDENTITY, OperatorProcess, gateway_deployment, redis_store
@@ -245,7 +246,7 @@ class Traced:
 
 
 def _source(filename: str) -> str:
-    """An allocation's file as a module path: gateway_operator.health, kopf, redis, json, ..."""
+    """An allocation's file as a module path: gateway_operator.core.health, kopf, redis, json, ..."""
     if filename.startswith("<"):
         return filename  # <frozen importlib._bootstrap>, <string>
     parts = Path(filename).with_suffix("").parts

@@ -10,8 +10,8 @@ import asyncio
 import json
 import time
 
-from gateway_operator.redis_probe import KeptConnection, Prober
-from gateway_operator.redis_target import RedisTarget
+from gateway_operator.api.redis_target import RedisTarget
+from gateway_operator.clients.redis_probe import KeptConnection, Prober
 from harness.redis_server import RedisServer
 
 

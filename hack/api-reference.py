@@ -29,7 +29,7 @@ def _is_secret_ref(schema: dict[str, Any]) -> bool:
 
 
 def type_of(name: str, schema: dict[str, Any]) -> str:
-    from gateway_operator import pod_schemas
+    from gateway_operator.api import pod_schemas
     if name in pod_schemas.FIELDS:
         return f"as a pod's `{name}`"
     if _is_secret_ref(schema):
@@ -49,7 +49,7 @@ def type_of(name: str, schema: dict[str, Any]) -> str:
 
 
 def _expands(name: str, schema: dict[str, Any]) -> bool:
-    from gateway_operator import pod_schemas
+    from gateway_operator.api import pod_schemas
     return ("properties" in schema and not schema.get("x-kubernetes-preserve-unknown-fields")
             and name not in pod_schemas.FIELDS and not _is_secret_ref(schema))
 
@@ -75,7 +75,7 @@ def rows(schema: dict[str, Any], prefix: str = "") -> Iterator[tuple[str, str, s
 
 
 def table() -> str:
-    from gateway_operator.crd import spec_schema
+    from gateway_operator.api.crd import spec_schema
     lines = ["| field | type | default | meaning |", "|---|---|---|---|"]
     lines += ["| " + " | ".join(row) + " |" for row in rows(spec_schema())]
     return "\n".join(lines)

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Generate operator/gateway_operator/pod_schemas.json: the pod fields of a GatewayDeployment
+"""Generate operator/gateway_operator/api/pod_schemas.json: the pod fields of a GatewayDeployment
 (resources, env, affinity, tolerations, nodeSelector, imagePullSecrets,
 topologySpreadConstraints, priorityClassName) as STRUCTURAL CRD schemas, converted from the
 OpenAPI v3 that a running kube-apiserver of the pinned version (hack/versions.env
@@ -51,7 +51,7 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
-OUTPUT = REPO / "operator/gateway_operator/pod_schemas.json"
+OUTPUT = REPO / "operator/gateway_operator/api/pod_schemas.json"
 CORE = "io.k8s.api.core.v1."
 QUANTITY = "io.k8s.apimachinery.pkg.api.resource.Quantity"
 INT_OR_STRING = "io.k8s.apimachinery.pkg.util.intstr.IntOrString"

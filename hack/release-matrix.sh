@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The release matrix (issue 32): the real-gateway suite (tests/unit/test_launcher_real_gateway.py:
 # the launcher, the real gateway package, a real redis-server) run against each praisonai-bot
-# release the operator lists as tested (gateway_operator/compat.py TESTED_RELEASES), or those of
+# release the operator lists as tested (gateway_operator/core/compat.py TESTED_RELEASES), or those of
 # RELEASES="0.1.15 0.1.14". The venv's own release (requirements-dev.txt) is what `make test` runs;
 # each other one is installed alone (--no-deps: with the venv's praisonaiagents and the rest of its
 # dependencies, as an image that upgrades only praisonai-bot would) into .cache/gateway-releases/<r>,
@@ -13,7 +13,7 @@ set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
 cd "$repo"
 PY=$repo/.venv/bin/python
-releases=${RELEASES:-$("$PY" -c 'from gateway_operator.compat import TESTED_RELEASES; print(" ".join(TESTED_RELEASES))')}
+releases=${RELEASES:-$("$PY" -c 'from gateway_operator.core.compat import TESTED_RELEASES; print(" ".join(TESTED_RELEASES))')}
 own=$("$PY" -c 'import importlib.metadata as m; print(m.version("praisonai-bot"))')
 cache=$repo/.cache/gateway-releases
 mkdir -p "$cache"

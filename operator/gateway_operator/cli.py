@@ -18,7 +18,7 @@ from typing import Any, Sequence
 
 import yaml
 
-from . import api
+from gateway_operator import api
 
 
 class InputError(Exception):
@@ -58,21 +58,21 @@ def _expand(paths: Sequence[str]) -> list[str]:
 
 
 def cmd_crd(_: argparse.Namespace) -> int:
-    from .crd import crd
+    from gateway_operator.api.crd import crd
     sys.stdout.write(yaml.safe_dump(crd(), sort_keys=False, width=100))
     return 0
 
 
 def cmd_redis_acl(args: argparse.Namespace) -> int:
     """The least-privilege ACL user for one GatewayDeployment on a Redis of your own."""
-    from .redis_acl import rules
+    from gateway_operator.api.redis_acl import rules
     prefix = args.prefix or api.default_prefix(args.namespace, args.name)
     print(f"ACL SETUSER {args.user} {rules(prefix, args.db, args.password)}")
     return 0
 
 
 def cmd_tenancy_policy(_: argparse.Namespace) -> int:
-    from .crd import tenancy_policy_template
+    from gateway_operator.api.crd import tenancy_policy_template
     sys.stdout.write(tenancy_policy_template())
     return 0
 
@@ -87,7 +87,7 @@ def _print_refusal(doc: dict[str, Any], errors: Sequence[str]) -> None:
 def _tenancy_policy(paths: Sequence[str] | None) -> Any:
     """The chart's tenancy policy: its defaults, or the ``tenancy`` of the chart values files given
     (helm's -f: later files win, maps merged key by key)."""
-    from .tenancy import TenancyPolicy
+    from gateway_operator.api.tenancy import TenancyPolicy
     merged: dict[str, Any] = {}
     for path in paths or ():
         try:
@@ -114,8 +114,8 @@ def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
 
 
 def cmd_check(args: argparse.Namespace) -> int:
-    from .offline import check
-    from .validation import warnings
+    from gateway_operator.api.validation import warnings
+    from gateway_operator.offline import check
     policy = _tenancy_policy(args.values)
     failed = 0
     for _, doc in _documents(args.file):
@@ -132,8 +132,8 @@ def cmd_check(args: argparse.Namespace) -> int:
 
 def cmd_render(args: argparse.Namespace) -> int:
     """Renders nothing unless every document passes ``check`` (same messages)."""
-    from .offline import Refused, render_objects
-    from .render import OperatorIdentity
+    from gateway_operator.core.render import OperatorIdentity
+    from gateway_operator.offline import Refused, render_objects
     operator = OperatorIdentity(args.operator_namespace, args.operator_instance, args.managed_redis_image)
     policy = _tenancy_policy(args.values)
     rendered, failed = [], 0
@@ -204,10 +204,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     import kopf
     import prometheus_client
 
-    from . import handlers  # noqa: F401  (registers the kopf handlers)
-    from .render import OperatorIdentity
-    from .schedule import Timing
-    from .settings import ControllerSettings, ReconcileSettings
+    from gateway_operator.core.render import OperatorIdentity
+    from gateway_operator.core.schedule import Timing
+    from gateway_operator.core.settings import ControllerSettings, ReconcileSettings
+    from gateway_operator.loop import handlers  # noqa: F401  (registers the kopf handlers)
 
     # The watch stream is decoded by json, which recurses per nesting level; the API server
     # admits objects nested up to 10,000 levels. Decoding such an object must not kill the
@@ -227,7 +227,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         prometheus_client.start_http_server(args.metrics_port, addr=args.bind_address)
     reconcile_settings = ReconcileSettings(timing=Timing(resync_seconds=args.resync_seconds), operator=OperatorIdentity(
         args.operator_namespace, args.operator_instance, args.managed_redis_image))
-    from .tenancy import TenancyPolicy
+    from gateway_operator.api.tenancy import TenancyPolicy
     try:
         tenancy = TenancyPolicy.from_json(args.tenancy_policy)
     except (ValueError, TypeError, AttributeError) as e:
@@ -241,8 +241,8 @@ def cmd_run(args: argparse.Namespace) -> int:
             "the Redis probe may connect to any host:port a GatewayDeployment names (no --redis-allow)")
     election = None
     if args.leader_election:
-        from .kube import load_config
-        from .leader import ElectionSettings, default_identity, wait_for_leadership
+        from gateway_operator.clients.kube import load_config
+        from gateway_operator.loop.leader import ElectionSettings, default_identity, wait_for_leadership
         load_config(args.kubeconfig)  # the elector's client
         election = ElectionSettings(
             f"{args.operator_instance}-leader", args.operator_namespace, args.leader_identity or default_identity(),

@@ -10,13 +10,13 @@ import json
 import re
 from typing import Any, Mapping, NamedTuple
 
-from . import render
-from .api import GatewaySpec
-from .crd import spec_schema
-from .redis_target import InvalidRedisURL, resolve
-from .replicas import replicas_to_run
-from .tenancy import TenancyPolicy, violations as tenancy_violations
-from .validation import RULES, Subject, limit_violations
+from gateway_operator.api import GatewaySpec
+from gateway_operator.api.crd import spec_schema
+from gateway_operator.api.redis_target import InvalidRedisURL, resolve
+from gateway_operator.api.tenancy import TenancyPolicy, violations as tenancy_violations
+from gateway_operator.api.validation import RULES, Subject, limit_violations
+from gateway_operator.core import render
+from gateway_operator.core.replicas import replicas_to_run
 
 _TYPES: dict[str, tuple[type, ...]] = {"object": (dict,), "array": (list,), "string": (str,),
                                        "integer": (int,), "boolean": (bool,), "number": (int, float)}
@@ -146,7 +146,7 @@ def _go_type(value: Any) -> str:
 
 @functools.lru_cache(maxsize=1)
 def _spec_replicas_path() -> str | None:
-    from .crd import crd
+    from gateway_operator.api.crd import crd
     scale = crd()["spec"]["versions"][0].get("subresources", {}).get("scale")
     return scale["specReplicasPath"] if scale else None
 

@@ -41,7 +41,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from gateway_operator import pods as pods_module
+from gateway_operator.core import pods as pods_module
 
 from . import llm_pod, node
 from .cluster import Cluster

@@ -6,7 +6,7 @@ import json
 import time
 from typing import Any
 
-from gateway_operator import pods
+from gateway_operator.core import pods
 
 from .cluster import Cluster
 from .operator import PLACEHOLDER_IMAGE, gateway_deployment, redis_store

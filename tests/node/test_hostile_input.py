@@ -15,7 +15,7 @@ from typing import Iterator
 
 import pytest
 
-from gateway_operator import reasons
+from gateway_operator.api import reasons
 from harness.cluster import Cluster
 from harness.gateways import (apply_gateway, conditions, hostile_health, reconcile_latency, runnable, wait_condition,
                               wait_ready_pods)

@@ -26,7 +26,7 @@ import pytest
 import yaml
 
 from gateway_operator import api
-from gateway_operator.render import OPERATOR_APP_NAME
+from gateway_operator.core.render import OPERATOR_APP_NAME
 
 from harness import exactly_once, exactly_once_run, llm_pod, node
 from harness.cluster import REPO, Cluster
@@ -708,7 +708,7 @@ def test_a_webhook_to_every_replica_runs_once_over_tls_as_the_least_privilege_ac
     import base64
     import secrets as token_source
 
-    from gateway_operator import redis_acl
+    from gateway_operator.api import redis_acl
     from harness.tls import make_ca, server_cert
     cluster = sandbox.cluster
     ca = make_ca(tmp_path / "ca")

@@ -17,7 +17,7 @@ import pytest
 import yaml
 
 from harness import audit
-from gateway_operator.render import REDIS_CLIENT_OPTIONS
+from gateway_operator.core.render import REDIS_CLIENT_OPTIONS
 from harness import node
 from harness.cluster import REPO, Cluster
 from harness.gateways import (apply_gateway, conditions, create_password_secret, events, redis_gateway,
@@ -204,7 +204,7 @@ def test_an_untested_gateway_release_is_named_and_holds_scale_out(cluster: Clust
     GatewayCompatible=False UntestedGatewayRelease with a Warning Event, `kubectl get gwd -o wide`
     shows the release, and a scale-out waits (replicaPolicy Refuse) until the replicas run a tested
     release again."""
-    from gateway_operator.compat import TESTED_RELEASES
+    from gateway_operator.core.compat import TESTED_RELEASES
     create_password_secret(cluster, namespace, "redis-auth", redis_server.password)
     apply_gateway(cluster, namespace, redis_gateway("untested", redis_server, replicas=1))
     [replica] = serve_health(cluster, standins, namespace, "untested", 1).values()

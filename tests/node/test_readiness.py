@@ -12,7 +12,7 @@ import json
 import re
 import uuid
 
-from gateway_operator import reasons
+from gateway_operator.api import reasons
 from harness import node
 from harness.argocd import ARGOCD_CM_KEY, health, readme_argocd_cm
 from harness.cluster import REPO, Cluster

@@ -41,7 +41,9 @@ from typing import Any, Callable, Iterator
 import pytest
 import yaml
 
-from gateway_operator import api, reasons, render
+from gateway_operator import api
+from gateway_operator.api import reasons
+from gateway_operator.core import render
 
 from harness import earlier, llm_pod, node
 from harness.cluster import REPO, Cluster

@@ -12,7 +12,7 @@ from typing import Iterator
 import pytest
 import yaml
 
-from gateway_operator import reasons, validation
+from gateway_operator.api import reasons, validation
 from harness import audit
 from harness.cluster import REPO, Cluster
 from harness.gateways import apply_gateway, conditions, events, wait_condition

@@ -23,7 +23,7 @@ from typing import Any, Callable, Iterator
 import pytest
 import yaml
 
-from gateway_operator.tenancy import TenancyPolicy
+from gateway_operator.api.tenancy import TenancyPolicy
 from harness.cluster import REPO, Cluster, tool
 from harness.gateways import apply_gateway, replica_warning, wait_condition, wait_ready_pods
 from harness.monitoring import install_prometheus_operator_crds

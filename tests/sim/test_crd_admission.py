@@ -10,8 +10,9 @@ import sys
 import pytest
 import yaml
 
-from gateway_operator import offline, pod_schemas, validation
-from gateway_operator.crd import crd
+from gateway_operator import offline
+from gateway_operator.api import pod_schemas, validation
+from gateway_operator.api.crd import crd
 from harness.cluster import REPO, Cluster, field_errors_as_newest
 from harness.operator import gateway_deployment, install_crd, redis_store
 

@@ -11,7 +11,7 @@ import json
 
 import pytest
 
-from gateway_operator import reasons
+from gateway_operator.api import reasons
 from harness.cluster import Cluster
 from harness.gateways import apply_gateway, conditions, wait_condition
 from harness.operator import OperatorProcess, gateway_deployment

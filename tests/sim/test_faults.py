@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from gateway_operator import reasons
+from gateway_operator.api import reasons
 from harness.cluster import REPO, Cluster
 from harness.gateways import apply_gateway, conditions, create_password_secret, wait_condition
 from harness.operator import SYSTEM_NAMESPACE, OperatorProcess, gateway_deployment, redis_store

@@ -159,7 +159,7 @@ def test_the_service_monitor_keeps_the_gateway_namespace_on_the_series() -> None
     namespace would be the operator's, the gateway's moved to exported_namespace."""
     from prometheus_client import start_http_server
 
-    from gateway_operator import metrics
+    from gateway_operator.loop import metrics
     metrics.observe_conditions("shop", "support-bot", [{"type": "Ready", "status": "True"}])
     port = free_port()
     server, _ = start_http_server(port, addr="127.0.0.1")  # the operator's metrics, as it serves them

@@ -26,7 +26,7 @@ import pytest
 import yaml
 
 import test_crd_admission as admission
-from gateway_operator import tenancy
+from gateway_operator.api import tenancy
 from harness.cluster import CACHE_BIN, REPO, Cluster, versions
 from harness.gateways import apply_gateway, replica_warning, wait_condition, wait_ready_pods
 from harness.operator import OperatorProcess, gateway_deployment

@@ -19,7 +19,8 @@ from typing import Callable, Iterator
 import pytest
 import yaml
 
-from gateway_operator import api, reasons, redis_acl
+from gateway_operator import api
+from gateway_operator.api import reasons, redis_acl
 from harness.cluster import Cluster
 from harness.gateways import apply_gateway, conditions, events, wait_condition, wait_event
 from harness.operator import OperatorProcess, gateway_deployment, redis_store

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 
-from gateway_operator import reasons
+from gateway_operator.api import reasons
 from harness.cluster import Cluster
 from harness.gateways import apply_gateway, wait_condition, wait_event
 from harness.operator import OperatorProcess, gateway_deployment

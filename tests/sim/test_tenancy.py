@@ -28,10 +28,12 @@ from typing import Any
 import pytest
 import yaml
 
-from gateway_operator import crd, expose, reasons, redis_probe, tenancy
+from gateway_operator.api import crd, reasons, tenancy
 from gateway_operator.api import ExposeSpec, IngressExpose
-from gateway_operator.redis_target import RedisTarget
-from gateway_operator.tenancy import Claim, TenancyPolicy
+from gateway_operator.api.redis_target import RedisTarget
+from gateway_operator.api.tenancy import Claim, TenancyPolicy
+from gateway_operator.clients import redis_probe
+from gateway_operator.core import expose
 from harness.cluster import REPO, Cluster, tool
 from harness.gateways import apply_gateway, conditions, wait_condition
 from harness.operator import OperatorProcess, gateway_deployment, redis_store

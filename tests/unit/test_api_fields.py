@@ -12,9 +12,10 @@ from typing import Any
 
 import pytest
 
-from gateway_operator import api, fields
+from gateway_operator import api
+from gateway_operator.api import fields
 from gateway_operator.api import GatewaySpec
-from gateway_operator.crd import spec_schema
+from gateway_operator.api.crd import spec_schema
 from gateway_operator.offline import apply_defaults
 
 REPO = Path(__file__).resolve().parents[2]

@@ -9,11 +9,11 @@ from typing import Any
 
 import pytest
 
-from gateway_operator import reasons as R
-from gateway_operator import status
-from gateway_operator.conditions import Problem
-from gateway_operator.health import Idempotency, ReplicaHealth
-from gateway_operator.probe_result import ProbeResult
+from gateway_operator.api import reasons as R
+from gateway_operator.core import status
+from gateway_operator.core.conditions import Problem
+from gateway_operator.core.health import Idempotency, ReplicaHealth
+from gateway_operator.core.probe_result import ProbeResult
 from harness.argocd import ARGOCD_CM_KEY, SCRIPT, health, readme_argocd_cm
 from test_pure import facts
 

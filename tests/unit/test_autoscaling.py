@@ -13,9 +13,12 @@ from typing import Any
 import pytest
 import yaml
 
-from gateway_operator import api, apply, offline, problems, render, replicas, validation
+from gateway_operator import api, offline
+from gateway_operator.api import validation
 from gateway_operator.api import GatewaySpec
-from gateway_operator.kube import NotServed
+from gateway_operator.clients import apply
+from gateway_operator.clients.kube import NotServed
+from gateway_operator.core import problems, render, replicas
 from harness.operator import gateway_deployment, redis_store
 
 REPO = Path(__file__).resolve().parents[2]
@@ -231,7 +234,7 @@ class Kube:
         self.pod_monitors, self.objects, self.deleted = pod_monitors, {}, []
 
     def apply(self, manifest: dict, owner_uid: str) -> Any:
-        from gateway_operator.kube import ApplyResult
+        from gateway_operator.clients.kube import ApplyResult
         if manifest["kind"] == "PodMonitor" and not self.pod_monitors:
             raise NotServed(manifest["apiVersion"], manifest["kind"])
         self.objects[(manifest["kind"], manifest["metadata"]["name"])] = manifest

@@ -2,11 +2,11 @@
 scale-out held under Refuse while it is not known compatible."""
 from __future__ import annotations
 
-from gateway_operator import compat, conditions, replicas
 from gateway_operator.api import GatewaySpec
-from gateway_operator.conditions import Facts
-from gateway_operator.health import Idempotency, ReplicaHealth
-from gateway_operator.probe_result import ProbeResult
+from gateway_operator.core import compat, conditions, replicas
+from gateway_operator.core.conditions import Facts
+from gateway_operator.core.health import Idempotency, ReplicaHealth
+from gateway_operator.core.probe_result import ProbeResult
 from harness.operator import gateway_deployment, redis_store
 
 TESTED = compat.TESTED_RELEASES[-1]

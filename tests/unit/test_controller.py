@@ -18,15 +18,14 @@ from typing import Any, Awaitable, Callable, Mapping
 import kopf
 from kopf._core.engines import posting
 
-from gateway_operator import conditions as C
-from gateway_operator import reasons as R
+from gateway_operator.api import reasons as R
 from gateway_operator.api import GATEWAY_PORT, IDEMPOTENCY_OWNER, WATCH_PORT
-from gateway_operator.controller import GatewayController
-from gateway_operator.inputs import KEPT_METADATA
-from gateway_operator.kube import ApplyResult
-from gateway_operator.pods import PodView
-
-from gateway_operator.probe_result import ProbeResult
+from gateway_operator.clients.kube import ApplyResult
+from gateway_operator.core import conditions as C
+from gateway_operator.core.pods import PodView
+from gateway_operator.core.probe_result import ProbeResult
+from gateway_operator.loop.controller import GatewayController
+from gateway_operator.loop.inputs import KEPT_METADATA
 
 from harness.pod_code import importable
 from test_loop import PROBE_OK, REDIS_SPEC, ApiStandIn, gateway, secret

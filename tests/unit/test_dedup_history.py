@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import asyncio
 
-from gateway_operator import conditions, reasons
-from gateway_operator.conditions import Facts
-from gateway_operator.dedup_history import RECORD_TTL_SECONDS, History, StoreFacts, assess
-from gateway_operator.probe_result import ProbeResult
-from gateway_operator.redis_probe import Prober
-from gateway_operator.redis_target import RedisTarget
+from gateway_operator.api import reasons
+from gateway_operator.api.redis_target import RedisTarget
+from gateway_operator.clients.redis_probe import Prober
+from gateway_operator.core import conditions
+from gateway_operator.core.conditions import Facts
+from gateway_operator.core.dedup_history import RECORD_TTL_SECONDS, History, StoreFacts, assess
+from gateway_operator.core.probe_result import ProbeResult
 from harness.redis_server import RedisServer
 from harness.wait import until
 

@@ -10,9 +10,9 @@ from typing import Awaitable, Callable
 
 import pytest
 
-from gateway_operator import health_poll
-from gateway_operator.health import Idempotency, Target
-from gateway_operator.health_poll import Poller
+from gateway_operator.clients import health_poll
+from gateway_operator.clients.health_poll import Poller
+from gateway_operator.core.health import Idempotency, Target
 
 HEALTHY = json.dumps({"status": "healthy", "degraded_owners": []}).encode()
 DEGRADED = json.dumps({"status": "degraded", "degraded_owners": [

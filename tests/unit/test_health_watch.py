@@ -17,10 +17,10 @@ from typing import Any
 
 import pytest
 
-from gateway_operator import schedule
 from gateway_operator.api import IDEMPOTENCY_OWNER
-from gateway_operator.health import Idempotency, ReplicaHealth, Target
-from gateway_operator.health_watch import Watch
+from gateway_operator.clients.health_watch import Watch
+from gateway_operator.core import schedule
+from gateway_operator.core.health import Idempotency, ReplicaHealth, Target
 from harness.pod_code import importable
 
 importable()
@@ -187,7 +187,7 @@ def test_the_watch_asks_again_when_a_duration_crosses_the_cut_off_bound() -> Non
             watch = watch_of(heard)
             watch.follow([Target("bot-0", "127.0.0.1", replica.port)], interval=20.0, timeout=1.0)
             try:
-                from gateway_operator.replicas import CUT_OFF_AFTER_S
+                from gateway_operator.core.replicas import CUT_OFF_AFTER_S
                 await until(lambda: any((h.unusable_for_s or 0) >= CUT_OFF_AFTER_S for h in heard.answers),
                             CUT_OFF_AFTER_S + 1.5, "the crossing asked for")
                 assert len(heard.news) >= 2, "the crossing is news"

@@ -11,10 +11,11 @@ from typing import Any
 import pytest
 import yaml
 
-from gateway_operator import reasons, replica_state, validation
-from gateway_operator.probe_result import ProbeResult
-from gateway_operator.redis_probe import Allowlist, Prober
-from gateway_operator.redis_target import RedisTarget
+from gateway_operator.api import reasons, validation
+from gateway_operator.api import replica_state
+from gateway_operator.api.redis_target import RedisTarget
+from gateway_operator.clients.redis_probe import Allowlist, Prober
+from gateway_operator.core.probe_result import ProbeResult
 from harness.cluster import REPO
 from harness.operator import gateway_deployment, redis_store
 from harness.redis_server import RedisServer
@@ -122,8 +123,8 @@ def test_deep_config_is_refused_offline_too(tmp_path: Path) -> None:
 
 def test_every_reason_is_documented_and_in_the_crd() -> None:
     """Reasons are named once (reasons.py); docs/concepts.md and `kubectl explain` list them all."""
-    from gateway_operator.crd import crd
-    from gateway_operator.health import Idempotency
+    from gateway_operator.api.crd import crd
+    from gateway_operator.core.health import Idempotency
     readme = (REPO / "docs/concepts.md").read_text()
     described = crd()["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["status"]["properties"][
         "conditions"]["items"]["properties"]["reason"]["description"]
@@ -190,7 +191,8 @@ def test_check_refuses_what_the_charts_tenancy_policy_refuses_and_reads_the_clus
     """``check`` knew no tenancy rule, so it passed a wildcard host or a Traefik priority annotation that
     ``kubectl apply`` then refused. It applies the chart's default policy, and the cluster's own values
     files when given (``--values``, later files winning as with helm -f), with the policy's messages."""
-    from gateway_operator import offline, tenancy
+    from gateway_operator import offline
+    from gateway_operator.api import tenancy
     chart_values = yaml.safe_load((REPO / "charts/gateway-operator/values.yaml").read_text())
     assert tenancy.TenancyPolicy.parse(chart_values["tenancy"]) == tenancy.TenancyPolicy()  # the default is the chart's
 

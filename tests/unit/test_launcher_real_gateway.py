@@ -258,7 +258,7 @@ def test_a_store_built_while_redis_is_down_holds_then_asks_redis_once_it_answers
     again (a silent duplicate). The launcher treats it as an outage of the Redis store: the delivery
     is answered 503 (retry), /health says "unreachable at runtime", nothing runs; once Redis answers
     the replica asks it, and the webhook that the other replica ran meanwhile is deduplicated."""
-    from gateway_operator.render import REDIS_CLIENT_OPTIONS
+    from gateway_operator.core.render import REDIS_CLIENT_OPTIONS
     documented = documented_config(real_redis)
     documented["push"]["redis"]["url"] += f"?{REDIS_CLIENT_OPTIONS}"
     cut_off = launch("cut-off", documented)
@@ -285,7 +285,7 @@ def test_a_replica_says_it_cannot_reach_redis_before_any_webhook(
     (its readiness gate). A replica cut off before its first webhook (store not built, its journal
     never asked Redis) says so within the probe's period and timeout; once Redis answers again it
     says so, and for how long without a break (the operator waits for that before it believes it)."""
-    from gateway_operator.render import REDIS_CLIENT_OPTIONS
+    from gateway_operator.core.render import REDIS_CLIENT_OPTIONS
     import gwop_reach
     documented = documented_config(real_redis)
     documented["push"]["redis"]["url"] += f"?{REDIS_CLIENT_OPTIONS}"
@@ -320,9 +320,9 @@ def test_the_health_watch_says_at_once_what_health_says_and_the_operator_hears_i
     second, not at its next poll; and a silent replica once an interval."""
     import asyncio
     import gwop_reach
-    from gateway_operator.health import Target
-    from gateway_operator.health_watch import Watch
-    from gateway_operator.render import REDIS_CLIENT_OPTIONS
+    from gateway_operator.clients.health_watch import Watch
+    from gateway_operator.core.health import Target
+    from gateway_operator.core.render import REDIS_CLIENT_OPTIONS
     documented = documented_config(real_redis)
     documented["push"]["redis"]["url"] += f"?{REDIS_CLIENT_OPTIONS}"
     watch_port = free_port()
@@ -373,7 +373,7 @@ def test_a_hung_redis_is_answered_503_within_a_second_then_fails_open_after_the_
     that cannot ask Redis answers 503 with Retry-After within a second and runs nothing (the
     provider retries), without asking Redis again for each delivery; past failClosedSeconds it
     admits best-effort, as the gateway documents."""
-    from gateway_operator.render import REDIS_CLIENT_OPTIONS
+    from gateway_operator.core.render import REDIS_CLIENT_OPTIONS
     window = 4.0
     documented = documented_config(real_redis, guard={"fail_closed_seconds": window})
     documented["push"]["redis"]["url"] += f"?{REDIS_CLIENT_OPTIONS}"
@@ -415,7 +415,7 @@ def test_a_stall_shorter_than_the_window_never_runs_a_recorded_webhook_again(
     webhook Redis has recorded is not run again (0.1.16's breaker admitted it without asking Redis),
     and a new webhook held meanwhile runs once when retried, though its claim may have reached Redis
     after the timeout (the replica releases it once Redis answers)."""
-    from gateway_operator.render import REDIS_CLIENT_OPTIONS
+    from gateway_operator.core.render import REDIS_CLIENT_OPTIONS
     documented = documented_config(real_redis)
     documented["push"]["redis"]["url"] += f"?{REDIS_CLIENT_OPTIONS}"
     gw = launch("blip", documented)
@@ -449,7 +449,7 @@ def test_a_redis_out_of_memory_is_named_in_health_and_holds_webhooks_until_it_ta
     """A Redis that answers PING but refuses writes (maxmemory under noeviction): 0.1.16 says only
     "unreachable at runtime". The replica holds webhooks (503, retry), /health names the refusal
     (the operator's RedisOutOfMemory), and once Redis takes writes the held webhook runs once."""
-    from gateway_operator.health import Idempotency, classify
+    from gateway_operator.core.health import Idempotency, classify
     gw = launch("oom", documented_config(real_redis))
     assert gw.webhook({"id": "before", "text": "msg=before"})[0] == 200  # the store is built
     admin = real_redis.client()
@@ -480,7 +480,7 @@ def test_what_a_replica_admitted_while_redis_was_paused_is_recorded_once_it_answ
     back ran the agent again while every condition said exactly-once held (the checker's silent
     duplicates after a Redis pause). The launcher journals what it admitted meanwhile and writes
     it to Redis once Redis answers: the redelivery, to another replica, is deduplicated."""
-    from gateway_operator.render import REDIS_CLIENT_OPTIONS
+    from gateway_operator.core.render import REDIS_CLIENT_OPTIONS
     documented = documented_config(real_redis, guard={"fail_closed_seconds": 0})  # fail open at once
     documented["push"]["redis"]["url"] += f"?{REDIS_CLIENT_OPTIONS}"
     a, b = launch("paused-a", documented), launch("paused-b", documented)
@@ -514,10 +514,10 @@ def test_a_replica_stopped_with_a_journal_says_when_it_carried_it_all_to_redis(
     for it (unrecorded.settle). Stopped while Redis stays down past the budget: no word, and the
     operator counts its journal as left behind."""
     import threading
-    from gateway_operator.dedup_history import CARRIED_KEY
+    from gateway_operator.core.dedup_history import CARRIED_KEY
     from gwop_serve import CARRIED_KEY as LAUNCHERS_KEY
     assert CARRIED_KEY == LAUNCHERS_KEY
-    from gateway_operator.render import REDIS_CLIENT_OPTIONS
+    from gateway_operator.core.render import REDIS_CLIENT_OPTIONS
     documented = documented_config(real_redis, guard={"fail_closed_seconds": 0})  # fail open at once
     documented["push"]["redis"]["url"] += f"?{REDIS_CLIENT_OPTIONS}"
     for pod, resume_after in (("pod-carries", 1.0), ("pod-cannot", None)):
@@ -1311,7 +1311,7 @@ ACL_USER = "gw-tenant"
 @pytest.fixture
 def acl_redis(tmp_path: Path) -> Iterator[RedisServer]:
     """TLS-only, the ACL user with exactly the least-privilege rules (redis_acl.rules)."""
-    from gateway_operator import redis_acl
+    from gateway_operator.api import redis_acl
     from harness.tls import make_ca, server_cert
     ca = make_ca(tmp_path / "ca")
     server = RedisServer(password="admin-only", tls=server_cert(ca, tmp_path / "cert", dns=(TLS_NAME,), ips=()),
@@ -1323,9 +1323,10 @@ def acl_redis(tmp_path: Path) -> Iterator[RedisServer]:
 def own_redis_config(redis: RedisServer) -> Dict[str, Any]:
     """push.redis exactly as the operator renders it for spec.redis with host, tls (caSecretRef,
     serverName) and usernameSecretRef; only the CA's path differs (the pod's is a Secret volume)."""
-    from gateway_operator import api, render
+    from gateway_operator import api
     from gateway_operator.api import GatewaySpec
-    from gateway_operator.redis_target import resolve
+    from gateway_operator.api.redis_target import resolve
+    from gateway_operator.core import render
     spec = GatewaySpec.parse({"image": "x", "replicas": 2, "config": {"hooks": {"idempotency": {
         "store_backend": "redis"}}}, "redis": {
         "host": "127.0.0.1", "port": redis.port, "prefix": PREFIX, "passwordSecretRef": {"name": "login"},
@@ -1374,10 +1375,10 @@ def test_without_one_command_the_gateway_fails_open_and_the_probe_names_it(
     probe, signing in as the same user, refuses to let a second replica scale out."""
     import asyncio
 
-    from gateway_operator import reasons, redis_acl
+    from gateway_operator.api import reasons, redis_acl
     from gateway_operator.api import SecretKeyRef, TLSOptions
-    from gateway_operator.redis_probe import Allowlist, Credentials, Prober
-    from gateway_operator.redis_target import RedisTarget
+    from gateway_operator.api.redis_target import RedisTarget
+    from gateway_operator.clients.redis_probe import Allowlist, Credentials, Prober
 
     acl_redis.set_user(ACL_USER, redis_acl.rules(PREFIX, password=REDIS_PASSWORD).replace(" +eval", ""))
     gw = launch("no-eval", own_redis_config(acl_redis), {"GATEWAY_REDIS_USERNAME": ACL_USER})

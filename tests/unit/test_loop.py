@@ -21,18 +21,18 @@ from kubernetes.client.rest import ApiException
 
 from gateway_operator import api
 from gateway_operator.api import GatewaySpec
-from gateway_operator import conditions as C
-from gateway_operator import reasons as R
-from gateway_operator import events, problems
-from gateway_operator import facts as status_facts
-from gateway_operator.conditions import Problem, Transition
-from gateway_operator.kube import ApplyResult, NotOwned, NotServed, controlled_by
-from gateway_operator.pods import PodView
-from gateway_operator.reconcile import Observation, reconcile
-from gateway_operator.reconcile import Result as ReconcileResult
-from gateway_operator.probe_result import ProbeResult
-from gateway_operator.rollouts import RolloutGate, RolloutState
-from gateway_operator.settings import ReconcileSettings
+from gateway_operator.api import reasons as R
+from gateway_operator.clients.kube import ApplyResult, NotOwned, NotServed, controlled_by
+from gateway_operator.core import conditions as C
+from gateway_operator.core import events, problems
+from gateway_operator.core import facts as status_facts
+from gateway_operator.core.conditions import Problem, Transition
+from gateway_operator.core.pods import PodView
+from gateway_operator.core.probe_result import ProbeResult
+from gateway_operator.core.rollouts import RolloutGate, RolloutState
+from gateway_operator.core.settings import ReconcileSettings
+from gateway_operator.loop.reconcile import Observation, reconcile
+from gateway_operator.loop.reconcile import Result as ReconcileResult
 
 UID = "uid-1"
 PACKAGE = Path(__file__).resolve().parents[2] / "operator/gateway_operator"
@@ -233,7 +233,7 @@ def test_a_kept_probe_result_is_not_taken_for_a_redis_that_forgot() -> None:
     """The first probe writes the canary (canary_created). Kept by the next observation pass, it
     must not read as the canary vanishing: the benchmark's first cut of the reuse flipped
     ExactlyOnceAdmission to DedupHistoryLost on a third of its gateways."""
-    from gateway_operator.dedup_history import StoreFacts
+    from gateway_operator.core.dedup_history import StoreFacts
     created = ProbeResult(True, R.PROBE_SUCCEEDED, "ok", StoreFacts("c-1", True, "run-1", True, "noeviction"))
     kube = ApiStandIn([secret("redis-auth", password="pw")])
     first, _ = run(kube, gateway(REDIS_SPEC), probe=created)
@@ -326,7 +326,7 @@ def test_an_unforeseen_error_becomes_a_problem_not_a_crash() -> None:
 
 
 def _watched(kube: ApiStandIn) -> Any:
-    from gateway_operator.pods import live_deployment
+    from gateway_operator.core.pods import live_deployment
     d = copy.deepcopy(kube.deployment())
     d.setdefault("status", {"readyReplicas": 3, "updatedReplicas": 3, "observedGeneration": d["metadata"]["generation"]})
     return live_deployment(d)
@@ -460,7 +460,7 @@ def test_winner_follows_the_table_whatever_the_order_found() -> None:
 def test_every_problem_the_operator_raises_has_a_place_in_the_table() -> None:
     """A reason left out would lose to every other problem by accident."""
     raised = set()
-    for path in PACKAGE.glob("*.py"):
+    for path in _modules().values():
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.Call) and getattr(node.func, "id", "") == "Problem" and node.args:
                 first = node.args[0]
@@ -500,26 +500,61 @@ def test_events_table(t: Transition, event: tuple[str, str, str] | None) -> None
     assert events.event_for(t) == event
 
 
-# -- the layering: the pure core apart from I/O, and no cycles ----------------------------------------
+# -- the layering, read from the folders: the pure core apart from I/O, and no cycles -------------------
 
-PURE = ("api", "render", "validation", "conditions", "status", "schedule", "problems", "events", "facts",
-        "outcome", "settings", "replicas", "dedup_history", "reasons", "compat", "unrecorded", "health",
-        "probe_result")
+#: the package's folders, lowest first: a module imports only from its own layer or a lower one
+#: (the command line, cli.py and offline.py, sits on top; pod/ is the pods' code, not the operator's)
+LAYERS = ("api", "core", "clients", "loop")
+PURE_LAYERS = ("api", "core")   # the API and its rules, and the pure core that decides: no I/O
 IO = ("kopf", "kubernetes.client", "kubernetes.dynamic", "redis", "aiohttp", "asyncio", "socket")
 
 
+def _modules() -> dict[str, Path]:
+    """Every operator module by its name under the package ("core.render"; "api" for api/__init__)."""
+    found = {}
+    for path in PACKAGE.rglob("*.py"):
+        parts = path.relative_to(PACKAGE).with_suffix("").parts
+        if parts[0] == "pod" or parts == ("__init__",):
+            continue
+        found[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    return found
+
+
+def _layer(module: str) -> int:
+    top = module.split(".")[0]
+    return LAYERS.index(top) if top in LAYERS else len(LAYERS)
+
+
 def _imports() -> dict[str, set[str]]:
+    modules = _modules()
     graph: dict[str, set[str]] = {}
-    for path in PACKAGE.glob("*.py"):
-        found = graph.setdefault(path.stem, set())
+    for name, path in modules.items():
+        found = graph.setdefault(name, set())
         for node in ast.parse(path.read_text()).body:  # module level: what loads with the module
-            if isinstance(node, ast.ImportFrom) and node.level == 1:
-                found.update([node.module] if node.module else [a.name for a in node.names])
+            if isinstance(node, ast.ImportFrom) and node.level:
+                found.add("relative:" + (node.module or ""))
+            elif isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("gateway_operator"):
+                base = node.module.removeprefix("gateway_operator").lstrip(".")
+                for alias in node.names:
+                    target = f"{base}.{alias.name}" if base else alias.name
+                    found.add(target if target in modules else base)
             elif isinstance(node, ast.ImportFrom) and node.module:
                 found.add("ext:" + node.module)
             elif isinstance(node, ast.Import):
                 found.update("ext:" + a.name for a in node.names)
     return graph
+
+
+def test_the_package_is_laid_out_by_layer() -> None:
+    """Every module sits in a layer's folder (or is the command line), imports its package by absolute
+    names, and only from its own layer or a lower one."""
+    graph = _imports()
+    assert {m.split(".")[0] for m in graph} == {*LAYERS, "cli", "offline"}, sorted(graph)
+    for module, targets in graph.items():
+        assert not [t for t in targets if t.startswith("relative:")], (module, "imports relatively")
+        upward = sorted(t for t in targets if not t.startswith("ext:") and _layer(t) > _layer(module))
+        assert not upward, f"{module} ({LAYERS[_layer(module)] if _layer(module) < len(LAYERS) else 'top'}) " \
+                           f"imports from a higher layer: {upward}"
 
 
 def test_the_package_has_no_import_cycle() -> None:
@@ -544,7 +579,7 @@ def test_when_next_is_decided_in_the_schedule_alone() -> None:
     """The backoff, the resync and the rechecks are the schedule's (controller-runtime's queue owns
     the backoff): no other module computes when a pass comes back."""
     owned = {"backoff", "resync_after", "requeue_after", "PROBLEM_BACKOFF", "QUEUED_RECHECK_S", "publish_wait"}
-    for path in PACKAGE.glob("*.py"):
+    for path in _modules().values():
         if path.stem == "schedule":
             continue
         tree = ast.parse(path.read_text())
@@ -556,7 +591,8 @@ def test_when_next_is_decided_in_the_schedule_alone() -> None:
 
 def test_the_pure_core_does_no_io() -> None:
     graph = _imports()
-    for module in PURE:
+    pure = [m for m in graph if m.split(".")[0] in PURE_LAYERS]
+    assert len(pure) > 25
+    for module in pure:
         io = sorted(i for i in graph[module] if i.startswith("ext:") and i[4:].startswith(IO))
         assert io in ([], ["ext:kubernetes.client.rest"]), (module, io)   # ApiException only, to name a refusal
-        assert not graph[module] & {"kube", "controller", "steps", "reconcile", "handlers", "supervisor", "publish"}, module

@@ -31,7 +31,7 @@ def test_image_install_step_in_a_clean_venv(tmp_path: Path) -> None:
     frozen = {line.split("==")[0].lower().replace("_", "-") for line in installed.splitlines() if "==" in line}
     assert frozen - {"gateway-operator"} <= locked, "the image would install unpinned packages"
     # the operator process imports cleanly from the installed package (not the work tree)
-    subprocess.run([str(venv / "bin/python"), "-c", "import gateway_operator.handlers"], check=True, cwd=tmp_path)
+    subprocess.run([str(venv / "bin/python"), "-c", "import gateway_operator.loop.handlers"], check=True, cwd=tmp_path)
 
 
 def test_dockerfile_passes_hadolint() -> None:

@@ -119,7 +119,7 @@ def test_redact_strips_pydantic_input_and_secrets() -> None:
 
 
 def test_the_launcher_and_the_operator_agree_on_the_migration_names() -> None:
-    from gateway_operator import dedup_history, render
+    from gateway_operator.core import dedup_history, render
     assert migration.MIGRATED_KEY == dedup_history.MIGRATED_KEY
     assert migration.SQLITE_MIGRATION_ENV == render.SQLITE_MIGRATION_ENV
     assert migration.RECORD_TTL_SECONDS == dedup_history.RECORD_TTL_SECONDS
@@ -129,7 +129,9 @@ def test_the_launcher_and_the_operator_agree_on_the_migration_names() -> None:
 def test_the_launcher_and_the_operator_agree_on_every_name_they_share() -> None:
     """The launcher runs in the pods and imports nothing of the operator: the names it shares with
     it are written twice, and this test keeps the two copies equal."""
-    from gateway_operator import api, render, validation
+    from gateway_operator import api
+    from gateway_operator.api import validation
+    from gateway_operator.core import render
     assert config._OTHER_IDEMPOTENCY_FORMS == validation.OTHER_IDEMPOTENCY_FORMS
     assert config.SESSION_KEY_ENV == api.SESSION_KEY_ENV
     assert config.SESSION_HISTORY_KEY in render.gateway_config(render.Owner("g", "n", "u"), spec_of({}), None)
@@ -137,7 +139,7 @@ def test_the_launcher_and_the_operator_agree_on_every_name_they_share() -> None:
     spec = spec_of({"redis": {"host": "10.0.0.5", "passwordSecretRef": {"name": "l"},
                                     "usernameSecretRef": {"name": "l"},
                                     "tls": {"enabled": True, "caSecretRef": {"name": "c"}, "serverName": "r.x"}}})
-    from gateway_operator.redis_target import resolve
+    from gateway_operator.api.redis_target import resolve
     pushed = render.gateway_config(render.Owner("g", "n", "u"), spec, resolve(spec.redis, "n", "g"))["push"]["redis"]
     assert set(pushed) <= config._REDIS_KEYS and {"username", "tls_server_name"} <= set(pushed)
     # the env vars it renders as ${VAR} are the ones the launcher keeps out of its log lines

@@ -7,11 +7,11 @@ import asyncio
 import time
 from typing import Any
 
-from gateway_operator import reasons
-from gateway_operator.dedup_history import History, assess
-from gateway_operator.probe_result import ProbeResult
-from gateway_operator.redis_probe import KeptConnection, Prober
-from gateway_operator.redis_target import RedisTarget
+from gateway_operator.api import reasons
+from gateway_operator.api.redis_target import RedisTarget
+from gateway_operator.clients.redis_probe import KeptConnection, Prober
+from gateway_operator.core.dedup_history import History, assess
+from gateway_operator.core.probe_result import ProbeResult
 from harness.redis_server import RedisServer
 
 PREFIX = "gwop:ns:bot:"

@@ -5,13 +5,15 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from gateway_operator import api, conditions, reasons, render, replicas, status
+from gateway_operator import api
+from gateway_operator.api import reasons
 from gateway_operator.api import GatewaySpec
-from gateway_operator.conditions import Facts, Problem
-from gateway_operator.health import OWN_SECTION, DESCRIPTIONS, Idempotency, ReplicaHealth, classify, own_view
-from gateway_operator.kube import is_subset
-from gateway_operator.probe_result import ProbeResult
-from gateway_operator.redis_target import InvalidRedisURL, resolve
+from gateway_operator.api.redis_target import InvalidRedisURL, resolve
+from gateway_operator.clients.kube import is_subset
+from gateway_operator.core import conditions, render, replicas, status
+from gateway_operator.core.conditions import Facts, Problem
+from gateway_operator.core.health import OWN_SECTION, DESCRIPTIONS, Idempotency, ReplicaHealth, classify, own_view
+from gateway_operator.core.probe_result import ProbeResult
 from harness.operator import gateway_deployment, redis_store
 
 OWNER = render.Owner("gw", "prod", "uid-1")
@@ -392,8 +394,8 @@ def test_probe_outcomes(redis_server) -> None:
 
     import asyncio
 
-    from gateway_operator.redis_probe import Prober
-    from gateway_operator.redis_target import RedisTarget
+    from gateway_operator.api.redis_target import RedisTarget
+    from gateway_operator.clients.redis_probe import Prober
 
     def probe(target: RedisTarget, password: str | None, timeout: float = 2) -> ProbeResult:
         return asyncio.run(Prober().probe("t", target, password, timeout))
@@ -513,8 +515,8 @@ def test_a_managed_redis_runs_the_operators_default_image_unless_its_spec_names_
     ("CrashLoopBackOff", "back-off 40s restarting failed container=gateway", "pod p is waiting: CrashLoopBackOff"),
 ])
 def test_a_waiting_pod_is_a_stalled_reason_with_the_kubelets_words(reason: str, message: str, shown: str | None) -> None:
-    from gateway_operator.handlers import WAITING_MESSAGE_LIMIT, pod_view
-    from gateway_operator.problems import pod_problem
+    from gateway_operator.core.problems import pod_problem
+    from gateway_operator.loop.handlers import WAITING_MESSAGE_LIMIT, pod_view
     status = {"podIP": "198.18.0.9", "containerStatuses": [{"state": {"waiting": {"reason": reason, "message": message}}}]}
     problem = pod_problem([pod_view("p", "u", {}, status)])
     assert problem is not None and problem.reason == (reasons.CRASH_LOOP if reason == "CrashLoopBackOff" else reason)
@@ -540,8 +542,8 @@ def test_a_replica_that_refused_the_gateway_release_says_what_it_lacks(code: int
                                                                        reason: str | None) -> None:
     """The launcher's exit-78 line, as the kubelet keeps it in the pod's lastState, names the
     missing names and the versions in Stalled: GatewayIncompatible, not a config error."""
-    from gateway_operator.handlers import pod_view
-    from gateway_operator.problems import pod_problem
+    from gateway_operator.core.problems import pod_problem
+    from gateway_operator.loop.handlers import pod_view
     terminated = {"exitCode": code, **({"message": message + "\n"} if message else {})}
     status = {"podIP": "198.18.0.9", "containerStatuses": [{"state": {"running": {}},
                                                             "lastState": {"terminated": terminated}}]}
@@ -607,7 +609,7 @@ def test_one_replica_needs_no_edge_affinity_and_no_expose_renders_no_route() -> 
 
 
 def test_exposure_reads_the_address_the_edge_published() -> None:
-    from gateway_operator.expose import exposure
+    from gateway_operator.core.expose import exposure
     e = spec(expose=EDGE).expose
     assert exposure(e, None, None, {}).address == ""
     assert "no address yet" in exposure(e, {"status": {}}, None, {}).message
@@ -625,7 +627,7 @@ def test_exposure_reads_the_address_the_edge_published() -> None:
 
 
 def test_status_expose_appears_and_goes_with_the_spec() -> None:
-    from gateway_operator.expose import Exposure
+    from gateway_operator.core.expose import Exposure
     facts = Facts(generation=1, desired_replicas=1, store_backend="sqlite", policy="Refuse", persistence=False,
                   redis_configured=False)
     with_address = status.build(None, facts, None, "t0", exposure=Exposure("192.0.2.7", "http://gw/"))
@@ -670,7 +672,7 @@ def test_drain_seconds_sets_the_grace_period_the_prestop_pause_and_the_gateways_
 
 
 def test_the_switch_from_one_sqlite_replica_holds_one_replica_on_its_pvc_until_the_records_are_in_redis() -> None:
-    from gateway_operator.replicas import Migration, migration_state, replicas_to_run
+    from gateway_operator.core.replicas import Migration, migration_state, replicas_to_run
     s = spec(replicas=3, config=redis_store(), persistence={"enabled": True})
     tokens = iter(["t1", "t2"])
 
@@ -793,8 +795,8 @@ def test_a_spec_without_the_new_fields_renders_the_pod_template_it_did_before() 
 ])
 def test_a_channel_bot_every_replica_would_run_is_said_in_status_with_a_warning(replicas, env, channels,
                                                                                expected) -> None:
-    from gateway_operator import events, facts
-    from gateway_operator.outcome import Outcome
+    from gateway_operator.core import events, facts
+    from gateway_operator.core.outcome import Outcome
     config = redis_store()
     if channels is not None:
         config["channels"] = channels

@@ -1,10 +1,10 @@
 """rollouts.RolloutGate (a fake clock) and what the conditions say of a queued or running one."""
 from __future__ import annotations
 
-from gateway_operator import conditions as C
-from gateway_operator import reasons as R
-from gateway_operator.conditions import Facts
-from gateway_operator.rollouts import RolloutGate, RolloutState
+from gateway_operator.api import reasons as R
+from gateway_operator.core import conditions as C
+from gateway_operator.core.conditions import Facts
+from gateway_operator.core.rollouts import RolloutGate, RolloutState
 
 A, B, D = ("ns", "a"), ("ns", "b"), ("ns", "d")
 

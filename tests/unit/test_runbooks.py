@@ -15,7 +15,8 @@ from typing import Any
 import pytest
 import yaml
 
-from gateway_operator import conditions, health, problems, reasons
+from gateway_operator.api import reasons
+from gateway_operator.core import conditions, health, problems
 from harness.cluster import REPO, tool
 
 CHART = REPO / "charts/gateway-operator"
@@ -103,7 +104,7 @@ FIRING_REASONS: dict[str, list[str]] = {
     "GatewayExactlyOnceAdmissionLost": [getattr(reasons, n) for n in re.findall(r"\bno\(R\.(\w+)",
                                                                                 _source(conditions))],
     "GatewayRedisUnreachable": [getattr(reasons, n) for n in re.findall(
-        r"ProbeResult\(\s*False,\s*reasons\.(\w+)", (REPO / "operator/gateway_operator/redis_probe.py").read_text())
+        r"ProbeResult\(\s*False,\s*reasons\.(\w+)", (REPO / "operator/gateway_operator/clients/redis_probe.py").read_text())
         if getattr(reasons, n) != reasons.MANAGED_REDIS_STARTING],  # that one is Unknown
     "GatewayStalled": list(problems.PRECEDENCE),
 }

@@ -4,11 +4,12 @@ cooldown: all from the outcome a pass returns, the pass never says when to come 
 here sleeps."""
 from __future__ import annotations
 
-from gateway_operator import reasons, schedule
-from gateway_operator.conditions import Problem
-from gateway_operator.outcome import Outcome
-from gateway_operator.rollouts import RolloutState
-from gateway_operator.schedule import Schedule, Timing
+from gateway_operator.api import reasons
+from gateway_operator.core import schedule
+from gateway_operator.core.conditions import Problem
+from gateway_operator.core.outcome import Outcome
+from gateway_operator.core.rollouts import RolloutState
+from gateway_operator.core.schedule import Schedule, Timing
 
 INTERVAL = 10.0
 APPLY = Problem(reasons.APPLY_FAILED, "the API server refused a change")

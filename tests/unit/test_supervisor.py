@@ -10,8 +10,8 @@ from typing import Any
 
 from kubernetes.client.rest import ApiException
 
-from gateway_operator.settings import ControllerSettings
-from gateway_operator.supervisor import Supervisor
+from gateway_operator.core.settings import ControllerSettings
+from gateway_operator.loop.supervisor import Supervisor
 from harness.operator import gateway_deployment
 
 

@@ -5,12 +5,14 @@ restarts, shown as AdmissionsNotRecorded for one record TTL after the last such 
 not rewritten while nothing new happens."""
 from __future__ import annotations
 
-from gateway_operator import conditions, reasons
-from gateway_operator.conditions import Facts
-from gateway_operator.dedup_history import RECORD_TTL_SECONDS
-from gateway_operator.health import Idempotency, ReplicaHealth
-from gateway_operator.probe_result import ProbeResult
-from gateway_operator.unrecorded import CARRY_BUDGET_S, MARK_GRACE_S, Leaving, Unrecorded, assess, leaves_a_journal, settle
+from gateway_operator.api import reasons
+from gateway_operator.core import conditions
+from gateway_operator.core.conditions import Facts
+from gateway_operator.core.dedup_history import RECORD_TTL_SECONDS
+from gateway_operator.core.health import Idempotency, ReplicaHealth
+from gateway_operator.core.probe_result import ProbeResult
+from gateway_operator.core.unrecorded import (CARRY_BUDGET_S, MARK_GRACE_S, Leaving, Unrecorded, assess,
+                                              leaves_a_journal, settle)
 
 T0 = 1_800_000_000.0
 

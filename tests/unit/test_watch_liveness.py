@@ -1,7 +1,7 @@
 """watch_liveness.Watches: when a watch counts as stalled (a fake clock; no sleeping)."""
 from __future__ import annotations
 
-from gateway_operator.watch_liveness import Watches
+from gateway_operator.loop.watch_liveness import Watches
 
 KIND, A, B = "GatewayDeployment", ("ns", "a"), ("ns", "b")
 
@@ -61,7 +61,7 @@ def test_the_liveness_probe_fails_once_a_watch_is_stalled() -> None:
     import kopf
     import pytest
 
-    from gateway_operator import handlers
+    from gateway_operator.loop import handlers
     memo = kopf.Memo(watches=Watches(bound=10))
     assert handlers.watch_probe(memo=memo) == "delivering"
     memo.watches.listed(KIND, {A: 3}, 0.0)

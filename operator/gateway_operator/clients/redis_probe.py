@@ -1,0 +1,597 @@
+"""The operator's own Redis probe: connect, authenticate, and a ``SET NX PX`` round trip
+under the gateway's prefix - the same operations the idempotency store needs.
+
+A replica's clean /health proves nothing until it has handled a webhook (its store is built
+lazily), so this probe is what gates scale-out and what RedisReachable reports.
+
+The probe connects wherever a tenant's spec.redis points and sends the password the tenant
+named, so it is bounded on every side: an allowlist checked before any connection (the
+chart's ``redisProbe.allow``), a fixed ceiling on its timeout, and its own concurrency
+limits (per namespace and in total) so that one namespace's slow or black-holed Redis never
+delays another namespace. It runs on the event loop (redis.asyncio): no thread is held.
+
+It reaches only what the tenant may reach: the GatewayDeployment's own managed Redis, or a
+target of its own that is no other GatewayDeployment's managed Redis (checked by name and by
+every address the name resolves to, before connecting). Outside the privileged targets (its own
+managed Redis, a target the allowlist names) its failures collapse to three outcomes that say
+nothing of what answered (unreachable; not a Redis this gateway can use; a refused password),
+and a namespace whose
+probes keep failing is probed with a backoff, so the probe is neither an oracle nor a scanner.
+"""
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import re
+import secrets
+import socket
+import ssl
+from collections import defaultdict
+from dataclasses import dataclass, replace
+import time
+from typing import Any, Callable, Iterable, NamedTuple, Sequence
+
+import redis
+import redis.asyncio as aioredis
+from redis.backoff import NoBackoff
+from redis.retry import Retry
+
+from gateway_operator.api import reasons
+from gateway_operator.api.redis_target import RedisTarget
+from gateway_operator.core.dedup_history import CANARY_KEY, CARRIED_KEY, MIGRATED_KEY, StoreFacts
+from gateway_operator.core.probe_result import ProbeResult, bound
+
+TIMEOUT_CEILING = 5.0      # whatever spec.health.timeoutSeconds says
+PER_NAMESPACE = 4          # probes in flight for one namespace
+IN_FLIGHT = 64             # probes in flight in total
+# unprivileged targets: after the n-th failure in a row in one namespace, no probe there for
+# BACKOFF_BASE * 2**(n-1) seconds, at most BACKOFF_CEILING
+BACKOFF_BASE = 10.0
+BACKOFF_CEILING = 300.0
+# is (namespace, name)'s target, by name or by one of its addresses, another GatewayDeployment's
+# managed Redis? (handlers.py answers from its index of managed Redis Services and pods)
+ForeignCheck = Callable[[str, str, str, Sequence[str]], bool]
+
+
+class Credentials(NamedTuple):
+    """What the probe signs in and checks TLS with, read from the spec's Secrets (never logged)."""
+
+    password: str | None = None
+    username: str | None = None   # an ACL user (spec.redis.usernameSecretRef)
+    ca: str | None = None         # PEM bundle (spec.redis.tls.caSecretRef); None: the system's CAs
+
+
+def ca_bundle_loads(pem: str) -> bool:
+    """Does ``pem`` hold at least one certificate TLS can trust?"""
+    if "-----BEGIN CERTIFICATE-----" not in pem:
+        return False
+    try:
+        ssl.create_default_context().load_verify_locations(cadata=pem)
+    except (ssl.SSLError, ValueError):
+        return False
+    return True
+
+
+class _NamedSSLConnection(aioredis.SSLConnection):
+    """TLS to the checked address, verifying (and sending as SNI) the name the spec expects:
+    redis-py would use the host it connects to."""
+
+    def __init__(self, *, server_name: str, **kwargs: object) -> None:
+        self.server_name = server_name
+        super().__init__(**kwargs)
+
+    def _connection_arguments(self):  # type: ignore[no-untyped-def]
+        return {**super()._connection_arguments(), "server_hostname": self.server_name}
+
+
+Network = ipaddress.IPv4Network | ipaddress.IPv6Network
+
+
+@dataclass(frozen=True)
+class Allowlist:
+    """Where the probe may connect: CIDRs, host names, and ``.suffix`` domains. Empty: open."""
+
+    networks: tuple[Network, ...] = ()
+    hosts: tuple[str, ...] = ()
+
+    @classmethod
+    def parse(cls, entries: Iterable[str]) -> "Allowlist":
+        networks, hosts = [], []
+        for entry in (e.strip() for e in entries):
+            if not entry:
+                continue
+            try:
+                networks.append(ipaddress.ip_network(entry, strict=False))
+            except ValueError:
+                hosts.append(entry.lower().rstrip("."))
+        return cls(tuple(networks), tuple(hosts))
+
+    @property
+    def open(self) -> bool:
+        return not (self.networks or self.hosts)
+
+    def permits_name(self, host: str) -> bool:
+        host = host.lower().rstrip(".")
+        return any(host == h or (h.startswith(".") and host.endswith(h)) for h in self.hosts)
+
+    def permits_addresses(self, addresses: Sequence[str]) -> bool:
+        ips = [ipaddress.ip_address(a) for a in addresses]
+        return bool(ips) and all(any(ip in net for net in self.networks) for ip in ips)
+
+
+class _Backoff:
+    """Consecutive failures of unprivileged probes in one namespace, and the last result."""
+
+    def __init__(self) -> None:
+        self.failures = 0
+        self.until = 0.0
+        self.last: ProbeResult | None = None
+        self.last_endpoint = ""
+
+
+def unreachable(where: str, timeout: float, why: str = "") -> ProbeResult:
+    return ProbeResult(False, reasons.CONNECTION_FAILED,
+                       f"cannot reach a Redis this GatewayDeployment may use at {where} "
+                       f"({why or f'no connection or no answer within {timeout:g}s'})")
+
+
+def unusable(where: str) -> ProbeResult:
+    return ProbeResult(False, reasons.PROBE_FAILED,
+                       f"{where} did not complete a SET NX PX round trip as a Redis this gateway can use (with the "
+                       "configured credentials and TLS settings, if any); the operator explains the failures of a "
+                       "Redis its redisProbe.allow names")
+
+
+class Prober:
+    def __init__(self, allowlist: Allowlist | None = None, per_namespace: int = PER_NAMESPACE,
+                 in_flight: int = IN_FLIGHT, timeout_ceiling: float = TIMEOUT_CEILING,
+                 foreign: ForeignCheck = lambda *_: False, clock: Callable[[], float] = time.monotonic) -> None:
+        self.allowlist = allowlist or Allowlist()
+        self.timeout_ceiling = timeout_ceiling
+        self.foreign = foreign
+        self.clock = clock
+        self._total = asyncio.Semaphore(in_flight)
+        self._per_namespace: defaultdict[str, asyncio.Semaphore] = defaultdict(
+            lambda: asyncio.Semaphore(per_namespace))
+        self._backoff: defaultdict[str, _Backoff] = defaultdict(_Backoff)
+
+    async def probe(self, namespace: str, target: RedisTarget, credentials: Credentials | str | None,
+                    timeout: float, managed_ip: str | None = None, owner: str = "",
+                    wait: bool = True, kept: KeptConnection | None = None,
+                    base: StoreFacts | None = None) -> ProbeResult | None:
+        """``credentials``: a password alone may be given as a string. ``managed_ip``: the ready
+        pod of the GatewayDeployment's own managed Redis (its Service name resolves only inside the
+        cluster network); "" when none is ready yet. ``owner``: the GatewayDeployment's name (a
+        target must not be another one's managed Redis). ``wait=False``: None at once when the
+        namespace's (or the operator's) probes in flight are at their bound, rather than queueing
+        (an observation pass then keeps its last result: its /health poll must not wait)."""
+        signed = credentials if isinstance(credentials, Credentials) else Credentials(credentials)
+        timeout = max(0.1, min(timeout, self.timeout_ceiling))
+        if managed_ip == "":  # an ordinary start, not a failure: no Warning for it
+            return ProbeResult(False, reasons.MANAGED_REDIS_STARTING,
+                               f"waiting for the managed Redis {target.endpoint} to have a ready pod")
+        privileged = bool(managed_ip) or not self.allowlist.open
+        backoff = self._backoff[namespace]
+        if not privileged and backoff.last is not None and self.clock() < backoff.until:
+            # a namespace whose probes keep failing waits its turn (for whichever target)
+            if backoff.last_endpoint == target.endpoint:
+                return backoff.last
+            return unreachable(target.endpoint, timeout, f"not probed before {backoff.until - self.clock():.0f}s "
+                               "more: the namespace's last probes failed")
+        if not wait and (self._per_namespace[namespace].locked() or self._total.locked()):
+            return None
+        async with self._per_namespace[namespace], self._total:
+            try:
+                result = await asyncio.wait_for(self._probe(namespace, owner, target, signed, timeout, managed_ip,
+                                                            privileged, kept, base), bound(timeout))
+            except asyncio.TimeoutError:
+                result = unreachable(target.endpoint, timeout)
+        if privileged:
+            return result
+        if result.ok:
+            self._backoff.pop(namespace, None)
+            return result
+        if result.reason != reasons.TARGET_NOT_ALLOWED:  # nothing was sent for that one
+            backoff.failures += 1
+            backoff.until = self.clock() + min(BACKOFF_CEILING, BACKOFF_BASE * 2 ** (backoff.failures - 1))
+            backoff.last, backoff.last_endpoint = result, target.endpoint
+        return result
+
+    async def _probe(self, namespace: str, owner: str, target: RedisTarget, credentials: Credentials,
+                     timeout: float, managed_ip: str | None, privileged: bool,
+                     kept: KeptConnection | None = None, base: StoreFacts | None = None) -> ProbeResult:
+        if managed_ip:
+            return await _round_trip(target, managed_ip, credentials, timeout, privileged, kept, base)
+        if self.foreign(namespace, owner, target.host, ()):  # by Service name, before any lookup
+            return unreachable(target.endpoint, timeout)
+        addresses = await _addresses(target, timeout)
+        if addresses is None:
+            return unreachable(target.endpoint, timeout)
+        if self.foreign(namespace, owner, target.host, addresses):
+            # another GatewayDeployment's managed Redis serves only its own: never connected to,
+            # and said like any target that cannot be reached (nothing about it is revealed)
+            return unreachable(target.endpoint, timeout)
+        if not self.allowlist.open and not (self.allowlist.permits_name(target.host)
+                                            or self.allowlist.permits_addresses(addresses)):
+            return ProbeResult(False, reasons.TARGET_NOT_ALLOWED,
+                               f"{target.host} is outside the operator's Redis allowlist; the probe did not connect")
+        # the checked address is the one connected to (no second lookup to race with); TLS
+        # verifies the name the spec expects there
+        return await _round_trip(target, addresses[0], credentials, timeout, privileged, kept, base)
+
+
+async def _addresses(target: RedisTarget, timeout: float) -> list[str] | None:
+    """Every address the target's host resolves to (None: it does not resolve). An address
+    is its own answer: no resolver thread for it."""
+    try:
+        return [str(ipaddress.ip_address(target.host.strip("[]")))]
+    except ValueError:
+        pass
+    try:
+        infos = await asyncio.wait_for(asyncio.get_running_loop().getaddrinfo(
+            target.host, target.port, type=socket.SOCK_STREAM), timeout)
+    except (OSError, asyncio.TimeoutError, UnicodeError, ValueError):
+        return None
+    return list(dict.fromkeys(str(info[4][0]) for info in infos)) or None
+
+
+async def _round_trip(target: RedisTarget, host: str, credentials: Credentials, timeout: float,
+                      privileged: bool = True, kept: KeptConnection | None = None,
+                      base: StoreFacts | None = None) -> ProbeResult:
+    """``privileged``: the GatewayDeployment's own managed Redis, or a target the allowlist names:
+    its failures keep their detail. Otherwise a failure is one of three outcomes with fixed words:
+    unreachable, not a usable Redis, or a refused password."""
+    try:
+        result = await _exchange(target, host, credentials, timeout, kept, base)
+    except Exception as e:  # noqa: BLE001 - e.g. redis-py's HELLO handling fails on a server that says +OK to all
+        result = ProbeResult(False, reasons.PROBE_FAILED,
+                             f"Redis at {target.endpoint} answered unexpectedly: {type(e).__name__}")
+    if privileged or result.ok or result.reason == reasons.AUTHENTICATION_FAILED:
+        return result
+    if result.reason == reasons.CONNECTION_FAILED:
+        return unreachable(target.endpoint, timeout)
+    return unusable(target.endpoint)
+
+
+class KeptConnection:
+    """One GatewayDeployment's connection for its observation probes (the controller owns it and
+    closes it when its loop ends).
+
+    A full pass probes on a fresh connection: connect, TLS, ``AUTH``/``HELLO`` and every command
+    the gateway needs, as a new gateway client would. Between full passes (``--resync-seconds``)
+    an observation probe goes over the connection the last probe left open and asks only what can
+    change without a spec change: the ``SET NX PX`` round trip, the canary, the ``run_id`` and the
+    migration marker (the commands and persistence of the last full probe stand until the next).
+    A kept connection that fails is retried once on a fresh one (the server may have closed it
+    while idle); it is kept only for the address, target and credentials it was opened with."""
+
+    def __init__(self) -> None:
+        self.key: tuple[Any, ...] | None = None
+        self.client: aioredis.Redis | None = None
+
+    def take(self, key: tuple[Any, ...]) -> aioredis.Redis | None:
+        """The open client, when it was opened for ``key``; any other is closed by the caller."""
+        return self.client if self.client is not None and self.key == key else None
+
+    async def swap(self, key: tuple[Any, ...] | None, client: aioredis.Redis | None) -> None:
+        old, self.key, self.client = self.client, key, client
+        if old is not None and old is not client:
+            await _close(old)
+
+    async def aclose(self) -> None:
+        await self.swap(None, None)
+
+
+# the leaving replicas' words read in one probe; more wait for the next, and one whose wait runs out
+# first counts as having left its journal (unrecorded.settle): an announcement too many, never one missed
+MAX_MARKS = 16
+
+
+async def carried(kept: KeptConnection | None, prefix: str, pods: Sequence[str], timeout: float) -> frozenset[str]:
+    """Which of ``pods`` said at their stop that their journal is all in Redis
+    (``<prefix>gwop-carried:<pod>``): read over the connection the last successful probe left open,
+    within ``timeout``; none when there is no such connection or the read fails."""
+    client, asked = (kept.client if kept is not None else None), list(pods)[:MAX_MARKS]
+    if client is None or not asked:
+        return frozenset()
+    pipeline = client.pipeline(transaction=False)
+    for pod in asked:
+        pipeline.get(f"{prefix}{CARRIED_KEY}{pod}")
+    try:
+        values = await asyncio.wait_for(pipeline.execute(), timeout)
+    except (redis.RedisError, OSError, asyncio.TimeoutError):
+        return frozenset()
+    return frozenset(pod for pod, value in zip(asked, values) if value is not None)
+
+
+async def _close(client: aioredis.Redis) -> None:
+    try:
+        await asyncio.wait_for(client.aclose(), 1.0)
+    except BaseException:  # noqa: BLE001 - closing a broken connection must not mask the result
+        pass
+
+
+def _client(target: RedisTarget, host: str, credentials: Credentials, timeout: float) -> aioredis.Redis:
+    # no retries: one probe is one attempt, bounded by the timeout (redis-py retries by default)
+    kwargs: dict[str, object] = dict(host=host, port=target.port, db=target.db,
+                                     username=credentials.username or None, password=credentials.password or None,
+                                     socket_timeout=timeout, socket_connect_timeout=timeout,
+                                     retry=Retry(NoBackoff(), 0),
+                                     driver_info=None)  # no CLIENT SETINFO: it reads the package metadata each connection
+    if target.tls:
+        skip = target.tls_options.insecure_skip_verify
+        kwargs.update(connection_class=_NamedSSLConnection, server_name=target.server_name,
+                      ssl_cert_reqs="none" if skip else "required", ssl_check_hostname=not skip,
+                      ssl_ca_data=credentials.ca or None)
+    return aioredis.Redis.from_pool(aioredis.ConnectionPool(**kwargs))
+
+
+async def _exchange(target: RedisTarget, host: str, credentials: Credentials, timeout: float,
+                    kept: KeptConnection | None = None, base: StoreFacts | None = None) -> ProbeResult:
+    """``kept`` and ``base`` (the last full probe's store facts): an observation probe, over the
+    kept connection (see KeptConnection). Without them: a full probe on a fresh connection."""
+    light = kept is not None and base is not None
+    key = (host, target.port, target.db, target.tls, target.server_name, target.tls_options, credentials)
+    reused = kept.take(key) if light and kept is not None else None
+    client = reused or _client(target, host, credentials, timeout)
+    result: ProbeResult | None = None
+    try:
+        started = time.monotonic()
+        result = await _commands(client, target, credentials, timeout, base if light else None)
+        # a kept connection the server closed while idle fails at once: once more, afresh; one
+        # that waited out the timeout met a server that hangs, and a second wait would only
+        # double how long the outage takes to show
+        quick = time.monotonic() - started < timeout / 2
+        if reused is not None and result.reason == reasons.CONNECTION_FAILED and quick:
+            await _close(reused)
+            client, result = _client(target, host, credentials, timeout), None
+            result = await _commands(client, target, credentials, timeout, base)
+        return result
+    finally:  # kept only after a probe that succeeded; closed otherwise, whatever was raised
+        if kept is not None and result is not None and result.ok:
+            await kept.swap(key, client)
+        else:
+            if kept is not None:
+                await kept.swap(None, None)
+            await _close(client)
+
+
+async def _commands(client: aioredis.Redis, target: RedisTarget, credentials: Credentials, timeout: float,
+                    base: StoreFacts | None) -> ProbeResult:
+    where = target.endpoint  # as status names it, whatever address was connected to
+    key = f"{target.prefix}operator-probe:{secrets.token_hex(8)}"
+    try:
+        token = secrets.token_hex(8)
+        first = client.pipeline(transaction=False)  # one round trip: SET NX PX, then read it back
+        first.set(key, token, nx=True, px=10_000).get(key)
+        if base is not None:  # an observation probe: what can change between full probes, in the same trip
+            _light_reads(first, key, target.prefix, base)
+        answers = await first.execute(raise_on_error=False)
+        stored, read = _raised(answers[:2])
+        if not stored:
+            return ProbeResult(False, reasons.PROBE_FAILED, f"SET NX PX under the prefix was refused at {where}")
+        if read != token.encode():
+            return ProbeResult(False, reasons.PROBE_FAILED, f"Redis at {where} did not return the probe value")
+        if base is not None:
+            facts = await _light_facts(client, target.prefix, base, answers[2:])
+            return ProbeResult(True, reasons.PROBE_SUCCEEDED, f"Redis at {where} answered a SET NX PX round trip",
+                               facts)
+        refused, facts = await _checks(client, key, target.prefix)
+        if refused:
+            return _not_permitted(where, refused, credentials)
+        return ProbeResult(True, reasons.PROBE_SUCCEEDED, f"Redis at {where} answered a SET NX PX round trip", facts)
+    except redis.AuthenticationError:
+        return _refused_password(where, credentials)
+    except redis.exceptions.NoPermissionError as e:
+        return _not_permitted(where, [_noperm(e, target.prefix) or "a command"], credentials)
+    except redis.ResponseError as e:
+        if "NOAUTH" in str(e) or "WRONGPASS" in str(e):
+            return _refused_password(where, credentials)
+        if _noperm(e, target.prefix):
+            return _not_permitted(where, [_noperm(e, target.prefix) or ""], credentials)
+        return ProbeResult(False, reasons.PROBE_FAILED, f"Redis at {where} refused the probe: {type(e).__name__}")
+    except (redis.ConnectionError, redis.TimeoutError, OSError, asyncio.TimeoutError) as e:
+        if target.tls and isinstance(e, (redis.TimeoutError, asyncio.TimeoutError)):
+            return ProbeResult(False, reasons.CONNECTION_FAILED, f"cannot connect to Redis at {where}: no TLS "
+                               f"handshake within {timeout:g}s (is it reachable, and does it serve TLS there?)")
+        return _tls_failure(target, credentials, e) or ProbeResult(
+            False, reasons.CONNECTION_FAILED, f"cannot connect to Redis at {where}: {_short(e)}")
+    except redis.RedisError as e:  # e.g. something that is not Redis answers on that port
+        return ProbeResult(False, reasons.PROBE_FAILED, f"Redis at {where} answered unexpectedly: {type(e).__name__}")
+    except (UnicodeError, ValueError) as e:  # e.g. a host name the resolver refuses
+        return ProbeResult(False, reasons.CONNECTION_FAILED, f"cannot connect to Redis at {where}: {type(e).__name__}")
+
+
+def _noperm(error: BaseException, prefix: str) -> str | None:
+    """The command a NOPERM refusal names (or the prefix's keys), None when ``error`` is no NOPERM."""
+    text = str(error)
+    if not isinstance(error, redis.ResponseError) or not ("NOPERM" in text or "no permissions" in text):
+        return None
+    named = _NOPERM_COMMAND.search(text)
+    return named.group(1).upper() if named else f"keys under {prefix}"
+
+
+def _raised(answers: list[Any]) -> list[Any]:
+    """A pipeline's answers, raising the first refusal among them (as the command alone would)."""
+    for answer in answers:
+        if isinstance(answer, BaseException):
+            raise answer
+    return answers
+
+
+async def _checks(client: aioredis.Redis, key: str, prefix: str) -> tuple[list[str], StoreFacts | None]:
+    """Two round trips: the commands of redis_acl.COMMANDS beyond SET and GET that the server
+    refuses to this user, each tried once on the probe's own keys (they expire in 10 s) and then
+    deleted; and the store's facts (``_store_facts``), read in the same pipeline. ``None`` facts
+    when a command was refused (they are not looked at then)."""
+    refused: list[str] = []
+    listing, counter, index = f"{key}:list", f"{key}:n", f"{key}:sessions"
+    history = client.pipeline(transaction=True)  # as the shared session history appends
+    history.rpush(listing, "p").ltrim(listing, -1, -1).expire(listing, 10)
+    history.zadd(index, {listing: 1}).zremrangebyscore(index, "-inf", 0).expire(index, 10).zcard(index)
+    try:
+        await history.execute()
+    except redis.ResponseError as e:  # a refused MULTI leaves the rest to run alone, then EXEC fails
+        refused.append("MULTI" if "EXEC without MULTI" in str(e) else _noperm(e, prefix) or "")
+    others = client.pipeline(transaction=False)
+    # INCR as the rate limiter's script sends it (redis-py's incr() is INCRBY)
+    others.ping().exists(key).execute_command("INCR", counter).pexpire(counter, 10_000).pttl(counter)
+    others.lrange(listing, 0, -1)
+    others.eval("return redis.call('get', KEYS[1])", 1, key).scan(0, match=f"{prefix}operator-probe:*", count=1)
+    others.zpopmin(index, 1)
+    others.delete(key, listing, counter, index)
+    tried = len(others.command_stack)
+    _facts_reads(others, prefix)
+    answers = await others.execute(raise_on_error=False)
+    for answer in answers[:tried]:
+        if isinstance(answer, BaseException):
+            refused.append(_noperm(answer, prefix) or "")
+    refused = [c for c in dict.fromkeys(refused) if c]
+    return refused, None if refused else await _store_facts(client, prefix, answers[tried:])
+
+
+def _facts_reads(pipeline: Any, prefix: str) -> None:
+    pipeline.get(f"{prefix}{CANARY_KEY}").info("persistence")
+    pipeline.config_get("maxmemory-policy").config_get("save").get(f"{prefix}{MIGRATED_KEY}")
+    _live_info(pipeline)
+
+
+def _live_info(pipeline: Any) -> None:
+    """What INFO says that can change between probes: the run_id, the replication ids (a failover)
+    and memory (one section each: Redis before 7 takes one section per INFO)."""
+    pipeline.info("server").info("replication").info("memory")
+
+
+def _live_facts(server: Any, replication: Any, memory: Any) -> dict[str, Any]:
+    """``_live_info``'s answers as StoreFacts fields; nothing for an INFO that was refused."""
+    out: dict[str, Any] = {}
+    if isinstance(server, dict):
+        out["run_id"] = str(server.get("run_id") or "") or None
+    if isinstance(replication, dict) and replication.get("role") == "master":
+        out["replid"] = _replication_id(replication.get("master_replid"))
+        out["replid2"] = _replication_id(replication.get("master_replid2"))
+    if isinstance(memory, dict) and isinstance(memory.get("used_memory"), int):
+        out["used_memory"] = memory["used_memory"]
+        limit = memory.get("maxmemory")
+        out["maxmemory"] = limit if isinstance(limit, int) else None
+    return out
+
+
+def _replication_id(value: Any) -> str | None:
+    """An id as INFO gives it; None for the 40 zeros of "none" (redis-py reads an id of digits as
+    a number, so those arrive as 0)."""
+    text = str(value or "")
+    return text if text.strip("0") else None
+
+
+def _light_reads(pipeline: Any, key: str, prefix: str, base: StoreFacts) -> None:
+    pipeline.get(f"{prefix}{CANARY_KEY}").get(f"{prefix}{MIGRATED_KEY}").delete(key)
+    if "INFO" not in base.refused:
+        _live_info(pipeline)
+
+
+async def _light_facts(client: aioredis.Redis, prefix: str, base: StoreFacts, answers: list[Any]) -> StoreFacts:
+    """An observation probe's facts: the canary (written when absent), the run_id, replication ids,
+    memory and the marker read now; persistence, the policy and what was refused as the last full
+    probe saw them."""
+    value, migrated, _deleted = _raised(answers[:3])
+    created, canary = await _canary(client, prefix, value)
+    live = _live_facts(*answers[3:6]) if len(answers) >= 6 else {}
+    return replace(base, canary=canary, canary_created=created, **live,
+                   migrated=migrated.decode(errors="replace") if migrated is not None else None)
+
+
+async def _canary(client: aioredis.Redis, prefix: str, value: bytes | None) -> tuple[bool, str]:
+    """(created, value): the canary as read, or written now (with no TTL) when it was absent."""
+    created = False
+    if value is None:
+        key, fresh = f"{prefix}{CANARY_KEY}", f"{int(time.time())}-{secrets.token_hex(6)}"
+        created = bool(await client.set(key, fresh, nx=True))
+        value = fresh.encode() if created else (await client.get(key) or fresh.encode())
+    return created, value.decode(errors="replace")
+
+
+async def _store_facts(client: aioredis.Redis, prefix: str, answers: list[Any]) -> StoreFacts:
+    """The canary (written when absent, with no TTL) and, where the server allows INFO and CONFIG
+    GET, its run_id, replication ids, memory, persistence and maxmemory-policy: ``answers`` of
+    ``_facts_reads``. A refused INFO or CONFIG GET (managed services often refuse CONFIG) is noted,
+    never a failure."""
+    value, persistence, policy_answer, save_answer, migrated, server, replication, memory = answers
+    _raised([value, migrated])
+    created, canary = await _canary(client, prefix, value)
+    refused: list[str] = []
+    aof, save, policy = None, None, None
+    if isinstance(server, redis.ResponseError) or isinstance(persistence, redis.ResponseError):
+        refused.append("INFO")
+    else:
+        aof = persistence.get("aof_enabled") in (1, "1")
+    if isinstance(policy_answer, redis.ResponseError):
+        refused.append("CONFIG GET")
+    else:  # as when each was sent alone: the policy is kept when only CONFIG GET save is refused
+        policy = policy_answer.get("maxmemory-policy")
+        if isinstance(save_answer, redis.ResponseError):
+            refused.append("CONFIG GET")
+        else:
+            save = save_answer.get("save")
+    persistent = True if aof else (bool(str(save).strip()) if save is not None and aof is not None else None)
+    return StoreFacts(canary, created, persistent=persistent, maxmemory_policy=policy, refused=tuple(refused),
+                      migrated=migrated.decode(errors="replace") if migrated is not None else None,
+                      **_live_facts(server, replication, memory))
+
+
+def _refused_password(where: str, credentials: Credentials = Credentials()) -> ProbeResult:
+    if credentials.username:
+        return ProbeResult(False, reasons.AUTHENTICATION_FAILED,
+                           f"Redis at {where} did not accept the user of spec.redis.usernameSecretRef with the "
+                           "password of spec.redis.passwordSecretRef (a wrong user or password, or a disabled user)")
+    return ProbeResult(False, reasons.AUTHENTICATION_FAILED,
+                       f"Redis at {where} did not accept the password of spec.redis.passwordSecretRef (or needs one)")
+
+
+_NOPERM_COMMAND = re.compile(r"run the '([A-Za-z|_ -]{1,40})' command")
+
+
+def _not_permitted(where: str, refused: Sequence[str], credentials: Credentials) -> ProbeResult:
+    """NOPERM: the ACL user lacks commands or the key pattern (the server's text names the user,
+    which is not repeated: only what was refused)."""
+    who = ("the user of spec.redis.usernameSecretRef" if credentials.username
+           else "the default user (signed in with spec.redis.passwordSecretRef alone)")
+    return ProbeResult(False, reasons.COMMAND_NOT_PERMITTED,
+                       f"Redis at {where} refused {', '.join(refused)} to {who} (NOPERM), which the gateway needs: "
+                       "grant it the least-privilege ACL of docs/redis.md (gateway-operator redis-acl prints it)")
+
+
+def _tls_failure(target: RedisTarget, credentials: Credentials, error: BaseException) -> ProbeResult | None:
+    """The specific reason of a failed TLS handshake, found in the exception's chain (redis-py
+    re-raises the ssl error as a ConnectionError)."""
+    if not target.tls:
+        return None
+    cause: BaseException | None = error
+    while cause is not None and not isinstance(cause, ssl.SSLError):
+        cause = cause.__cause__ or cause.__context__
+    if cause is None:
+        return None
+    where = target.endpoint
+    if isinstance(cause, ssl.SSLCertVerificationError):
+        detail = str(cause.verify_message or cause.reason or "certificate verify failed")
+        if "expired" in detail or "not yet valid" in detail:
+            return ProbeResult(False, reasons.TLS_CERTIFICATE_EXPIRED,
+                               f"the TLS certificate of Redis at {where} is not valid now ({detail}): the server "
+                               "needs a renewed certificate")
+        if "mismatch" in detail:
+            return ProbeResult(False, reasons.TLS_NAME_MISMATCH,
+                               f"the TLS certificate of Redis at {where} does not carry the name "
+                               f"{target.server_name} ({detail}): set spec.redis.tls.serverName to a name it "
+                               "carries")
+        source = "the CA bundle of spec.redis.tls.caSecretRef" if credentials.ca else "the system's CAs"
+        return ProbeResult(False, reasons.TLS_CERTIFICATE_UNTRUSTED,
+                           f"the TLS certificate of Redis at {where} is not signed by {source} ({detail}): set "
+                           "spec.redis.tls.caSecretRef to the CA that signed it")
+    return ProbeResult(False, reasons.TLS_HANDSHAKE_FAILED,
+                       f"no TLS session with Redis at {where} ({cause.reason or type(cause).__name__}): does it "
+                       "serve TLS on that port?")
+
+
+def _short(error: Exception) -> str:
+    # redis-py's connection errors name host and port only; keep the first line
+    return str(error).splitlines()[0][:200] if str(error) else type(error).__name__

@@ -1,0 +1,146 @@
+"""What the operator knows of a gateway's pods (``PodView``) and its Deployment
+(``LiveDeployment``), as the watches deliver them (kept in kopf indices; pure), and the one
+pod-ready check: the operator's pod index, its managed-Redis lookup, the benchmark and the test
+harness all read a pod's readiness here."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Mapping, NamedTuple
+
+from gateway_operator import api
+
+
+@dataclass(frozen=True)
+class PodView:
+    """What the operator needs to know of one gateway pod (kept in a kopf index)."""
+
+    name: str
+    uid: str
+    ip: str | None
+    ready: bool
+    deleting: bool
+    waiting_reason: str | None = None
+    waiting_message: str = ""   # the kubelet's, for the POD_WAITING reasons only (bounded)
+    last_exit_code: int | None = None
+    # the launcher's last words when it refused the gateway release (exit 78, "unsupported gateway"), bounded
+    refused_gateway: str = ""
+    containers_ready: bool = False  # the kubelet's probes pass (Ready but for readiness gates)
+    gated: bool = False             # its spec lists the operator's readiness gate (api.READINESS_GATE)
+    gate: bool | None = None        # that condition as set (None: not set yet)
+
+    @property
+    def serving(self) -> bool:
+        """As ``serving`` below: ready and not being deleted."""
+        return self.ready and not self.deleting
+
+    @property
+    def polled(self) -> bool:
+        """Its /health is read: its containers are ready (a pod the operator's readiness gate keeps
+        out of the traffic is still asked, or it could never come back), with an IP, not being deleted."""
+        return (self.containers_ready or self.ready) and bool(self.ip) and not self.deleting
+
+
+REFUSED_GATEWAY = "gateway-launcher: unsupported gateway: "  # the launcher's exit-78 line (pod/launch.py)
+REFUSED_GATEWAY_LIMIT = 600  # characters kept
+
+
+def refused_gateway(exit_code: Any, message: Any) -> str:
+    """What the launcher said when it refused the gateway release in the image (exit 78 with its
+    one line in the kubelet's termination message), else "". Only that line, bounded."""
+    if exit_code != 78 or not isinstance(message, str):
+        return ""
+    line = message.strip().splitlines()[0] if message.strip() else ""
+    return line[len(REFUSED_GATEWAY):][:REFUSED_GATEWAY_LIMIT] if line.startswith(REFUSED_GATEWAY) else ""
+
+
+def ready(status: Mapping[str, Any]) -> bool:
+    """The pod's Ready condition is True (the kubelet's readiness probe passes)."""
+    return any(c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or [])
+
+
+def containers_ready(status: Mapping[str, Any]) -> bool:
+    """The pod's ContainersReady condition is True: every container's readiness probe passes
+    (Ready also waits for the pod's readiness gates)."""
+    return any(c.get("type") == "ContainersReady" and c.get("status") == "True" for c in status.get("conditions") or [])
+
+
+def gated(spec: Mapping[str, Any]) -> bool:
+    """The pod's spec lists the operator's readiness gate."""
+    return any(g.get("conditionType") == api.READINESS_GATE for g in spec.get("readinessGates") or []
+               if isinstance(g, Mapping))
+
+
+def gate(status: Mapping[str, Any]) -> bool | None:
+    """The operator's readiness gate condition as last set: True, False, or None when not set."""
+    found = next((c.get("status") for c in status.get("conditions") or [] if c.get("type") == api.READINESS_GATE), None)
+    return None if found is None else found == "True"
+
+
+def gate_condition(value: bool, reason: str, message: str, now: str) -> dict[str, str]:
+    """The condition the operator writes (a strategic merge patch of the pod's status merges
+    conditions by type)."""
+    return {"type": api.READINESS_GATE, "status": "True" if value else "False", "reason": reason,
+            "message": message, "lastTransitionTime": now}
+
+
+def serving(pod: Mapping[str, Any]) -> bool:
+    """Ready, with an IP, and not being deleted: a pod that takes traffic (and is polled)."""
+    status = pod.get("status") or {}
+    return ready(status) and bool(status.get("podIP")) and not (pod.get("metadata") or {}).get("deletionTimestamp")
+
+
+# -- the gateway Deployment, as watched ------------------------------------------------------------
+
+class Observed(NamedTuple):
+    """The live Deployment, as far as it is ours."""
+
+    running: int = 0
+    ready: int = 0
+    updated: int = 0
+    rollout_observed: bool = False
+    failure: str = ""   # the Deployment's ReplicaFailure message (a pod the API server refused to create)
+    generation: int = 0  # the Deployment's status.observedGeneration
+    current: int = 0     # status.replicas: pods of every template, not being deleted (old ones too, mid-rollout)
+
+    @property
+    def rolled_out(self) -> bool:
+        """Every replica updated to the latest template and ready, and no old one left (as
+        ``kubectl rollout status`` says complete)."""
+        return (self.rollout_observed and self.updated >= self.running and self.ready >= self.running
+                and self.current <= self.running)
+
+
+class LiveDeployment(NamedTuple):
+    """A gateway Deployment as the watch last delivered it (kept in a kopf index), so that
+    observation passes read no API object at all."""
+
+    controller_uid: str | None
+    observed: Observed
+    template_hash: str = ""     # the operator's fingerprint of its pod template ("" : an older operator wrote it)
+    secrets_revision: str = ""  # the template's: the Secrets its pods read
+    config_hash: str = ""       # the template's: the ConfigMap its pods read
+
+
+def live_deployment(deployment: Mapping[str, Any]) -> LiveDeployment:
+    owner = next((r.get("uid") for r in deployment["metadata"].get("ownerReferences") or []
+                  if r.get("controller")), None)
+    status = deployment.get("status") or {}
+    pod_annotations = (((deployment.get("spec") or {}).get("template") or {}).get("metadata") or {}).get(
+        "annotations") or {}
+    failure = next((str(c.get("message") or c.get("reason") or "")[:FAILURE_MESSAGE_LIMIT]
+                    for c in status.get("conditions") or []
+                    if c.get("type") == "ReplicaFailure" and c.get("status") == "True"), "")
+    return LiveDeployment(owner, Observed(
+        running=int((deployment.get("spec") or {}).get("replicas") or 0),
+        ready=int(status.get("readyReplicas") or 0),
+        updated=int(status.get("updatedReplicas") or 0),
+        rollout_observed=int(status.get("observedGeneration") or 0) >= int(deployment["metadata"].get("generation")
+                                                                           or 0),
+        failure=failure, generation=int(status.get("observedGeneration") or 0),
+        current=int(status.get("replicas") or 0)),
+        template_hash=str((deployment["metadata"].get("annotations") or {}).get(api.ANNOTATION_TEMPLATE_HASH, "")),
+        secrets_revision=str(pod_annotations.get(api.ANNOTATION_SECRETS_REVISION, "")),
+        config_hash=str(pod_annotations.get(api.ANNOTATION_CONFIG_HASH, "")))
+
+
+FAILURE_MESSAGE_LIMIT = 500  # characters of the API server's refusal kept (it names the pod and the rule)

@@ -1,0 +1,26 @@
+"""The operator-wide settings a GatewayDeployment's loop and pass read (the flags and chart values
+of ``gateway-operator run``): low in the layering, so that every reader types them.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from gateway_operator.api.tenancy import TenancyPolicy
+from gateway_operator.core.render import OperatorIdentity
+from gateway_operator.core.rollouts import DEFAULT_LIMIT
+from gateway_operator.core.schedule import Timing
+
+
+@dataclass(frozen=True)
+class ReconcileSettings:
+    timing: Timing = field(default_factory=Timing)     # the resync and the backoff (schedule.py)
+    operator: OperatorIdentity = field(default_factory=OperatorIdentity)
+    tenancy: TenancyPolicy = field(default_factory=TenancyPolicy)  # the administrator's (chart values tenancy)
+
+
+@dataclass(frozen=True)
+class ControllerSettings:
+    reconcile: ReconcileSettings = field(default_factory=ReconcileSettings)  # timing, identity, tenancy
+    redis_allow: tuple[str, ...] = ()        # the probe's allowlist (CIDRs, hosts, .domains); empty: open
+    max_concurrent_rollouts: int = DEFAULT_LIMIT  # operator-caused rollouts at a time; 0: no cap
+    health_watch: bool = True   # each replica's launcher long-poll /health (health_watch.py); False: polls only

@@ -1,0 +1,75 @@
+"""The loop's one write: status, when it changed, and an Event for each transition that
+events.EVENTS names (with one log line per transition).
+
+``status.build`` makes the new status from the facts (pure); this module writes its merge
+patch and posts the Events. A status the API server refuses raises (the loop backs off).
+"""
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import logging
+from typing import Any, Mapping, MutableMapping, Sequence
+
+import kopf
+
+from gateway_operator import api
+from gateway_operator.clients.kube import Kube
+from gateway_operator.core import conditions, events, status
+from gateway_operator.core.conditions import Facts, Problem
+from gateway_operator.core.expose import Exposure
+from gateway_operator.core.outcome import Outcome
+from gateway_operator.loop import metrics
+
+
+class ObjectLog(logging.LoggerAdapter):  # type: ignore[type-arg]
+    """The operator's log lines about one GatewayDeployment carry its namespace/name; a problem
+    is logged once per change, not per try."""
+
+    last_problem: Problem | None = None
+
+    def process(self, msg: Any, kwargs: MutableMapping[str, Any]) -> tuple[Any, MutableMapping[str, Any]]:
+        return f"[{self.extra['object']}] {msg}", kwargs  # type: ignore[index]
+
+    def problem(self, problem: Problem | None, exc_info: Any = None, line: str = "") -> None:
+        if problem == self.last_problem:
+            return
+        if problem is not None:
+            self.warning("%s", line or f"stalled: {problem.reason}: {problem.message}", exc_info=exc_info)
+        elif self.last_problem is not None:
+            self.info("no longer stalled (was %s)", self.last_problem.reason)
+        self.last_problem = problem
+
+
+def now_iso() -> str:
+    return dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+async def publish(kube: Kube, body: Mapping[str, Any], facts: Facts, outcome: Outcome, exposure: Exposure | None,
+                  policy: str, log: ObjectLog, autoscaling: Mapping[str, str] | None = None) -> Mapping[str, Any] | None:
+    """Writes status when it changed; returns the object as written (None: nothing to write).
+    ``outcome``: the pass's (reconcile.Outcome), its problem as the schedule shows it;
+    ``autoscaling``: status.autoscaling (render.autoscaling_status)."""
+    meta, previous = body["metadata"], body.get("status") or {}
+    namespace, name = meta["namespace"], meta["name"]
+    selector = ",".join(f"{k}={v}" for k, v in api.selector_for(name).items())
+    # a pass that stopped before it could tell (a problem) keeps what status said
+    migration = (outcome.migration.status() if outcome.migration is not None
+                 else previous.get("sqliteMigration") if outcome.problem is not None else None)
+    new = status.build(previous, facts, outcome.target, now_iso(), selector, exposure, policy, migration, autoscaling)
+    metrics.observe_conditions(namespace, name, new["conditions"])
+    if not status.changed(previous, new):
+        return None
+    written = await asyncio.to_thread(kube.patch_status, namespace, name, status.merge_patch(previous, new))
+    metrics.wrote(namespace, name)
+    _post_events(body, previous.get("conditions") or [], new["conditions"], log)
+    return written
+
+
+def _post_events(body: Mapping[str, Any], before: Sequence[Mapping[str, Any]],
+                 after: Sequence[Mapping[str, Any]], log: ObjectLog) -> None:
+    for t in conditions.transitions(before, after):
+        log.info("%s %s -> %s (%s): %s", t.type, t.old or "-", t.new["status"], t.new["reason"], t.new["message"])
+        event = events.event_for(t)
+        if event:
+            kopf.event(dict(body), type=event[0], reason=event[1], message=event[2])

@@ -1,0 +1,107 @@
+"""Keeps one GatewayController task per GatewayDeployment, fed by watch events.
+
+Tasks are plain asyncio tasks rather than kopf daemons: a kopf daemon puts a finalizer on
+every object, and then a GatewayDeployment cannot be deleted while the operator is down.
+Owned objects carry ownerReferences, so the garbage collector needs no finalizer.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import OrderedDict
+from typing import Any, Callable, Mapping, Sequence
+
+from gateway_operator.api.tenancy import Claim
+from gateway_operator.clients.kube import Kube
+from gateway_operator.clients.redis_probe import Allowlist, ForeignCheck, Prober
+from gateway_operator.core.pods import LiveDeployment, PodView
+from gateway_operator.core.rollouts import RolloutGate
+from gateway_operator.core.settings import ControllerSettings
+from gateway_operator.loop import metrics
+from gateway_operator.loop.controller import GatewayController
+
+log = logging.getLogger(__name__)
+Key = tuple[str, str]
+
+
+class Supervisor:
+    def __init__(self, kube: Kube, settings: ControllerSettings,
+                 pods_of: Callable[[Key], Sequence[PodView]],
+                 deployment_of: Callable[[Key], LiveDeployment | None] = lambda _: None,
+                 claims_of: Callable[[Sequence[str]], Mapping[str, Sequence[Claim]]] = lambda _: {},
+                 foreign: ForeignCheck = lambda *_: False) -> None:
+        self.kube, self.settings, self.pods_of, self.deployment_of = kube, settings, pods_of, deployment_of
+        self.claims_of = claims_of
+        self.prober = Prober(Allowlist.parse(settings.redis_allow), foreign=foreign)  # one, so its limits hold across objects
+        self.rollouts = RolloutGate(settings.max_concurrent_rollouts)  # operator-caused rollouts, a few at a time
+        self._controllers: dict[Key, tuple[str, GatewayController, asyncio.Task[None]]] = {}
+        # uids seen deleted: a late event of a deleted object (same name, re-created) must
+        # neither start a loop for it nor stop the loop of its successor
+        self._deleted: OrderedDict[str, None] = OrderedDict()
+        self._hosts: dict[Key, tuple[str, ...]] = {}  # the hosts each GatewayDeployment last claimed
+
+    def hosts_seen(self, key: Key, hosts: Sequence[str], deleted: bool) -> tuple[str, ...]:
+        """Records the hosts ``key`` claims now; returns those and the ones it claimed before
+        (whoever claims one of them may have won or lost it)."""
+        before = self._hosts.pop(key, ())
+        if hosts and not deleted:
+            self._hosts[key] = tuple(hosts)
+        return tuple(dict.fromkeys((*before, *hosts)))
+
+    def observe(self, event_type: str | None, body: Mapping[str, Any]) -> None:
+        meta = body["metadata"]
+        key: Key = (meta["namespace"], meta["name"])
+        uid = meta["uid"]
+        if event_type == "DELETED" or meta.get("deletionTimestamp"):
+            self._remember_deleted(uid)
+            self.stop(key, uid)
+            return
+        if uid in self._deleted:
+            return
+        entry = self._controllers.get(key)
+        if entry is None or entry[0] != uid:  # new, or deleted and re-created
+            self.stop(key)
+            controller = GatewayController(self.kube, key[0], key[1], lambda: self.pods_of(key),
+                                           lambda: self.deployment_of(key), self.claims_of, self.settings,
+                                           self.prober, rollouts=self.rollouts)
+            task = asyncio.get_running_loop().create_task(controller.run(), name=f"gateway {key[0]}/{key[1]}")
+            task.add_done_callback(lambda _: self._finished(key, uid))
+            entry = (uid, controller, task)
+            self._controllers[key] = entry
+        entry[1].update(body)
+
+    def _remember_deleted(self, uid: str) -> None:
+        self._deleted[uid] = None
+        while len(self._deleted) > 10_000:
+            self._deleted.popitem(last=False)
+
+    def _finished(self, key: Key, uid: str) -> None:
+        """A loop that ended by itself (its object is gone): forget it."""
+        entry = self._controllers.get(key)
+        if entry and entry[0] == uid and entry[2].done():
+            self._controllers.pop(key)
+            self.kube.forget(uid)
+            metrics.forget(*key)
+
+    def nudge(self, namespace: str, name: str | None) -> None:
+        entry = self._controllers.get((namespace, name or ""))
+        if entry:
+            entry[1].nudge()
+
+    def stop(self, key: Key, uid: str | None = None) -> None:
+        """Stop the loop for ``key`` (only if it serves ``uid``, when given)."""
+        entry = self._controllers.get(key)
+        if entry is None or (uid is not None and entry[0] != uid):
+            return
+        self._controllers.pop(key)
+        entry[2].cancel()
+        self.kube.forget(entry[0])
+        self.rollouts.done(key)
+        metrics.forget(*key)
+
+    async def stop_all(self) -> None:
+        tasks = [entry[2] for entry in self._controllers.values()]
+        self._controllers.clear()
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
