@@ -157,7 +157,7 @@ def test_the_watch_hears_a_change_within_a_tick_and_a_silent_replica_once_an_int
             try:
                 await until(lambda: watch.answer("bot-0", time.monotonic()) is not None, 2, "the first answer")
                 assert len(heard.news) == 1  # the first answer is news
-                await asyncio.sleep(3.7)  # silence: answered at each interval (1.5, 3.0), no news
+                await asyncio.sleep(3.2)  # silence: answered once an interval (at 1.3, 2.6), no news
                 assert len(heard.news) == 1 and len(heard.answers) == 3, (heard.news, len(heard.answers))
                 changed = time.monotonic()
                 replica.owners.extend(DEGRADED)
@@ -283,10 +283,10 @@ def test_the_watch_follows_only_the_replicas_it_is_told() -> None:
 
 def test_when_a_watch_waits_is_the_schedules() -> None:
     cut_off = ReplicaHealth("p", Idempotency.HEALTHY, redis="unreachable", unusable_for_s=1.0)
-    assert schedule.watch_wait(10.0, None) == 10.0
+    assert schedule.watch_wait(10.0, None) == 10.0 - schedule.WATCH_LEAD_S
     assert schedule.watch_wait(10.0, cut_off) == pytest.approx(4.0 + schedule.CROSSING_SLACK_S)
     assert schedule.watch_wait(10.0, ReplicaHealth("p", Idempotency.HEALTHY, redis="answers",
-                                                   answers_for_s=60.0)) == 10.0
+                                                   answers_for_s=60.0)) == 10.0 - schedule.WATCH_LEAD_S
     assert schedule.watch_wait(0.1, None) == schedule.WATCH_MIN_GAP_S
     assert [schedule.watch_retry(n) for n in (0, 1, 9)] == [1.0, 2.0, 60.0]
     assert schedule.watch_stands(0.0, 14.0, 10.0, 3.0) and not schedule.watch_stands(0.0, 14.1, 10.0, 3.0)

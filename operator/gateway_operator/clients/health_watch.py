@@ -112,7 +112,7 @@ class Watch:
                 followed.failures += 1
                 continue
             # news: the tag moved (or it is the first answer), or a duration crossed a bound it asked for
-            news = tag != since or wait < self.interval
+            news = tag != since or wait < schedule.watch_wait(self.interval, None)
             followed.last, followed.at, followed.failures, since = health, time.monotonic(), 0, tag
             self.answered(health)
             if news:

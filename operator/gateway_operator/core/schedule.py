@@ -35,6 +35,9 @@ QUEUED_RECHECK_S = 5.0
 #: the health watch, tried again after it failed (refused, reset, an answer that is not the
 #: launcher's): the last step is also how often a replica whose image has no watch is asked
 WATCH_RETRY = (1.0, 2.0, 4.0, 8.0, 16.0, 30.0, 60.0)
+#: a silent replica's long-poll waits this much less than the interval, so that the answer and the
+#: next ask fit in it and the replica is heard once an interval, not a little less often
+WATCH_LEAD_S = 0.2
 #: a watch asks again no sooner after its last ask, whatever the answers (an image answering at once)
 WATCH_MIN_GAP_S = 0.5
 #: a step that publishes a watch's news comes no sooner after the last one (a counter that moves
@@ -96,7 +99,7 @@ def watch_wait(interval: float, last: ReplicaHealth | None) -> float:
     silence), shortened to when a duration the operator acts on crosses its bound (a replica cut
     off from Redis, or one reaching it again, for CUT_OFF_AFTER_S: replicas.out_of_traffic). A
     duration is not in the watch's tag, so its crossing is asked for, not announced."""
-    wait = interval
+    wait = interval - WATCH_LEAD_S
     if last is not None:
         for since in (last.answers_for_s, last.unusable_for_s):
             if since is not None and since < CUT_OFF_AFTER_S:
