@@ -12,6 +12,7 @@ import dataclasses
 import asyncio
 import base64
 import copy
+import io
 import time
 from pathlib import Path
 from typing import Any, Mapping
@@ -596,3 +597,18 @@ def test_the_pure_core_does_no_io() -> None:
     for module in pure:
         io = sorted(i for i in graph[module] if i.startswith("ext:") and i[4:].startswith(IO))
         assert io in ([], ["ext:kubernetes.client.rest"]), (module, io)   # ApiException only, to name a refusal
+
+
+def test_no_module_names_what_it_never_defined() -> None:
+    """pyflakes over the operator, the tests, bench/ and hack/: a name used but never defined (a
+    move between layers that left a reference behind fails only when that line runs: in a kopf
+    index handler, it left a foreign Ingress's host unclaimed), and an import nothing uses."""
+    from pyflakes.api import checkPath
+    from pyflakes.reporter import Reporter
+
+    out, err = io.StringIO(), io.StringIO()
+    root = PACKAGE.parents[1]
+    files = [p for d in ("operator", "tests", "bench", "hack") for p in sorted((root / d).rglob("*.py"))]
+    assert len(files) > 100
+    found = sum(checkPath(str(p), Reporter(out, err)) for p in files)
+    assert found == 0, out.getvalue() + err.getvalue()

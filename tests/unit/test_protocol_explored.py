@@ -19,7 +19,6 @@ import pytest
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
-from harness import protocol_sim
 from harness.protocol_sim import OPS, Sim, check, patched, play
 
 # time steps around what the protocol counts: the journal's second, the lease's renewal (20 s), the

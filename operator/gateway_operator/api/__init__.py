@@ -25,6 +25,9 @@ VERSION = "v1alpha1"
 API_VERSION = f"{GROUP}/{VERSION}"
 KIND = "GatewayDeployment"
 PLURAL = "gatewaydeployments"
+# the routes spec.expose writes (and whose hosts the tenancy rule reads from others)
+INGRESS_API = ("networking.k8s.io/v1", "Ingress")
+ROUTE_API = ("gateway.networking.k8s.io/v1", "HTTPRoute")
 SINGULAR = "gatewaydeployment"
 SHORT_NAMES = ["gwd"]
 

@@ -250,7 +250,7 @@ def claim_of(kind: str, meta: Mapping[str, Any]) -> Claim:
 def route_hosts(kind: str, body: Mapping[str, Any]) -> list[str]:
     """The hosts an Ingress (rules[].host) or an HTTPRoute (hostnames) claims, lower case."""
     spec = body.get("spec") or {}
-    if kind == expose.INGRESS_API[1]:
+    if kind == api.INGRESS_API[1]:
         hosts = [r.get("host") for r in spec.get("rules") or [] if isinstance(r, Mapping)]
     else:
         hosts = list(spec.get("hostnames") or [])

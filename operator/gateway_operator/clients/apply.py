@@ -8,13 +8,14 @@ from typing import Any, Collection, Mapping, NamedTuple, Sequence
 
 from kubernetes.client.rest import ApiException
 
+from gateway_operator import api
 from gateway_operator.api import GatewaySpec
 from gateway_operator.clients.kube import Kube, NotServed, controlled_by
 from gateway_operator.core import expose, render
 from gateway_operator.core.expose import Exposure
 
 #: the route kinds, and the spec field that asks for each
-EXPOSE_FIELD = {expose.INGRESS_API[1]: "spec.expose.ingress", expose.ROUTE_API[1]: "spec.expose.httpRoute"}
+EXPOSE_FIELD = {api.INGRESS_API[1]: "spec.expose.ingress", api.ROUTE_API[1]: "spec.expose.httpRoute"}
 
 
 class Applied(NamedTuple):
@@ -63,8 +64,8 @@ def apply(kube: Kube, owner: render.Owner, spec: GatewaySpec, objects: Sequence[
                                          render.gateway_network_policy_name(owner.name), owner.uid)
     writes += _remove_autoscaling(kube, owner, spec, autoscaling_before or {})
     if exposed_before or not routes_allowed:  # a route the spec no longer asks for, or may not have
-        for (api_version, kind), wanted in ((expose.INGRESS_API, spec.expose.ingress),
-                                            (expose.ROUTE_API, spec.expose.http_route)):
+        for (api_version, kind), wanted in ((api.INGRESS_API, spec.expose.ingress),
+                                            (api.ROUTE_API, spec.expose.http_route)):
             if wanted is None or not routes_allowed:
                 try:
                     writes += kube.delete_if_present(api_version, kind, owner.namespace, owner.name, owner.uid)
@@ -103,9 +104,9 @@ def exposure(kube: Kube, owner: render.Owner, spec: GatewaySpec,
     ingress = route = None
     gateways: dict[tuple[str, str], Any] = {}
     if spec.expose.ingress is not None:
-        ingress = route_object(*expose.INGRESS_API)
+        ingress = route_object(*api.INGRESS_API)
     if spec.expose.http_route is not None:
-        route = route_object(*expose.ROUTE_API)
+        route = route_object(*api.ROUTE_API)
         # only Gateways whose controller accepted the route (so they admit this namespace's
         # routes), and only the first few
         for key in expose.accepted_parents(route)[:4]:

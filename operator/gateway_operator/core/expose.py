@@ -20,12 +20,10 @@ from __future__ import annotations
 from typing import Any, Mapping, NamedTuple, Sequence
 
 from gateway_operator.api import ExposeSpec
-from gateway_operator.api.tenancy import NGINX, OPERATOR_INGRESS_ANNOTATIONS  # noqa: F401 - the ones written here
+from gateway_operator.api.tenancy import NGINX
 
 Manifest = dict[str, Any]
 
-INGRESS_API = ("networking.k8s.io/v1", "Ingress")
-ROUTE_API = ("gateway.networking.k8s.io/v1", "HTTPRoute")
 GATEWAY_API = ("gateway.networking.k8s.io/v1", "Gateway")
 HOOKS_PREFIX = "/hooks/"
 

@@ -316,7 +316,7 @@ def service(owner: Owner, spec: GatewaySpec) -> Manifest:
 def ingress(owner: Owner, spec: GatewaySpec) -> Manifest | None:
     if spec.expose.ingress is None:
         return None
-    manifest = _object(*expose.INGRESS_API, owner.name, owner,
+    manifest = _object(*api.INGRESS_API, owner.name, owner,
                        spec=expose.ingress_spec(spec.expose, owner.name, spec.service_port))
     manifest["metadata"]["annotations"] = expose.ingress_annotations(spec.expose, spec.replicas)
     return manifest
@@ -326,7 +326,7 @@ def http_route(owner: Owner, spec: GatewaySpec) -> Manifest | None:
     route = spec.expose.http_route
     if route is None:
         return None
-    manifest = _object(*expose.ROUTE_API, owner.name, owner,
+    manifest = _object(*api.ROUTE_API, owner.name, owner,
                        spec=expose.http_route_spec(spec.expose, owner.name, spec.service_port, owner.namespace))
     if route.annotations:
         manifest["metadata"]["annotations"] = dict(route.annotations)

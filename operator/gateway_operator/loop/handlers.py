@@ -15,7 +15,7 @@ from gateway_operator import api
 from gateway_operator.api import reasons
 from gateway_operator.api.tenancy import Claim, claim_of, route_hosts, spec_hosts
 from gateway_operator.clients.kube import Kube, load_config
-from gateway_operator.core import expose, pods
+from gateway_operator.core import pods
 from gateway_operator.core.pods import LiveDeployment, Observed, PodView, live_deployment
 from gateway_operator.core.settings import ControllerSettings
 from gateway_operator.loop import watch_liveness
@@ -194,14 +194,14 @@ def _foreign_route_claims(kind: str, body: kopf.Body, meta: Any, labels: Any) ->
     return {h: claim for h in route_hosts(kind, body)}
 
 
-@kopf.index(*expose.INGRESS_API[0].split("/"), "ingresses")
+@kopf.index(*api.INGRESS_API[0].split("/"), "ingresses")
 def ingress_host_claims(body: kopf.Body, meta: Any, labels: Any, **_: Any) -> dict[str, Claim]:
-    return _foreign_route_claims(expose.INGRESS_API[1], body, meta, labels)
+    return _foreign_route_claims(api.INGRESS_API[1], body, meta, labels)
 
 
-@kopf.index(*expose.ROUTE_API[0].split("/"), "httproutes")
+@kopf.index(*api.ROUTE_API[0].split("/"), "httproutes")
 def route_host_claims(body: kopf.Body, meta: Any, labels: Any, **_: Any) -> dict[str, Claim]:
-    return _foreign_route_claims(expose.ROUTE_API[1], body, meta, labels)
+    return _foreign_route_claims(api.ROUTE_API[1], body, meta, labels)
 
 
 @kopf.on.event(api.GROUP, api.VERSION, api.PLURAL)
@@ -213,8 +213,8 @@ async def gateway_deployment_changed(type: str | None, body: kopf.Body, memo: ko
                                                       type == "DELETED"), (meta["namespace"], meta["name"]))
 
 
-@kopf.on.event(*expose.INGRESS_API[0].split("/"), "ingresses")
-@kopf.on.event(*expose.ROUTE_API[0].split("/"), "httproutes")
+@kopf.on.event(*api.INGRESS_API[0].split("/"), "ingresses")
+@kopf.on.event(*api.ROUTE_API[0].split("/"), "httproutes")
 async def route_changed(body: kopf.Body, labels: Any, memo: kopf.Memo, **_: Any) -> None:
     """A route appeared, moved or went: the GatewayDeployments claiming its hosts look again."""
     if labels.get(api.LABEL_MANAGED_BY) != api.MANAGED_BY and "supervisor" in memo:
