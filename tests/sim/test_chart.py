@@ -366,8 +366,8 @@ def test_the_operator_pdb_keeps_one_of_two_replicas_and_is_absent_with_one() -> 
 
 def test_the_operator_network_policy_admits_its_ports_and_lets_out_what_it_connects_to() -> None:
     """Off by default. On: in, the liveness port and the metrics port (from metricsFrom, else any);
-    out, DNS, the API server's ports (to apiServer.cidrs, else any), the gateway pods' 8765 in the
-    watched namespaces, the Redis ports and extraEgress."""
+    out, DNS, the API server's ports (to apiServer.cidrs, else any), the gateway pods' 8765 (/health)
+    and 8766 (the launcher's long-poll /health) in the watched namespaces, the Redis ports and extraEgress."""
     assert "NetworkPolicy" not in {d["kind"] for d in render().docs}
     policy = render("--set", "networkPolicy.enabled=true").one("NetworkPolicy")
     spec = policy["spec"]
@@ -377,7 +377,8 @@ def test_the_operator_network_policy_admits_its_ports_and_lets_out_what_it_conne
     assert spec["egress"] == [
         {"ports": [{"port": 53, "protocol": "UDP"}, {"port": 53, "protocol": "TCP"}]},
         {"ports": [{"port": 443, "protocol": "TCP"}, {"port": 6443, "protocol": "TCP"}]},
-        {"ports": [{"port": 8765, "protocol": "TCP"}], "to": [{"namespaceSelector": {}}]},
+        {"ports": [{"port": 8765, "protocol": "TCP"}, {"port": 8766, "protocol": "TCP"}],
+         "to": [{"namespaceSelector": {}}]},
         {"ports": [{"port": 6379, "protocol": "TCP"}]}]
     prometheus = {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}}
     extra = {"to": [{"ipBlock": {"cidr": "10.1.2.3/32"}}], "ports": [{"port": 26379, "protocol": "TCP"}]}
@@ -391,7 +392,8 @@ def test_the_operator_network_policy_admits_its_ports_and_lets_out_what_it_conne
                                    {"ports": [{"port": 9090, "protocol": "TCP"}], "from": [prometheus]}]
     assert narrowed["egress"][1:] == [
         {"ports": [{"port": 6443, "protocol": "TCP"}], "to": [{"ipBlock": {"cidr": "198.18.0.1/32"}}]},
-        {"ports": [{"port": 8765, "protocol": "TCP"}], "to": [{"namespaceSelector": {"matchExpressions": [
+        {"ports": [{"port": 8765, "protocol": "TCP"}, {"port": 8766, "protocol": "TCP"}],
+         "to": [{"namespaceSelector": {"matchExpressions": [
             {"key": "kubernetes.io/metadata.name", "operator": "In", "values": ["team-a", "team-b"]}]}}]},
         {"ports": [{"port": 6380, "protocol": "TCP"}]}, extra]
     # metrics off: no metrics rule; no Redis ports: no Redis rule
