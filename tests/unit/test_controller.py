@@ -83,6 +83,15 @@ async def serve_health_at(ip: str, owners: list[dict[str, Any]], polls: list[flo
     return await asyncio.start_server(answer, ip, GATEWAY_PORT)
 
 
+async def stop(task: asyncio.Task[None], servers: list[asyncio.AbstractServer]) -> None:
+    """The controller's task cancelled, then the replicas' servers closed."""
+    task.cancel()
+    await asyncio.gather(task, return_exceptions=True)
+    for server in servers:
+        server.close()
+        await server.wait_closed()
+
+
 async def until(check: Callable[[], bool], seconds: float, what: str) -> None:
     deadline = time.monotonic() + seconds
     while not check():
@@ -281,11 +290,7 @@ def test_a_replica_cut_off_from_redis_leaves_the_traffic_and_comes_back() -> Non
             await asyncio.sleep(2.5)
             assert len(kube.gate_writes) == 3, kube.gate_writes
         finally:
-            task.cancel()
-            await asyncio.gather(task, return_exceptions=True)
-            for server in servers:
-                server.close()
-                await server.wait_closed()
+            await stop(task, servers)
 
     asyncio.run(main())
 
@@ -401,12 +406,8 @@ def test_a_watched_replica_s_change_reaches_status_at_once_and_one_without_the_w
             print(f"bot-1 (polled): IdempotencyDegraded=True {time.monotonic() - changed:.2f} s after the change")
             assert len(polls[1]) >= 2, "bot-1 is polled each interval"
         finally:
-            task.cancel()
             ticking.cancel()
             watch.close()
-            await asyncio.gather(task, return_exceptions=True)
-            for server in servers:
-                server.close()
-                await server.wait_closed()
+            await stop(task, servers)
 
     asyncio.run(main())
