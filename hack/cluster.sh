@@ -181,6 +181,11 @@ rules:
   verbs: [create, update, patch, delete, deletecollection]
 - level: None
 POLICY
+  # the sharded list and watch (KEP-5866, alpha since 1.36): `gateway-operator run --shards` asks
+  # for its shards' GatewayDeployments only; the oldest supported end has no such gate and the
+  # operator filters the same way itself
+  local gates=()
+  [[ $kube_version == "$KUBE_VERSION" ]] && gates=(--feature-gates ShardedListAndWatch=true)
   # chosen as late as possible: a port free earlier may be some connection's local port by now
   api_port=$(free_port)
   start kube-apiserver "$(component kube-apiserver)" \
@@ -202,7 +207,7 @@ POLICY
     --service-cluster-ip-range "$service_cidr" --allow-privileged=true \
     --service-account-issuer https://kubernetes.default.svc.cluster.local \
     --service-account-key-file "$pki/sa.pub" --service-account-signing-key-file "$pki/sa.key" \
-    "${reconciler[@]}" --v 1
+    "${reconciler[@]}" "${gates[@]}" --v 1
   write_kubeconfig "$kubeconfig" "https://$api_address:$api_port" "$pki/ca.crt" "$pki/admin" local-admin
   wait_for kube-apiserver 90 bash -c "[[ \$('$bin/kubectl' --kubeconfig '$kubeconfig' get --raw /readyz 2>/dev/null) == ok ]]"
 

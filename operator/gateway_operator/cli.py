@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import secrets
 import sys
 import threading
 from dataclasses import replace
@@ -240,6 +241,22 @@ def cmd_run(args: argparse.Namespace) -> int:
         logging.getLogger(__name__).warning(
             "the Redis probe may connect to any host:port a GatewayDeployment names (no --redis-allow)")
     election = None
+    if args.shards:
+        if args.leader_election:
+            raise InputError("--shards and --leader-election exclude each other: with shards every replica works")
+        from gateway_operator.core import shards
+        from gateway_operator.core.settings import ShardSettings
+        from gateway_operator.loop.leader import default_identity
+        if not 1 <= args.shards <= shards.MAX_SHARDS:
+            raise InputError(f"--shards: 1..{shards.MAX_SHARDS}, or 0 for off")
+        try:
+            timing = shards.Timing(args.lease_duration, args.renew_deadline, args.retry_period)
+        except ValueError as e:
+            raise InputError(f"--lease-duration, --renew-deadline, --retry-period: {e}") from None
+        # unique per process: a restarted container must not inherit the Leases its predecessor held
+        memo.sharding = ShardSettings(args.shards, f"{args.leader_identity or default_identity()}-"
+                                      f"{secrets.token_hex(3)}", args.operator_namespace,
+                                      args.operator_instance, timing)
     if args.leader_election:
         from gateway_operator.clients.kube import load_config
         from gateway_operator.loop.leader import ElectionSettings, default_identity, wait_for_leadership
@@ -294,6 +311,10 @@ def parser() -> argparse.ArgumentParser:
     run.add_argument("--lease-duration", type=int, default=15, help="seconds a standby waits for a silent leader")
     run.add_argument("--renew-deadline", type=int, default=10, help="seconds the leader may fail to renew")
     run.add_argument("--retry-period", type=int, default=2, help="seconds between Lease attempts")
+    run.add_argument("--shards", type=int, default=0, metavar="S",
+                     help="share the work among every running replica: the GatewayDeployments in S shards (by the "
+                          "hash of their uid), each held through the Lease <operator-instance>-shard-<i> by one "
+                          "replica (instead of --leader-election); 0: off")
     run.add_argument("--verbose", action="store_true")
     run.set_defaults(func=cmd_run)
 

@@ -24,6 +24,7 @@ class Request:
     causes: tuple[str, ...]  # the reasons of a refusal, e.g. NamespaceTerminating
     stage: str
     time: str          # stageTimestamp, RFC 3339 (compares as a string)
+    user_agent: str = ""   # the client's; the operator's names its shard identity (--shards)
 
     @property
     def created(self) -> bool:
@@ -63,7 +64,7 @@ def requests(cluster: Cluster, user: str, since: str = "") -> list[Request]:
         causes = tuple(c.get("reason", "") for c in (status.get("details") or {}).get("causes") or [])
         out.append(Request(event["verb"], ref.get("apiGroup", ""), resource, ref.get("namespace", ""),
                            ref.get("name", ""), int(status.get("code") or 0), status.get("message", ""), causes,
-                           event["stage"], event["stageTimestamp"]))
+                           event["stage"], event["stageTimestamp"], event.get("userAgent", "")))
     return out
 
 

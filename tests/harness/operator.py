@@ -38,18 +38,20 @@ def install_crd(cluster: Cluster) -> None:
           timeout=60, what="the CRD to be established")
 
 
-def render_rbac(release: str = RELEASE, namespaces: Sequence[str] = ()) -> str:
-    """The chart's ServiceAccount and RBAC (``watchNamespaces``: ``namespaces``), as helm renders them."""
+def render_rbac(release: str = RELEASE, namespaces: Sequence[str] = (), shards: int = 0) -> str:
+    """The chart's ServiceAccount and RBAC (``watchNamespaces``: ``namespaces``; ``sharding.shards``:
+    ``shards``), as helm renders them."""
     values = ["--set", "watchNamespaces={" + ",".join(namespaces) + "}"] if namespaces else []
+    values += ["--set", f"sharding.shards={shards}"] if shards else []
     return subprocess.run(
         [tool("helm"), "template", release, str(REPO / "charts/gateway-operator"), "--namespace", SYSTEM_NAMESPACE,
          "--show-only", "templates/rbac.yaml", "--show-only", "templates/serviceaccount.yaml", *values],
         check=True, capture_output=True, text=True).stdout
 
 
-def install_rbac(cluster: Cluster, release: str = RELEASE, namespaces: Sequence[str] = ()) -> None:
+def install_rbac(cluster: Cluster, release: str = RELEASE, namespaces: Sequence[str] = (), shards: int = 0) -> None:
     cluster.kubectl("create", "namespace", SYSTEM_NAMESPACE, check=False)
-    cluster.apply(render_rbac(release, namespaces))  # every namespaced object names its namespace
+    cluster.apply(render_rbac(release, namespaces, shards))  # every namespaced object names its namespace
 
 
 def service_account_kubeconfig(cluster: Cluster, directory: Path, release: str = RELEASE,
@@ -79,11 +81,12 @@ class OperatorProcess:
     def __init__(self, cluster: Cluster, resync_seconds: float = 5.0, namespaces: Sequence[str] = (),
                  lease: tuple[int, int, int] = (4, 3, 1), extra_args: Sequence[str] = (),
                  server: tuple[str, Path] | None = None,
-                 entry: Sequence[str] = ("-m", "gateway_operator.cli")) -> None:
+                 entry: Sequence[str] = ("-m", "gateway_operator.cli"), shards: int = 0) -> None:
         """``lease``: duration, renew deadline and retry period of its leader election (short,
         so that a restarted operator leads again within seconds). ``extra_args``: more of the
         CLI's flags, as chart values add them (e.g. ``--redis-allow``). ``entry``: how Python
-        starts the CLI (the benchmark's memory attribution runs it under tracemalloc)."""
+        starts the CLI (the benchmark's memory attribution runs it under tracemalloc). ``shards``:
+        run with ``--shards`` (every replica works on the shards it holds) instead of leader election."""
         self.cluster = cluster
         self.extra_args = list(extra_args)
         self.server = server  # (URL, CA) of an API server address other than the cluster's (a proxy)
@@ -100,18 +103,20 @@ class OperatorProcess:
         self.lease = lease
         self.proc: subprocess.Popen[bytes] | None = None
         self.entry = list(entry)
+        self.shards = shards
 
     def start(self) -> "OperatorProcess":
         install_crd(self.cluster)
-        install_rbac(self.cluster, self.release, self.namespaces)
+        install_rbac(self.cluster, self.release, self.namespaces, self.shards)
         kubeconfig = service_account_kubeconfig(self.cluster, self.dir, self.release, self.server)
         cmd = [sys.executable, *self.entry, "run", "--kubeconfig", str(kubeconfig),
                "--metrics-port", str(self.metrics_port), "--liveness-port", str(self.liveness_port),
                "--bind-address", "127.0.0.1", "--resync-seconds", str(self.resync_seconds),
                "--log-format", "plain", "--operator-namespace", SYSTEM_NAMESPACE,
                "--operator-instance", self.release, *[f"--namespace={n}" for n in self.namespaces],
-               # as the chart runs it: leader election on the Lease <release>-leader
-               "--leader-election", "--leader-identity", self.leader_identity,
+               # as the chart runs it: leader election on the Lease <release>-leader, or shards
+               *(["--shards", str(self.shards)] if self.shards else ["--leader-election"]),
+               "--leader-identity", self.leader_identity,
                "--lease-duration", str(self.lease[0]), "--renew-deadline", str(self.lease[1]),
                "--retry-period", str(self.lease[2]), *self.extra_args]
         self.started_at = now()

@@ -364,6 +364,26 @@ def test_the_operator_pdb_keeps_one_of_two_replicas_and_is_absent_with_one() -> 
         == "50%"
 
 
+def test_sharding_runs_every_replica_on_its_shards_instead_of_a_leader() -> None:
+    """sharding.shards: --shards on every replica (no --leader-election), the lease timings kept,
+    the replicas and the PDB as with leader election, and the Lease Role's list and delete (the
+    holder lists every shard Lease each tick and deletes its member Lease at shutdown). The CLI
+    accepts what the chart renders, and refuses --shards beside --leader-election."""
+    from gateway_operator.cli import InputError, cmd_run, parser
+    r = render("--set", "sharding.shards=8", "--set", "replicaCount=3")
+    args = r.container["args"]
+    assert "--shards=8" in args and "--leader-election" not in args and "--lease-duration=15" in args
+    assert r.deployment["spec"]["replicas"] == 3 and "PodDisruptionBudget" in {d["kind"] for d in r.docs}
+    [lease_rule] = [rule for d in r.docs if d["kind"] == "Role" for rule in d["rules"] if "leases" in rule["resources"]]
+    assert lease_rule["verbs"] == ["get", "list", "create", "update", "delete"]
+    parsed = parser().parse_args(args)
+    assert parsed.shards == 8 and not parsed.leader_election
+    default = render().container["args"]
+    assert "--leader-election" in default and not any(a.startswith("--shards") for a in default)
+    with pytest.raises(InputError, match="exclude each other"):
+        cmd_run(parser().parse_args(["run", "--shards", "4", "--leader-election", "--metrics-port", "0"]))
+
+
 def test_the_operator_network_policy_admits_its_ports_and_lets_out_what_it_connects_to() -> None:
     """Off by default. On: in, the liveness port and the metrics port (from metricsFrom, else any);
     out, DNS, the API server's ports (to apiServer.cidrs, else any), the gateway pods' 8765 (/health)

@@ -124,3 +124,17 @@ def test_the_operators_httproute_is_admitted(cluster: Cluster, operator: Operato
     assert written["metadata"]["ownerReferences"][0]["name"] == "routed"
     wait_condition(cluster, namespace, "routed", "Ready", "True", timeout=90)
     wait_condition(cluster, namespace, "routed", "Stalled", "False")
+
+
+def test_a_shard_list_is_answered_in_full_where_the_server_does_not_shard(cluster: Cluster, namespace: str) -> None:
+    """--shards on a server without ShardedListAndWatch (1.30 has no such gate): the list's
+    shardSelector is ignored and every GatewayDeployment answered, so the supervisor filters the same
+    assignment itself (tests/sim/test_shards.py: the newest end answers one shard's only)."""
+    from gateway_operator.clients.kube import Kube, load_config
+    from gateway_operator.core.shards import selector
+
+    for name in ("shard-a", "shard-b", "shard-c"):
+        apply_gateway(cluster, namespace, gateway_deployment(name))
+    kube = Kube(load_config(str(cluster.kubeconfig)))
+    listed = kube.gateway_deployments((namespace,), selector([0], 4))
+    assert sorted(o["metadata"]["name"] for o in listed) == ["shard-a", "shard-b", "shard-c"]

@@ -263,6 +263,29 @@ class Kube:
                     continue
         return found
 
+    def gateway_deployments(self, namespaces: Sequence[str] = (), shard_selector: str = "",
+                            page: int = 500) -> list[dict[str, Any]]:
+        """Every GatewayDeployment (across all namespaces, or in each of ``namespaces``), a page at
+        a time, asking the API server for ``shard_selector``'s only (KEP-5866's shardSelector). A
+        server without ShardedListAndWatch ignores it and answers all, and a custom resource's list
+        says nothing either way (in 1.37 only built-in lists carry ``metadata.shardInfo``): the
+        caller filters the same assignment again."""
+        resource = self._kind(f"{api.GROUP}/{api.VERSION}", api.KIND)
+        items: list[dict[str, Any]] = []
+        for namespace in namespaces or (None,):
+            token = None
+            while True:
+                query = [("shardSelector", shard_selector)] if shard_selector else []
+                response = self.dynamic.request("get", resource.path(namespace=namespace), limit=page,
+                                                _continue=token, query_params=query, serialize=False,
+                                                _request_timeout=REQUEST_TIMEOUT)
+                listed = json.loads(response.data)
+                items.extend(listed.get("items") or [])
+                token = (listed.get("metadata") or {}).get("continue")
+                if not token:
+                    break
+        return items
+
     def patch_status(self, namespace: str, name: str, status: Mapping[str, Any]) -> dict[str, Any]:
         return self.custom.patch_namespaced_custom_object_status(
             api.GROUP, api.VERSION, namespace, api.PLURAL, name, {"status": status},

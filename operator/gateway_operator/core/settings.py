@@ -9,6 +9,7 @@ from gateway_operator.api.tenancy import TenancyPolicy
 from gateway_operator.core.render import OperatorIdentity
 from gateway_operator.core.rollouts import DEFAULT_LIMIT
 from gateway_operator.core.schedule import Timing
+from gateway_operator.core.shards import Timing as ShardTiming
 
 
 @dataclass(frozen=True)
@@ -24,3 +25,13 @@ class ControllerSettings:
     redis_allow: tuple[str, ...] = ()        # the probe's allowlist (CIDRs, hosts, .domains); empty: open
     max_concurrent_rollouts: int = DEFAULT_LIMIT  # operator-caused rollouts at a time; 0: no cap
     health_watch: bool = True   # each replica's launcher long-poll /health (health_watch.py); False: polls only
+
+
+@dataclass(frozen=True)
+class ShardSettings:
+    """``--shards``: every replica reconciles the GatewayDeployments of the shards it holds."""
+    shards: int                 # 1..shards.MAX_SHARDS
+    identity: str               # this process's name in the Leases (unique per process)
+    namespace: str              # where the Leases live (the operator's namespace)
+    group: str                  # the Leases' name prefix and group label (the release)
+    timing: ShardTiming = field(default_factory=ShardTiming)

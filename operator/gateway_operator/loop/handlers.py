@@ -17,8 +17,9 @@ from gateway_operator.api.tenancy import Claim, claim_of, route_hosts, spec_host
 from gateway_operator.clients.kube import Kube, load_config
 from gateway_operator.core import pods
 from gateway_operator.core.pods import LiveDeployment, Observed, PodView, live_deployment
-from gateway_operator.core.settings import ControllerSettings
+from gateway_operator.core.settings import ControllerSettings, ShardSettings
 from gateway_operator.loop import watch_liveness
+from gateway_operator.loop.shard_holder import ShardHolder
 from gateway_operator.loop.supervisor import Supervisor
 
 OWNED = {api.LABEL_MANAGED_BY: api.MANAGED_BY}
@@ -79,12 +80,57 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, gateway_po
     indices = Indices(gateway_pods, gateway_deployments,
                       (gateway_host_claims, ingress_host_claims, route_host_claims),
                       (managed_redis_services, managed_redis_pods))
+    sharding: ShardSettings | None = memo.get("sharding")
+    holder = None
+    if sharding is not None:
+        # each replica's writes name it in the API server's audit log (its userAgent)
+        kube.api_client.user_agent = f"gateway-operator ({sharding.identity})"
+        holder = _shard_holder(memo, kube, sharding, check.namespaces)
     memo.supervisor = Supervisor(kube, memo.get("controller_settings") or ControllerSettings(), indices.pods_of,
-                                 indices.deployment_of, indices.claims_of, indices.foreign_managed_redis)
+                                 indices.deployment_of, indices.claims_of, indices.foreign_managed_redis,
+                                 owns=holder.owns if holder else (lambda _: True))
+    if holder is not None:
+        memo.shard_holder, memo.shard_task = holder, asyncio.create_task(holder.run(), name="shard holder")
     if check.period:
         memo.watch_checker = asyncio.create_task(watch_liveness.check_forever(
             memo.watches, lambda v, kind, selector: kube.resource_versions(v, kind, check.namespaces, selector),
             check.period, lambda why: _restart(memo, why)))
+
+
+def _shard_holder(memo: kopf.Memo, kube: Kube, sharding: ShardSettings, namespaces: tuple[str, ...]) -> ShardHolder:
+    from gateway_operator.clients.shard_leases import ShardLeases
+    from gateway_operator.core.shards import selector
+
+    adopting: set[asyncio.Task[None]] = set()
+    async def adopt(shards: frozenset[int]) -> None:
+        """Lists the shards' GatewayDeployments and starts their loops, retried (1..30 s) while
+        any of them is still held. A task of its own: the holder's drains never wait on a list."""
+        wanted, delay = selector(shards, sharding.shards), 1.0
+        while any(memo.shard_holder.holds(s) for s in shards):
+            try:
+                bodies = await asyncio.to_thread(kube.gateway_deployments, namespaces, wanted)
+            except Exception as e:  # noqa: BLE001 - the API server away: retried
+                logging.getLogger(__name__).warning("listing shards %s: %s", sorted(shards), type(e).__name__)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 30.0)
+                continue
+            started = memo.supervisor.adopt(bodies)
+            # listed == started where the API server shards lists (ShardedListAndWatch); else it
+            # answered every shard's and the supervisor kept this replica's
+            logging.getLogger(__name__).info("shards %s: %d GatewayDeployments started of %d listed",
+                                             sorted(shards), started, len(bodies))
+            return
+
+    async def gained(shards: frozenset[int]) -> None:
+        task = asyncio.create_task(adopt(shards), name=f"adopt shards {sorted(shards)}")
+        adopting.add(task)
+        task.add_done_callback(adopting.discard)
+
+    async def lost(_: frozenset[int]) -> None:
+        await memo.supervisor.drop(memo.shard_holder.owns)
+
+    leases = ShardLeases(kube.api_client, sharding.namespace, sharding.group)
+    return ShardHolder(leases, sharding.shards, sharding.identity, sharding.timing, gained, lost)
 
 
 @dataclass(frozen=True)
@@ -140,6 +186,10 @@ def managed_redis_pods(namespace: str, labels: Any, status: Any, **_: Any) -> di
 async def shutdown(memo: kopf.Memo, **_: Any) -> None:
     if "watch_checker" in memo:
         memo.watch_checker.cancel()
+    if "shard_holder" in memo:   # drain, then hand over: the next holder need not wait the Lease out
+        memo.shard_task.cancel()
+        await asyncio.gather(memo.shard_task, return_exceptions=True)
+        await memo.shard_holder.stop()
     if "supervisor" in memo:
         await memo.supervisor.stop_all()
 

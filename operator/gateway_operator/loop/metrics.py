@@ -39,6 +39,8 @@ class _Series:
 
 
 _series: dict[tuple[str, str], _Series] = {}
+_shards: dict[int, float] = {}   # with --shards: 1 for each shard this replica holds, 0 for the others
+_shard_members = [0.0]           # ... and the live members it counted
 _lock = threading.Lock()  # guards adding and removing records, not their values
 
 
@@ -101,6 +103,12 @@ def forget(namespace: str, name: str) -> None:
         _series.pop((namespace, name), None)
 
 
+def shards_held(shards: int, held: Iterable[int], members: int) -> None:
+    mine = set(held)
+    _shards.update({s: 1.0 if s in mine else 0.0 for s in range(shards)})
+    _shard_members[0] = float(members)
+
+
 class _PerObjectCollector(Collector):
     def collect(self) -> Iterator[Any]:
         with _lock:
@@ -143,6 +151,14 @@ class _PerObjectCollector(Collector):
                     cumulative.append(("+Inf" if bound == float("inf") else repr(bound), running))
                 durations.add_metric(labels, cumulative, s.duration_sum)
         yield from (reconciles, errors, writes, polls, restarts, cut_offs, out_now, condition, durations)
+        if _shards:
+            held = GaugeMetricFamily("gateway_operator_shard_held", "1 for each shard this operator replica holds "
+                                     "(--shards): it reconciles the GatewayDeployments of those.", labels=["shard"])
+            for shard, value in sorted(_shards.items()):
+                held.add_metric([str(shard)], value)
+            yield held
+            yield GaugeMetricFamily("gateway_operator_shard_members", "Operator replicas this one counts live "
+                                    "(their member Leases renewed).", value=_shard_members[0])
 
 
 REGISTRY.register(_PerObjectCollector())

@@ -3,6 +3,11 @@
 Tasks are plain asyncio tasks rather than kopf daemons: a kopf daemon puts a finalizer on
 every object, and then a GatewayDeployment cannot be deleted while the operator is down.
 Owned objects carry ownerReferences, so the garbage collector needs no finalizer.
+
+With ``--shards`` (shard_holder.py) every operator replica sees every GatewayDeployment's events
+and keeps a loop only for those whose shard it holds (``owns``): a shard it takes has its objects
+listed and started (``adopt``), a shard it loses or gives up has its loops stopped, and awaited,
+before the holder lets another replica take it (``drop``).
 """
 from __future__ import annotations
 
@@ -29,8 +34,9 @@ class Supervisor:
                  pods_of: Callable[[Key], Sequence[PodView]],
                  deployment_of: Callable[[Key], LiveDeployment | None] = lambda _: None,
                  claims_of: Callable[[Sequence[str]], Mapping[str, Sequence[Claim]]] = lambda _: {},
-                 foreign: ForeignCheck = lambda *_: False) -> None:
+                 foreign: ForeignCheck = lambda *_: False, owns: Callable[[str], bool] = lambda _: True) -> None:
         self.kube, self.settings, self.pods_of, self.deployment_of = kube, settings, pods_of, deployment_of
+        self.owns = owns   # by uid: whether this replica holds the GatewayDeployment's shard
         self.claims_of = claims_of
         self.prober = Prober(Allowlist.parse(settings.redis_allow), foreign=foreign)  # one, so its limits hold across objects
         self.rollouts = RolloutGate(settings.max_concurrent_rollouts)  # operator-caused rollouts, a few at a time
@@ -57,6 +63,9 @@ class Supervisor:
             self.stop(key, uid)
             return
         if uid in self._deleted:
+            return
+        if not self.owns(uid):
+            self.stop(key, uid)
             return
         entry = self._controllers.get(key)
         if entry is None or entry[0] != uid:  # new, or deleted and re-created
@@ -98,6 +107,26 @@ class Supervisor:
         self.kube.forget(entry[0])
         self.rollouts.done(key)
         metrics.forget(*key)
+
+    def adopt(self, bodies: Sequence[Mapping[str, Any]]) -> int:
+        """Starts the loops of the listed GatewayDeployments this replica now owns; how many."""
+        started = 0
+        for body in bodies:
+            meta = body.get("metadata") or {}
+            if self.owns(meta.get("uid", "")) and (meta.get("namespace"), meta.get("name")) not in self._controllers:
+                self.observe(None, body)
+                started += 1
+        return started
+
+    async def drop(self, owned: Callable[[str], bool]) -> int:
+        """Stops the loops of the GatewayDeployments ``owned`` no longer covers and awaits their
+        end (a pass in flight is cancelled at its next await); how many."""
+        keys = [key for key, (uid, _, _) in self._controllers.items() if not owned(uid)]
+        tasks = [self._controllers[key][2] for key in keys]
+        for key in keys:
+            self.stop(key)
+        await asyncio.gather(*tasks, return_exceptions=True)
+        return len(keys)
 
     async def stop_all(self) -> None:
         tasks = [entry[2] for entry in self._controllers.values()]
