@@ -22,7 +22,12 @@ redis-server; the operator is the real CLI under the chart's RBAC. In order:
    per GatewayDeployment;
 4. flips: one replica of each of ``--flips`` gateways reports ``durability:idempotency``,
    spread over an interval: the time until the resource shows it (and clears it);
-5. soak (``--soak S``): RSS sampled while the operator idles for S seconds.
+5. soak (``--soak S``): RSS sampled while the operator idles for S seconds;
+6. with ``--operators N --shards S`` (N operator processes sharing S shards, ``--shards``):
+   every figure above summed over the processes, each process's share, and with ``--kill`` the
+   first process SIGKILLed at the end: the seconds until the others hold its shards
+   (``kill_shards_moved_s``) and until a GatewayDeployment of one of them is reconciled after a
+   spec change (``kill_reconciled_s``).
 
 ``--tracemalloc`` runs the operator under tracemalloc (bench/traced_operator.py) and says what each
 KiB per GatewayDeployment is: the Python allocations alive when all have settled less those
@@ -57,8 +62,10 @@ from gateway_operator import api as gw_api
 from gateway_operator.api import GatewaySpec
 from gateway_operator.api.redis_target import resolve
 from gateway_operator.core import pods as gw_pods, render
+from gateway_operator.core.shards import shard_of
 from harness import audit
 from harness.cluster import REPO, Cluster
+from harness.gateways import reconcile_latency
 from harness.operator import IDENTITY, OperatorProcess, gateway_deployment, redis_store
 from harness.processes import rss_mib
 from harness.redis_server import RedisServer
@@ -89,6 +96,24 @@ def thread_cpu(pid: int) -> dict[str, float]:
         kind = "event loop" if task.name == str(pid) else "threads"  # API calls (full passes), the elector, metrics
         found[kind] += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
     return dict(found)
+
+
+def stats_of(pids: list[int]) -> tuple[float, float]:
+    """RSS (MiB) and CPU seconds summed over ``pids``."""
+    both = [proc_stat(pid) for pid in pids]
+    return sum(r for r, _ in both), sum(c for _, c in both)
+
+
+def threads_of(pids: list[int]) -> dict[str, float]:
+    total: dict[str, float] = collections.Counter()
+    for pid in pids:
+        total.update(thread_cpu(pid))
+    return dict(total)
+
+
+def shards_held(operator: OperatorProcess) -> set[int]:
+    return {int(line.split('"')[1]) for line in operator.metrics().splitlines()
+            if line.startswith("gateway_operator_shard_held{") and line.endswith(" 1.0")}
 
 
 def operator_polls(operator: OperatorProcess) -> float:
@@ -427,11 +452,12 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     redis = RedisServer(password="bench-password").start()
     farm = Farm(watch=args.health == "watch")
     bench = Bench(args, cluster, farm, redis)
-    operator: OperatorProcess | None = None
+    operators: list[OperatorProcess] = []
     out: dict[str, Any] = {"gateways": args.gateways, "replicas": args.replicas,
                            "interval_s": args.interval, "timeout_s": args.timeout}
     try:
-        out["shards"] = 1  # operator replicas that share the GatewayDeployments (one leader today)
+        out["shards"] = args.shards or 1  # shards of GatewayDeployments (1: one leader works alone)
+        out["operators"] = args.operators  # operator processes (with --shards, all of them work)
         if not args.no_floor:
             out["floor_s"] = round(bench.floor(), 2)
             out["floor_objects_per_gateway"] = bench.floor_objects
@@ -444,16 +470,25 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             gw_api.GROUP, gw_api.VERSION, n, gw_api.PLURAL, **kw), ns, gateways, bench.stop)
         traced = Traced(Path(cluster.directory) / "tracemalloc.json") if args.tracemalloc else None
         entry = (str(Path(__file__).parent / "traced_operator.py"),) if traced else ("-m", "gateway_operator.cli")
-        operator = OperatorProcess(cluster, resync_seconds=args.resync, lease=(15, 10, 2),  # the chart's lease
-                                   entry=entry,
-                                   extra_args=() if args.health == "watch" else ("--no-health-watch",)).start()
-        assert operator.proc is not None
-        pid = operator.proc.pid
-        print(f"operator pid {pid} (for a profiler: py-spy record -p {pid})", flush=True)
-        out["rss_start_mib"] = round(proc_stat(pid)[0], 1)
+        for _ in range(args.operators):
+            operators.append(OperatorProcess(
+                cluster, resync_seconds=args.resync, lease=(15, 10, 2), entry=entry,  # the chart's lease
+                extra_args=() if args.health == "watch" else ("--no-health-watch",), shards=args.shards).start())
+        pids = [o.proc.pid for o in operators if o.proc is not None]
+        pid = pids[0]
+        print(f"operator pids {pids} (for a profiler: py-spy record -p {pid})", flush=True)
+        if args.shards:   # every process holds its share before the first GatewayDeployment
+            t = time.monotonic()
+            until(lambda: sorted(s for o in operators for s in shards_held(o)) == list(range(args.shards))
+                  and min(len(shards_held(o)) for o in operators) >= args.shards // len(operators),
+                  timeout=120, interval=1, what="the shards shared")
+            out["shards_by_operator"] = [sorted(shards_held(o)) for o in operators]
+            print(f"shards shared in {time.monotonic() - t:.1f} s: {out['shards_by_operator']}", flush=True)
+        out["rss_start_mib"] = round(stats_of(pids)[0], 1)
         before = traced.take(pid) if traced else []
         operator_s, ready_s = bench.operator_run(ns, pods, gateways)
-        out["rss_peak_start_mib"] = round(rss_peak_mib(pid), 1)  # creating every object: the start-up peak
+        # creating every object: the start-up peak (summed over the processes' own peaks)
+        out["rss_peak_start_mib"] = round(sum(rss_peak_mib(p) for p in pids), 1)
         out["operator_s"], out["operator_ready_s"] = round(operator_s, 2), round(ready_s, 2)
         out["operator_objects_per_gateway"] = bench.objects_per_gateway(ns)
         if "floor_s" in out:
@@ -467,17 +502,19 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         time.sleep(args.interval + args.timeout)
         since = audit.now()
         # a traced operator answers its metrics scrape too slowly to count its polls (its timings do not count)
-        counted = (lambda: 0.0) if traced else (lambda: operator_polls(operator))
-        counted0, threads0 = counted(), thread_cpu(pid)
-        stats0, (_, cpu0) = farm.call("stats"), proc_stat(pid)
+        counted = (lambda: 0.0) if traced else (lambda: sum(operator_polls(o) for o in operators))
+        counted0, threads0 = counted(), threads_of(pids)
+        stats0, (_, cpu0) = farm.call("stats"), stats_of(pids)
+        each0 = [proc_stat(p)[1] for p in pids]
         time.sleep(args.idle)
         stats1 = farm.call("stats")
         polls = stats1["requests"] - stats0["requests"]
         out["health"] = args.health
         # of the checks achieved, those a health watch answered (the rest were polls)
         out["watch_answers_per_s"] = round((stats1["watch_answers"] - stats0["watch_answers"]) / args.idle, 1)
-        rss, cpu1 = proc_stat(pid)
-        threads1, counted1 = thread_cpu(pid), counted()
+        rss, cpu1 = stats_of(pids)
+        threads1, counted1 = threads_of(pids), counted()
+        out["cpu_share_idle_by_operator"] = [round((proc_stat(p)[1] - c0) / args.idle, 3) for p, c0 in zip(pids, each0)]
         out["polls_demanded_per_s"] = round(bench.ready_pod_count(pods) / args.interval, 1)
         out["polls_achieved_per_s"] = round(polls / args.idle, 1)
         requests = audit.requests(cluster, IDENTITY, since)
@@ -517,21 +554,46 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             series = []
             t0 = time.monotonic()
             while time.monotonic() - t0 < args.soak:
-                series.append((round(time.monotonic() - t0), round(proc_stat(pid)[0], 1)))
+                series.append((round(time.monotonic() - t0), round(stats_of(pids)[0], 1)))
                 time.sleep(args.sample)
-            series.append((round(time.monotonic() - t0), round(proc_stat(pid)[0], 1)))
+            series.append((round(time.monotonic() - t0), round(stats_of(pids)[0], 1)))
             out["soak_rss_mib"] = series
-        out["rss_end_mib"] = round(proc_stat(pid)[0], 1)
-        out["operator_restarts"] = 0 if operator.proc.poll() is None else 1
+        out["rss_end_mib"] = round(stats_of(pids)[0], 1)
+        out["operator_restarts"] = sum(0 if o.proc is None or o.proc.poll() is None else 1 for o in operators)
+        if args.kill and len(operators) > 1:
+            out.update(kill(cluster, bench, ns, operators, args.shards))
     finally:
         bench.stop.set()
-        if operator:
-            operator.stop()
+        for o in operators:
+            if o.proc is not None and o.proc.poll() is None:
+                o.stop()
         farm.close()
         redis.close()
         if not args.keep:
             cluster.stop()
     return out
+
+
+def kill(cluster: Cluster, bench: "Bench", ns: str, operators: list[OperatorProcess], shards: int) -> dict[str, Any]:
+    """SIGKILLs the first operator: when the others hold its shards, and when one of its
+    GatewayDeployments is reconciled after a spec change, both from the kill."""
+    victim, others = operators[0], operators[1:]
+    theirs = shards_held(victim)
+    listed = bench.custom.list_namespaced_custom_object(gw_api.GROUP, gw_api.VERSION, ns, gw_api.PLURAL)["items"]
+    name = next(o["metadata"]["name"] for o in listed if shard_of(o["metadata"]["uid"], shards) in theirs)
+    assert victim.proc is not None
+    victim.proc.send_signal(signal.SIGKILL)
+    killed = time.monotonic()
+    victim.proc.wait()
+    victim.proc = None
+    until(lambda: theirs <= {s for o in others for s in shards_held(o)}, timeout=120, interval=0.2,
+          what="the killed operator's shards held by the others")
+    moved = time.monotonic() - killed
+    latency = reconcile_latency(cluster, ns, name, "after-kill")
+    print(f"kill: shards {sorted(theirs)} held by the others {moved:.1f} s after the SIGKILL, {name} reconciled "
+          f"{time.monotonic() - killed:.1f} s after it", flush=True)
+    return {"kill_shards": sorted(theirs), "kill_shards_moved_s": round(moved, 2),
+            "kill_reconciled_s": round(time.monotonic() - killed, 2), "kill_reconcile_latency_s": round(latency, 2)}
 
 
 def table(out: dict[str, Any]) -> str:
@@ -554,6 +616,12 @@ def table(out: dict[str, Any]) -> str:
         rows.append(("degraded fact on the resource", f"p50 {out['degraded_p50_s']} s, p99 {out['degraded_p99_s']} s, "
                      f"max {out['degraded_max_s']} s  (bound {out['bound_s']} s)"))
         rows.append(("cleared", f"p50 {out['cleared_p50_s']} s, max {out['cleared_max_s']} s"))
+    if out.get("operators", 1) > 1:
+        rows.append(("operators x shards", f"{out['operators']} x {out['shards']}: {out.get('shards_by_operator')}, "
+                     f"CPU share each {out.get('cpu_share_idle_by_operator')}"))
+    if "kill_shards_moved_s" in out:
+        rows.append(("one operator SIGKILLed", f"its shards held by the others in {out['kill_shards_moved_s']} s, "
+                     f"one of its GatewayDeployments reconciled {out['kill_reconciled_s']} s after the kill"))
     if "soak_rss_mib" in out:
         first, last = out["soak_rss_mib"][0], out["soak_rss_mib"][-1]
         rows.append(("soak RSS", f"{first[1]} MiB -> {last[1]} MiB over {last[0]} s"))
@@ -579,12 +647,19 @@ def main() -> None:
     parser.add_argument("--json", type=Path, help="write the figures here as JSON")
     parser.add_argument("--tracemalloc", action="store_true", help="say what each KiB per GatewayDeployment is "
                         "(the operator under tracemalloc: its timings do not count)")
+    parser.add_argument("--operators", type=int, default=1, help="operator processes (more than one: --shards)")
+    parser.add_argument("--shards", type=int, default=0, help="the operators' --shards (0: leader election)")
+    parser.add_argument("--kill", action="store_true", help="SIGKILL the first operator at the end and time the move")
     parser.add_argument("--keep", action="store_true", help="leave the control plane up")
     parser.add_argument("--cluster-dir", default=".cluster/bench", help="its control plane's directory")
     parser.add_argument("--pod-cidr", default=POD_CIDR, help="loopback range of the simulated pods' IPs "
                         "(two runs at once need two ranges)")
     args = parser.parse_args()
     args.flips = min(args.flips, args.gateways)
+    if args.operators > 1 and not args.shards:
+        parser.error("--operators above 1 needs --shards (with leader election only one works)")
+    if args.tracemalloc and args.operators > 1:
+        parser.error("--tracemalloc traces one operator process")
     out = run(args)
     print(table(out))
     if args.json:

@@ -50,3 +50,27 @@ def test_the_benchmark_runs_and_reports_its_figures(tmp_path: Path) -> None:
     assert figures["health"] == "watch" and figures["watch_answers_per_s"] > 0, figures
     assert figures["degraded_max_s"] < 30  # shown by the health checks, not by a resync (60 s)
     assert "operator: pods Ready" in run.stdout  # the table for people
+
+
+def test_the_benchmark_runs_sharded_operators_and_times_a_killed_one(tmp_path: Path) -> None:
+    """--operators 2 --shards 4 --kill: both processes work (each holds two shards and has CPU of its
+    own), the figures are summed over them, and the first's SIGKILL is timed: its shards held by
+    the other within the chart's lease (15 s) and a few ticks, and a spec change of one of its
+    GatewayDeployments reconciled by the other at once."""
+    if os.environ.get("GWOP_TEST_KUBECONFIG"):
+        pytest.skip("the benchmark needs a control plane of its own")
+    out = tmp_path / "bench.json"
+    run = subprocess.run([sys.executable, str(REPO / "bench/operator_bench.py"), "--gateways", "6", "--replicas", "1",
+                          "--interval", "2", "--idle", "6", "--flips", "2", "--no-floor", "--json", str(out),
+                          "--operators", "2", "--shards", "4", "--kill",
+                          "--cluster-dir", ".cluster/bench-smoke", "--pod-cidr", "127.41.0.0/16"],
+                         capture_output=True, text=True, timeout=900)
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    figures = json.loads(out.read_text())
+    assert (figures["operators"], figures["shards"]) == (2, 4)
+    assert sorted(len(held) for held in figures["shards_by_operator"]) == [2, 2], figures["shards_by_operator"]
+    assert all(share > 0 for share in figures["cpu_share_idle_by_operator"]), figures
+    assert figures["idle_writes"] == 0 and figures["operator_restarts"] == 0, figures
+    assert figures["kill_shards"] and figures["kill_shards_moved_s"] < 15 + 10, figures
+    # once held, the dead one's GatewayDeployments run on the survivor: a spec change is reconciled at once
+    assert figures["kill_reconcile_latency_s"] < 10, figures

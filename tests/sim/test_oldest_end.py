@@ -129,7 +129,7 @@ def test_the_operators_httproute_is_admitted(cluster: Cluster, operator: Operato
 def test_a_shard_list_is_answered_in_full_where_the_server_does_not_shard(cluster: Cluster, namespace: str) -> None:
     """--shards on a server without ShardedListAndWatch (1.30 has no such gate): the list's
     shardSelector is ignored and every GatewayDeployment answered, so the supervisor filters the same
-    assignment itself (tests/sim/test_shards.py: the newest end answers one shard's only)."""
+    assignment itself (tests/sim/test_shard_replicas.py: the newest end answers one shard's only)."""
     from gateway_operator.clients.kube import Kube, load_config
     from gateway_operator.core.shards import selector
 

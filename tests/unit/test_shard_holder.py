@@ -1,7 +1,7 @@
 """The shard holder (loop/shard_holder.py) against an in-memory Lease store (a STAND-IN for the
 API server's Leases: conditional writes on a resourceVersion, and an outage switch): what it
 starts and stops, and when. The real Leases, two real operator processes and a SIGKILL are
-tests/sim/test_shards.py."""
+tests/sim/test_shard_replicas.py."""
 from __future__ import annotations
 
 import asyncio

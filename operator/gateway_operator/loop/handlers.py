@@ -144,9 +144,13 @@ class WatchCheck:
 
 
 async def _restart(memo: kopf.Memo, why: str) -> None:
-    """A stalled watch: give up the Lease (a standby takes over now), then exit; the Deployment
-    restarts the pod with fresh watches. Until the exit, /healthz fails (watch_probe)."""
+    """A stalled watch: give up the Lease (a standby takes over now) or the shards, then exit; the
+    Deployment restarts the pod with fresh watches. Until the exit, /healthz fails (watch_probe)."""
     check: WatchCheck = memo.get("watch_check") or WatchCheck()
+    if "shard_holder" in memo:   # drained and handed over, bounded by the renew deadline
+        memo.shard_task.cancel()
+        await asyncio.gather(memo.shard_task, return_exceptions=True)
+        await memo.shard_holder.stop()
     if check.leader is not None:
         from gateway_operator.loop.leader import give_up
         try:
