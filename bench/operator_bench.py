@@ -607,7 +607,7 @@ def table(out: dict[str, Any]) -> str:
                                                  f"  (interval {out['interval_s']} s, timeout {out['timeout_s']} s)"),
             ("polls beyond those demanded", f"{out['polls_extra_pct']} %"),
             ("operator CPU per poll (idle)", f"{out['cpu_ms_per_poll']} ms  ({out['cpu_share_idle']} of a core)"),
-            ("idle API writes", f"{out['idle_writes']}  (plus {out['idle_lease_renewals']} leader Lease renewals)"),
+            ("idle API writes", f"{out['idle_writes']}  (plus {out['idle_lease_renewals']} Lease renewals)"),
             ("operator RSS", f"{out['rss_start_mib']} MiB at start, {out['rss_mib']} MiB with all Ready, "
                              f"{out['rss_end_mib']} MiB at the end; peak {out['rss_peak_start_mib']} MiB while "
                              "creating them"),

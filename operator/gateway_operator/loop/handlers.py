@@ -102,6 +102,7 @@ def _shard_holder(memo: kopf.Memo, kube: Kube, sharding: ShardSettings, namespac
     from gateway_operator.core.shards import selector
 
     adopting: set[asyncio.Task[None]] = set()
+
     async def adopt(shards: frozenset[int]) -> None:
         """Lists the shards' GatewayDeployments and starts their loops, retried (1..30 s) while
         any of them is still held. A task of its own: the holder's drains never wait on a list."""
@@ -133,6 +134,15 @@ def _shard_holder(memo: kopf.Memo, kube: Kube, sharding: ShardSettings, namespac
     return ShardHolder(leases, sharding.shards, sharding.identity, sharding.timing, gained, lost)
 
 
+async def _give_up_shards(memo: kopf.Memo) -> None:
+    """With --shards: drain, then hand over (bounded by the renew deadline), so that the next
+    holder takes them at its next tick instead of after the lease duration."""
+    if "shard_holder" in memo:
+        memo.shard_task.cancel()
+        await asyncio.gather(memo.shard_task, return_exceptions=True)
+        await memo.shard_holder.stop()
+
+
 @dataclass(frozen=True)
 class WatchCheck:
     """How the watches are checked (watch_liveness.py); cli.py fills it from its flags."""
@@ -147,10 +157,7 @@ async def _restart(memo: kopf.Memo, why: str) -> None:
     """A stalled watch: give up the Lease (a standby takes over now) or the shards, then exit; the
     Deployment restarts the pod with fresh watches. Until the exit, /healthz fails (watch_probe)."""
     check: WatchCheck = memo.get("watch_check") or WatchCheck()
-    if "shard_holder" in memo:   # drained and handed over, bounded by the renew deadline
-        memo.shard_task.cancel()
-        await asyncio.gather(memo.shard_task, return_exceptions=True)
-        await memo.shard_holder.stop()
+    await _give_up_shards(memo)
     if check.leader is not None:
         from gateway_operator.loop.leader import give_up
         try:
@@ -190,10 +197,7 @@ def managed_redis_pods(namespace: str, labels: Any, status: Any, **_: Any) -> di
 async def shutdown(memo: kopf.Memo, **_: Any) -> None:
     if "watch_checker" in memo:
         memo.watch_checker.cancel()
-    if "shard_holder" in memo:   # drain, then hand over: the next holder need not wait the Lease out
-        memo.shard_task.cancel()
-        await asyncio.gather(memo.shard_task, return_exceptions=True)
-        await memo.shard_holder.stop()
+    await _give_up_shards(memo)
     if "supervisor" in memo:
         await memo.supervisor.stop_all()
 

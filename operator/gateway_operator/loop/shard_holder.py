@@ -5,16 +5,21 @@ once every loop of those shards has ended, and only then is the holder cleared),
 takes, one conditioned write at a time, and renews its member Lease. A shard counts as held from
 the *start* of the write that renewed or took it until ``renew_deadline`` later; a timer at that
 instant stops its loops if no later renewal succeeded, whatever the tick is doing (a slow API
-server holds the tick, not the deadline). On shutdown every shard is given up the same way and
+server holds the tick, not the deadline). The Lease calls run on a thread of their own: in the
+shared executor they queued behind a thousand GatewayDeployments' API calls at creation and the
+renewals missed their deadline (the benchmark, 1,000 x 2 on two replicas). On shutdown every
+shard is given up the same way and
 the member Lease deleted, so another replica takes over at its next tick instead of after the
 Lease duration.
 """
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import time
-from typing import Awaitable, Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Awaitable, Callable
 
 from gateway_operator.clients.shard_leases import ShardLeases
 from gateway_operator.core import shards as S
@@ -36,6 +41,10 @@ class ShardHolder:
         self._settling: set[asyncio.Future[None]] = set()
         self._changing = asyncio.Lock()   # gains and losses in order: a drain ends before a later start
         self.members = 1
+        self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="shard-leases")
+
+    async def _call(self, fn: Callable[..., Any], *args: Any) -> Any:
+        return await asyncio.get_running_loop().run_in_executor(self._thread, functools.partial(fn, *args))
 
     def holds(self, shard: int) -> bool:
         return S.holds(self.observed, shard, self.clock(), self.timing)
@@ -57,7 +66,7 @@ class ShardHolder:
             await asyncio.sleep(max(self.timing.retry_period - (self.clock() - started), 0.1))
 
     async def tick(self, stopping: bool = False) -> None:
-        leases = await asyncio.to_thread(self.leases.read)
+        leases = await self._call(self.leases.read)
         # seen at the answer, not the ask: a renewal the server applied while the list was on its
         # way must count from no earlier than its write
         self.observed.note(leases, self.clock())
@@ -70,21 +79,21 @@ class ShardHolder:
             await self._settle()   # their loops end here, before another replica may take them
             for shard in plan.give:
                 name = self.leases.shard_name(shard)
-                await asyncio.to_thread(self.leases.write, name, by_name.get(name), "", self.timing.lease_duration)
+                await self._call(self.leases.write, name, by_name.get(name), "", self.timing.lease_duration)
             log.info("gave up shards %s (fair share %d of %d shards, %d members)", sorted(plan.give), plan.fair,
                      self.shards, plan.members)
         for shard in (*plan.renew, *plan.take):
             name = self.leases.shard_name(shard)
             sent = self.clock()
-            if await asyncio.to_thread(self.leases.write, name, by_name.get(name), self.me,
+            if await self._call(self.leases.write, name, by_name.get(name), self.me,
                                        self.timing.lease_duration):
                 self._renewed(shard, sent)
         member = self.leases.member_name(self.me)
         if stopping:
             if member in by_name:
-                await asyncio.to_thread(self.leases.delete, member, by_name[member])
+                await self._call(self.leases.delete, member, by_name[member])
         else:
-            await asyncio.to_thread(self.leases.write, member, by_name.get(member), self.me,
+            await self._call(self.leases.write, member, by_name.get(member), self.me,
                                     self.timing.lease_duration)
         await self._settle()
 

@@ -12,6 +12,7 @@ before the holder lets another replica take it (``drop``).
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import logging
 from collections import OrderedDict
 from typing import Any, Callable, Mapping, Sequence
@@ -45,6 +46,9 @@ class Supervisor:
         # neither start a loop for it nor stop the loop of its successor
         self._deleted: OrderedDict[str, None] = OrderedDict()
         self._hosts: dict[Key, tuple[str, ...]] = {}  # the hosts each GatewayDeployment last claimed
+        # a watch event's context: kopf posts Events from a loop started in one (its event queue is
+        # a context variable of each object's handler), so an adopted loop starts in a copy of it
+        self._context: contextvars.Context | None = None
 
     def hosts_seen(self, key: Key, hosts: Sequence[str], deleted: bool) -> tuple[str, ...]:
         """Records the hosts ``key`` claims now; returns those and the ones it claimed before
@@ -54,7 +58,11 @@ class Supervisor:
             self._hosts[key] = tuple(hosts)
         return tuple(dict.fromkeys((*before, *hosts)))
 
-    def observe(self, event_type: str | None, body: Mapping[str, Any]) -> None:
+    def observe(self, event_type: str | None, body: Mapping[str, Any],
+                context: contextvars.Context | None = None) -> None:
+        """A watch event (from kopf's handler; ``context``: another context to start a loop in)."""
+        if self._context is None and context is None:
+            self._context = contextvars.copy_context()
         meta = body["metadata"]
         key: Key = (meta["namespace"], meta["name"])
         uid = meta["uid"]
@@ -73,7 +81,8 @@ class Supervisor:
             controller = GatewayController(self.kube, key[0], key[1], lambda: self.pods_of(key),
                                            lambda: self.deployment_of(key), self.claims_of, self.settings,
                                            self.prober, rollouts=self.rollouts)
-            task = asyncio.get_running_loop().create_task(controller.run(), name=f"gateway {key[0]}/{key[1]}")
+            task = asyncio.get_running_loop().create_task(controller.run(), name=f"gateway {key[0]}/{key[1]}",
+                                                          context=context)
             task.add_done_callback(lambda _: self._finished(key, uid))
             entry = (uid, controller, task)
             self._controllers[key] = entry
@@ -109,12 +118,14 @@ class Supervisor:
         metrics.forget(*key)
 
     def adopt(self, bodies: Sequence[Mapping[str, Any]]) -> int:
-        """Starts the loops of the listed GatewayDeployments this replica now owns; how many."""
+        """Starts the loops of the listed GatewayDeployments this replica now owns; how many.
+        Before the first watch event none: the watch's first listing then starts them itself."""
         started = 0
         for body in bodies:
             meta = body.get("metadata") or {}
-            if self.owns(meta.get("uid", "")) and (meta.get("namespace"), meta.get("name")) not in self._controllers:
-                self.observe(None, body)
+            if self._context is not None and self.owns(meta.get("uid", "")) \
+                    and (meta.get("namespace"), meta.get("name")) not in self._controllers:
+                self.observe(None, body, self._context.copy())
                 started += 1
         return started
 
