@@ -253,6 +253,11 @@ def cmd_run(args: argparse.Namespace) -> int:
             timing = shards.Timing(args.lease_duration, args.renew_deadline, args.retry_period)
         except ValueError as e:
             raise InputError(f"--lease-duration, --renew-deadline, --retry-period: {e}") from None
+        if timing.lease_duration - timing.renew_deadline < shards.MIN_MARGIN:
+            raise InputError(f"--shards needs --lease-duration at least {shards.MIN_MARGIN:g} s above --renew-deadline "
+                             f"(got {timing.lease_duration:g} and {timing.renew_deadline:g}): the operator's writes "
+                             "are bounded by that margin, so that one sent just before a lost shard's deadline lands "
+                             "before another replica may take the shard")
         # unique per process: a restarted container must not inherit the Leases its predecessor held
         memo.sharding = ShardSettings(args.shards, f"{args.leader_identity or default_identity()}-"
                                       f"{secrets.token_hex(3)}", args.operator_namespace,

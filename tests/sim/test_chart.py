@@ -368,7 +368,8 @@ def test_sharding_runs_every_replica_on_its_shards_instead_of_a_leader() -> None
     """sharding.shards: --shards on every replica (no --leader-election), the lease timings kept,
     the replicas and the PDB as with leader election, and the Lease Role's list and delete (the
     holder lists every shard Lease each tick and deletes its member Lease at shutdown). The CLI
-    accepts what the chart renders, and refuses --shards beside --leader-election."""
+    accepts what the chart renders, and refuses --shards beside --leader-election or with a lease
+    margin too short to bound its writes."""
     from gateway_operator.cli import InputError, cmd_run, parser
     r = render("--set", "sharding.shards=8", "--set", "replicaCount=3")
     args = r.container["args"]
@@ -382,6 +383,9 @@ def test_sharding_runs_every_replica_on_its_shards_instead_of_a_leader() -> None
     assert "--leader-election" in default and not any(a.startswith("--shards") for a in default)
     with pytest.raises(InputError, match="exclude each other"):
         cmd_run(parser().parse_args(["run", "--shards", "4", "--leader-election", "--metrics-port", "0"]))
+    # the margin bounds every write (core/shards.Timing.write_timeout): 1 s would fail ordinary writes
+    with pytest.raises(InputError, match="at least 2 s above --renew-deadline"):
+        cmd_run(parser().parse_args(["run", "--shards", "4", "--lease-duration", "11", "--metrics-port", "0"]))
 
 
 def test_the_operator_network_policy_admits_its_ports_and_lets_out_what_it_connects_to() -> None:

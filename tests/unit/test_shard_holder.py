@@ -1,12 +1,21 @@
 """The shard holder (loop/shard_holder.py) against an in-memory Lease store (a STAND-IN for the
 API server's Leases: conditional writes on a resourceVersion, and an outage switch): what it
-starts and stops, and when. The real Leases, two real operator processes and a SIGKILL are
-tests/sim/test_shard_replicas.py."""
+starts and stops, and when; and how long a write still in flight at a lost shard's deadline may
+take (a loopback server that never answers). The real Leases, two real operator processes and a
+SIGKILL are tests/sim/test_shard_replicas.py."""
 from __future__ import annotations
 
 import asyncio
+import json
+import threading
 import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Iterator
 
+import pytest
+from kubernetes import client
+
+from gateway_operator.clients.kube import RETRIES, Kube
 from gateway_operator.core.shards import LeaseView, Timing
 from gateway_operator.loop.shard_holder import ShardHolder
 
@@ -95,3 +104,75 @@ def test_a_stopping_holder_drains_before_it_clears_the_leases_and_deletes_its_me
         assert {name: h for name, (h, _) in leases.store.items()} == {f"g-shard-{s}": "" for s in range(4)}
         assert not holder.held
     asyncio.run(scenario())
+
+
+# -- a write in flight at the deadline -----------------------------------------------------------
+
+class _AnswersNoWrite(BaseHTTPRequestHandler):
+    """Discovery answered (the dynamic client asks at start); every write held unanswered: an API
+    server that accepted the request and is slow to commit it."""
+
+    def log_message(self, *_: object) -> None:
+        pass
+
+    def do_GET(self) -> None:
+        body = {"/version": {"major": "1", "minor": "37", "gitVersion": "v1.37.2"},
+                "/api": {"kind": "APIVersions", "versions": ["v1"]}}.get(self.path, {"kind": "APIGroupList",
+                                                                                    "groups": []})
+        data = json.dumps(body).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def _hold(self) -> None:
+        self.server.held.set()  # type: ignore[attr-defined]
+        time.sleep(30)
+
+    do_PATCH = do_DELETE = do_POST = _hold
+
+
+@pytest.fixture
+def silent_api() -> Iterator[tuple[client.ApiClient, threading.Event]]:
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _AnswersNoWrite)
+    server.daemon_threads = True
+    server.held = threading.Event()  # type: ignore[attr-defined]
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    config = client.Configuration()
+    config.host = f"http://127.0.0.1:{server.server_address[1]}"
+    config.retries = RETRIES   # the operator's (clients/kube.load_config)
+    try:
+        yield client.ApiClient(config), server.held  # type: ignore[attr-defined]
+    finally:
+        server.shutdown()
+
+
+@pytest.mark.parametrize("write", ["status", "pod deletion", "pod condition"])
+def test_a_write_held_by_the_api_server_is_given_up_within_the_lease_margin(silent_api, write) -> None:
+    """With --shards every write is bounded by the margin between the renew deadline and the lease
+    duration: a write sent just before the holder's deadline has landed or been given up before
+    another replica may take the shard (the API server cancels a request whose client left; the
+    default bound, 35 s, would leave a late write landing on the next holder's objects)."""
+    api_client, held = silent_api
+    timing = Timing(lease_duration=5, renew_deadline=3, retry_period=1)
+    kube = Kube(api_client, write_timeout=timing.write_timeout)
+    calls = {"status": lambda: kube.patch_status("team", "g", {"observedGeneration": 1}),
+             "pod deletion": lambda: kube.delete_pod("team", "g-0", "uid"),
+             "pod condition": lambda: kube.set_pod_condition("team", "g-0", "uid", {"type": "T", "status": "True"})}
+    started = time.monotonic()
+    with pytest.raises(Exception, match="timed out"):
+        calls[write]()
+    took = time.monotonic() - started
+    assert held.is_set()   # the write reached the server, which never answered
+    margin = timing.lease_duration - timing.renew_deadline
+    assert took < margin, (took, timing.write_timeout)
+
+
+def test_the_write_bound_fits_the_margin_of_every_timing_the_cli_accepts() -> None:
+    from gateway_operator.core.shards import MIN_MARGIN
+    for lease, renew in ((15, 10), (6, 3), (12, 10), (60, 40), (100, 10)):
+        timing = Timing(lease_duration=lease, renew_deadline=renew, retry_period=1)
+        connect, read = timing.write_timeout
+        assert lease - renew >= MIN_MARGIN
+        assert 0.5 <= connect and 1.0 <= read and connect + read < lease - renew, (lease, renew, timing.write_timeout)

@@ -11,6 +11,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, NamedTuple, Sequence
 
+import urllib3
 from kubernetes import client, config
 from kubernetes.client.rest import ApiException
 from kubernetes.dynamic import DynamicClient
@@ -24,6 +25,14 @@ log = logging.getLogger(__name__)
 
 # every request is bounded: (connect, read) seconds
 REQUEST_TIMEOUT = (5.0, 30.0)
+# a request the server may have received is never sent again by the client: urllib3 would resend a
+# DELETE or PUT whose answer timed out (three times by default), which multiplies each bound (with
+# --shards a write must land within the Lease margin) and hides time the loop's backoff owns. A
+# refused connection is still retried: nothing was sent.
+RETRIES = urllib3.Retry(total=3, read=0)
+#: (connect, read) seconds; urllib3's read timeout bounds the wait for each answer's bytes, and the
+#: API server sends an answer whole, so it bounds the wait for the answer
+Timeout = tuple[float, float]
 # optional kinds (apply.OPTIONAL_KINDS) found not served are looked up again only after this long:
 # each miss refreshes the whole discovery, and a cluster without prometheus-operator would pay it
 # at every full pass of every autoscaled GatewayDeployment
@@ -68,6 +77,7 @@ def load_config(kubeconfig: str | None = None) -> client.ApiClient:
         config.load_kube_config()
     settings = client.Configuration.get_default_copy()
     settings.connection_pool_maxsize = 32  # one connection per API thread (16) and the elector
+    settings.retries = RETRIES
     client.Configuration.set_default(settings)
     return client.ApiClient()
 
@@ -114,9 +124,14 @@ Delivered = Callable[[str, str, str], "int | None"]
 
 
 class Kube:
-    def __init__(self, api_client: client.ApiClient, delivered: Delivered = lambda *_: None) -> None:
+    def __init__(self, api_client: client.ApiClient, delivered: Delivered = lambda *_: None,
+                 write_timeout: Timeout = REQUEST_TIMEOUT) -> None:
         self.api_client = api_client
         self.delivered = delivered
+        # every write (apply, create, delete, status, pod condition); with --shards shorter than the
+        # Lease's margin (core/shards.Timing.write_timeout), so that a write in flight when the
+        # holder's deadline passes has landed or failed before another replica may take the shard
+        self.write_timeout = write_timeout
         # by owner uid: what each of its objects was last verified to carry. An apply whose object
         # the watch shows unchanged since then reads nothing: a full pass of an idle
         # GatewayDeployment reads back only what no watch covers (issue 22: each read costs
@@ -179,7 +194,7 @@ class Kube:
                                         body=json.dumps(desired, ensure_ascii=False).encode(),
                                         content_type="application/apply-patch+yaml",
                                         field_manager=api.FIELD_MANAGER, force_conflicts=live is not None,
-                                        serialize=False, _request_timeout=REQUEST_TIMEOUT)
+                                        serialize=False, _request_timeout=self.write_timeout)
         log.info("applied %s %s/%s", manifest["kind"], meta["namespace"], meta["name"])
         return self._verify(owner_uid, key, fingerprint, json.loads(response.data), written=True)
 
@@ -210,7 +225,7 @@ class Kube:
             return False, live
         try:
             self._resource(manifest).create(body=manifest, namespace=meta["namespace"],
-                                            _request_timeout=REQUEST_TIMEOUT)
+                                            _request_timeout=self.write_timeout)
             return True, None
         except ApiException as e:
             if e.status == 409:
@@ -224,7 +239,7 @@ class Kube:
         if live is None or not controlled_by(live, owner_uid):
             return False
         resource = self._kind(api_version, kind)
-        resource.delete(name=name, namespace=namespace, _request_timeout=REQUEST_TIMEOUT)
+        resource.delete(name=name, namespace=namespace, _request_timeout=self.write_timeout)
         return True
 
     def secret_value(self, namespace: str, name: str, key: str,
@@ -289,18 +304,18 @@ class Kube:
     def patch_status(self, namespace: str, name: str, status: Mapping[str, Any]) -> dict[str, Any]:
         return self.custom.patch_namespaced_custom_object_status(
             api.GROUP, api.VERSION, namespace, api.PLURAL, name, {"status": status},
-            _request_timeout=REQUEST_TIMEOUT)
+            _request_timeout=self.write_timeout)
 
     def delete_pod(self, namespace: str, name: str, uid: str) -> None:
         self.core.delete_namespaced_pod(
             name, namespace, body=client.V1DeleteOptions(preconditions=client.V1Preconditions(uid=uid)),
-            _request_timeout=REQUEST_TIMEOUT)
+            _request_timeout=self.write_timeout)
 
     def set_pod_condition(self, namespace: str, name: str, uid: str, condition: Mapping[str, str]) -> None:
         """One condition of a pod's status (merged by type), on that pod only (its uid)."""
         self.core.patch_namespaced_pod_status(
             name, namespace, {"metadata": {"uid": uid}, "status": {"conditions": [dict(condition)]}},
-            _content_type="application/strategic-merge-patch+json", _request_timeout=REQUEST_TIMEOUT)
+            _content_type="application/strategic-merge-patch+json", _request_timeout=self.write_timeout)
 
     def pods(self, namespace: str, selector: Mapping[str, str]) -> list[dict[str, Any]]:
         label_selector = ",".join(f"{k}={v}" for k, v in selector.items())

@@ -118,6 +118,11 @@ class Observed:
         return seen is not None and now - seen.since >= duration
 
 
+#: the least margin (lease_duration - renew_deadline) --shards accepts: its writes get 1.6 s (0.5 s to
+#: connect), and a shorter bound would fail ordinary writes on a busy API server
+MIN_MARGIN = 2.0
+
+
 @dataclass(frozen=True)
 class Timing:
     lease_duration: float = 15.0   # a Lease unchanged this long (by the reader's clock) is free to take
@@ -127,6 +132,17 @@ class Timing:
     def __post_init__(self) -> None:
         if not 0 < self.retry_period < self.renew_deadline < self.lease_duration:
             raise ValueError("shard leases need 0 < retry_period < renew_deadline < lease_duration")
+
+    @property
+    def write_timeout(self) -> tuple[float, float]:
+        """(connect, read) seconds for the operator's writes while it holds shards. A holder acts
+        until ``renew_deadline`` after the send of its last renewal; another replica takes the
+        shard no earlier than ``lease_duration`` after it saw that renewal, which is after the
+        send. A write in flight at the deadline therefore lands, or is given up, within the
+        margin between the two (four fifths of it: the rest for the answer's own travel)."""
+        margin = self.lease_duration - self.renew_deadline
+        connect = min(2.0, margin / 4)
+        return connect, margin * 0.8 - connect
 
 
 def holds(observed: Observed, shard: int, now: float, timing: Timing) -> bool:

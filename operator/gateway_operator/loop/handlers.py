@@ -85,6 +85,7 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, gateway_po
     if sharding is not None:
         # each replica's writes name it in the API server's audit log (its userAgent)
         kube.api_client.user_agent = f"gateway-operator ({sharding.identity})"
+        kube.write_timeout = sharding.timing.write_timeout
         holder = _shard_holder(memo, kube, sharding, check.namespaces)
     memo.supervisor = Supervisor(kube, memo.get("controller_settings") or ControllerSettings(), indices.pods_of,
                                  indices.deployment_of, indices.claims_of, indices.foreign_managed_redis,
