@@ -10,6 +10,9 @@ prints the table (harness.exactly_once.table). Settings come from the environmen
     VERIFY_PNG            write the timeline picture there (faults, conditions, duplicates)
     VERIFY_MESSAGES (1250), VERIFY_COPIES (4), VERIFY_SPREAD_S (400), VERIFY_FAULTS (all kinds,
     comma-separated; "none" for none), VERIFY_FAULT_GAP_S (25)
+    VERIFY_OPERATOR_SHARDS (0)  the operator's replicas share the work in this many shards for the
+                        run (chart sharding.shards; operator_kill SIGKILLs the holder of the
+                        GatewayDeployment's shard), then the chart's default is installed again
 
 Exit status 1 when a target is missed: a silent duplicate, a lost message, a split, or a fault
 not announced within its bound. Run with the dev venv's python (`make verify-exactly-once`): it
@@ -23,7 +26,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from harness import exactly_once, exactly_once_run
+from harness import exactly_once, exactly_once_run, node
 from harness.cluster import REPO, Cluster, tool
 
 
@@ -44,7 +47,16 @@ def main() -> int:
                                                   "/readyz"], capture_output=True).returncode != 0:
         subprocess.run([str(REPO / "hack/demo.sh")], env=dict(os.environ, GWOP_CLUSTER_DIR=str(directory)), check=True,
                        stdout=subprocess.DEVNULL)
-    report = exactly_once_run.run(Cluster(kubeconfig, owned=False, real_node=True), settings())
+    cluster = Cluster(kubeconfig, owned=False, real_node=True)
+    shards = int(os.environ.get("VERIFY_OPERATOR_SHARDS", "0"))
+    if shards:
+        node.install_operator(cluster, "--set", f"sharding.shards={shards}")
+    try:
+        report = exactly_once_run.run(cluster, settings())
+    finally:
+        if shards:
+            node.install_operator(cluster)   # leader election, as `make demo` installs it
+    report["operator_shards"] = shards
     print(exactly_once.table(report))
     if os.environ.get("VERIFY_JSON"):
         Path(os.environ["VERIFY_JSON"]).write_text(json.dumps(report, indent=1))

@@ -13,7 +13,8 @@ model provider exists here), then at once:
   ``fault_gap_s``: first (when scheduled) the switch from one SQLite replica to ``replicas`` on
   a managed Redis, then a gateway pod SIGKILLed (every process of its container, from the node's
   host), a rolling update, scaling (3 -> 5 -> 2 -> 3, 3 -> 2 -> 3), Redis paused (SIGSTOP),
-  restarted, flushed, its persistence flipped, the operator's leader SIGKILLed; and the partial
+  restarted, flushed, its persistence flipped, the operator's leader (or with --shards the holder of
+  the GatewayDeployment's shard) SIGKILLed; and the partial
   failures (PARTIAL_FAILURES): a pod force-deleted mid-turn, a 0.2-2 s stall of Redis, one
   replica's packets to Redis dropped in its network namespace, a replica stopped while Redis is
   paused, Redis refusing writes (OOM);
@@ -42,6 +43,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from gateway_operator.core import pods as pods_module
+from gateway_operator.core import shards
 
 from . import llm_pod, node
 from .cluster import Cluster
@@ -379,8 +381,7 @@ class Nemesis:
             # the replicas name it (the launcher's refusal text), the operator's reason says what to do
             expect = Expectation("IdempotencyDegraded", "True", "RedisOutOfMemory")
         elif kind == "operator_kill":
-            lease = self.cluster.get_json("lease", "-n", node.SYSTEM_NAMESPACE)["items"]
-            holder = next((l["spec"].get("holderIdentity") for l in lease if l["spec"].get("holderIdentity")), "")
+            holder = self._operator_holder()
             pods = [p for p in self.cluster.get_json("pods", "-n", node.SYSTEM_NAMESPACE)["items"]
                     if p["metadata"]["name"] in holder or not holder]
             if pods:
@@ -388,6 +389,20 @@ class Nemesis:
         fault = Fault(kind, start, time.time(), detail, expect)
         self.faults.append(fault)
         return fault
+
+    def _operator_holder(self) -> str:
+        """The operator process that reconciles the checker's GatewayDeployment: the leader, or
+        with --shards (read from the operator's Deployment) the holder of its shard's Lease; ""
+        when none holds it."""
+        leases = {lease["metadata"]["name"]: lease["spec"].get("holderIdentity") or ""
+                  for lease in self.cluster.get_json("lease", "-n", node.SYSTEM_NAMESPACE)["items"]}
+        args = [a for d in self.cluster.get_json("deployments", "-n", node.SYSTEM_NAMESPACE)["items"]
+                for c in d["spec"]["template"]["spec"]["containers"] for a in c.get("args") or ()]
+        count = next((int(a.split("=", 1)[1]) for a in args if a.startswith("--shards=")), 0)
+        if count:
+            uid = self.cluster.get_json("gatewaydeployment", NAME, "-n", NAMESPACE)["metadata"]["uid"]
+            return leases.get(f"{node.RELEASE}-shard-{shards.shard_of(uid, count)}", "")
+        return leases.get(f"{node.RELEASE}-leader", "")
 
     def _in_traffic_until(self, pod: dict[str, Any], since: float, until_at: float) -> float | None:
         """Watch a cut-off pod's Ready until ``until_at``: the seconds from ``since`` to the first time
