@@ -139,7 +139,8 @@ class Timing:
         until ``renew_deadline`` after the send of its last renewal; another replica takes the
         shard no earlier than ``lease_duration`` after it saw that renewal, which is after the
         send. A write in flight at the deadline therefore lands, or is given up, within the
-        margin between the two (four fifths of it: the rest for the answer's own travel)."""
+        margin between the two (four fifths of it: the last fifth for an etcd commit already on its
+        way when the client gave up, which the API server does not stop)."""
         margin = self.lease_duration - self.renew_deadline
         connect = min(2.0, margin / 4)
         return connect, margin * 0.8 - connect
