@@ -1,16 +1,19 @@
 """The observation probe over a kept connection (redis_probe.KeptConnection), against a real
 redis-server: one connection between full probes, the same verdicts and facts as a full probe,
-a flush and a restart still seen, and a connection the server closed retried once afresh."""
+a flush and a restart still seen, a connection the server closed retried once afresh, a Redis
+that refuses writes said as the full probe says it, and a hostile server's replies bounded."""
 from __future__ import annotations
 
 import asyncio
 import time
 from typing import Any
 
+import pytest
+
 from gateway_operator.api import reasons
 from gateway_operator.api.redis_target import RedisTarget
-from gateway_operator.clients.redis_probe import KeptConnection, Prober
-from gateway_operator.core.dedup_history import History, assess
+from gateway_operator.clients.redis_probe import Allowlist, KeptConnection, Prober
+from gateway_operator.core.dedup_history import History, StoreFacts, assess
 from gateway_operator.core.probe_result import ProbeResult
 from harness.redis_server import RedisServer
 
@@ -55,12 +58,14 @@ def test_observation_probes_reuse_one_connection_and_report_as_a_full_probe(redi
 
     results, seen, after_full = asyncio.run(run())
     assert all(r.ok and r.reason == reasons.PROBE_SUCCEEDED for r in results), results
-    assert after_full == 1 and len(seen) == 1  # the full probe's connection, kept for the five
+    # the full probe's connection is closed after it; the five share one (resp.py's, kept)
+    assert after_full == 0 and len(seen) == 1
     full, observed = results[0].store, [r.store for r in results[1:]]
     assert full is not None and full.canary_created
     for store in observed:  # the canary, run_id and the facts read whole by the full probe
         assert store is not None and not store.canary_created and store.canary == full.canary
         assert (store.run_id, store.persistent, store.maxmemory_policy) == (full.run_id, False, "noeviction")
+        assert (store.replid, store.migrated) == (full.replid, full.migrated) and store.used_memory
     assert connections(redis_server) == []  # closed with its loop
     assert not redis_server.client().keys(f"{PREFIX}operator-probe:*")  # each probe's own key deleted
 
@@ -169,3 +174,75 @@ def test_a_failing_server_closes_the_kept_connection(redis_server: RedisServer) 
 
     down = asyncio.run(run())
     assert down is not None and down.reason == reasons.CONNECTION_FAILED, down
+
+
+def test_a_redis_that_refuses_writes_is_said_alike_by_the_observation_and_the_full_probe(
+        redis_server: RedisServer) -> None:
+    """A partial failure: Redis answers but refuses every write (maxmemory reached under
+    noeviction). The observation probe, over its own minimal connection (resp.py), says it with the
+    full probe's reason and words, and its connection is not kept."""
+    kept = KeptConnection()
+    admin = redis_server.client()
+
+    async def run() -> tuple[ProbeResult, ProbeResult]:
+        full = await rounds(redis_server, kept, ["full", "observe"])
+        assert kept.client is not None
+        admin.config_set("maxmemory", 1)
+        named = Prober(allowlist=Allowlist.parse(["127.0.0.1/32"]))  # a target the allowlist names: in detail
+        try:
+            observed = await named.probe("ns", target(redis_server), redis_server.password, 2, kept=kept,
+                                         base=full[0].store)
+            refused_full = await named.probe("ns", target(redis_server), redis_server.password, 2)
+        finally:
+            admin.config_set("maxmemory", 0)
+        assert kept.client is None
+        await kept.aclose()
+        return observed, refused_full
+
+    observed, full = asyncio.run(run())
+    assert observed is not None and full is not None
+    assert not observed.ok and (observed.reason, observed.message) == (full.reason, full.message), (observed, full)
+    assert "OutOfMemoryError" in observed.message
+
+
+async def _serve(answer: bytes) -> tuple[asyncio.AbstractServer, int, list[int]]:
+    """A loopback server that answers every command with ``answer`` and counts what it sent."""
+    sent = [0]
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            while await reader.read(4096):
+                writer.write(answer)
+                sent[0] += len(answer)
+                await writer.drain()
+        except ConnectionError:
+            pass
+        writer.close()
+    server = await asyncio.start_server(handle, "127.0.0.1", 0)
+    return server, server.sockets[0].getsockname()[1], sent
+
+
+@pytest.mark.parametrize("answer", [
+    b"$" + str(64 * 1024 * 1024).encode() + b"\r\n" + b"x" * (1024 * 1024),   # a 64 MiB string, announced
+    b"*100000000\r\n",                                                          # an array of 10^8 elements
+    b"*1\r\n" * 50,                                                             # arrays nested 50 deep
+    b"+" + b"y" * (1024 * 1024),                                                # a status line without an end
+    b"?what\r\n",                                                               # not RESP
+])
+def test_a_hostile_server_behind_a_kept_connection_is_a_probe_failure_within_bounds(answer: bytes) -> None:
+    """What the observation probe reads is the tenant's server's: a reply over its bounds
+    (resp.py) fails the probe at once as an answer no Redis gives, without reading it whole, and
+    the connection is not kept."""
+    async def run() -> tuple[ProbeResult | None, float, KeptConnection]:
+        server, port, _ = await _serve(answer)
+        kept = KeptConnection()
+        async with server:
+            started = time.monotonic()
+            base = StoreFacts("canary", False)
+            result = await Prober().probe("ns", RedisTarget("127.0.0.1", port, 0, False, PREFIX, None), None, 2,
+                                          kept=kept, base=base)
+            return result, time.monotonic() - started, kept
+
+    result, took, kept = asyncio.run(run())
+    assert result is not None and not result.ok and result.reason == reasons.PROBE_FAILED, result
+    assert took < 1.0 and kept.client is None

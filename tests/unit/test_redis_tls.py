@@ -15,7 +15,7 @@ import pytest
 from gateway_operator.api import reasons, redis_acl
 from gateway_operator.api import SecretKeyRef, TLSOptions
 from gateway_operator.api.redis_target import RedisTarget
-from gateway_operator.clients.redis_probe import Allowlist, Credentials, Prober
+from gateway_operator.clients.redis_probe import Allowlist, Credentials, KeptConnection, Prober
 from gateway_operator.core import conditions
 from gateway_operator.core.probe_result import ProbeResult
 from harness.redis_server import RedisServer
@@ -237,3 +237,39 @@ def test_a_refusal_names_the_default_user_when_no_acl_user_is_configured() -> No
     assert "refused EVAL to the default user" in alone.message and "usernameSecretRef" not in alone.message
     named = redis_probe._not_permitted("r:6379/0", ["EVAL"], Credentials("pw", USER))
     assert "to the user of spec.redis.usernameSecretRef" in named.message and USER not in named.message
+
+
+@pytest.mark.parametrize("acl", ["least privilege", "with INFO"])
+def test_observation_probes_over_tls_with_an_acl_user_keep_one_connection_and_the_full_probes_facts(
+        tls_redis: RedisServer, pki: dict, acl: str) -> None:
+    """Between full probes the observation probe keeps its own minimal connection (resp.py): TLS
+    verified against the spec's CA and server name, signed in as the ACL user. It reads what the
+    full probe read (the run_id only where INFO is allowed) and the server refuses it nothing."""
+    tls_redis.set_user(USER, LEAST if acl == "least privilege" else PROBE_ACL)
+    credentials = Credentials(PASSWORD, USER, pki["ca"].pem)
+
+    async def run() -> list[ProbeResult | None]:
+        prober, kept = Prober(allowlist=Allowlist.parse(["127.0.0.1/32"])), KeptConnection()
+        full = await prober.probe("t", target(tls_redis.port), credentials, 2.0, kept=kept)
+        assert full is not None and full.ok, full
+        tls_redis.client().acl_log_reset()   # what the full probe tried and was refused (INFO, CONFIG GET)
+        results: list[ProbeResult | None] = [full]
+        for _ in range(3):
+            results.append(await prober.probe("t", target(tls_redis.port), credentials, 2.0, kept=kept,
+                                              base=full.store))
+        clients = [c for c in tls_redis.client().client_list() if c.get("user") == USER]
+        await kept.aclose()
+        assert len(clients) == 1, clients   # the three observations' one connection
+        return results
+
+    try:
+        full, *observed = asyncio.run(run())
+    finally:
+        tls_redis.set_user(USER, PROBE_ACL)
+    assert full is not None and full.store is not None
+    for result in observed:
+        assert result is not None and result.ok and result.store is not None, result
+        assert (result.store.run_id, result.store.canary, result.store.refused) == \
+            (full.store.run_id, full.store.canary, full.store.refused)
+    assert (full.store.run_id is None) == (acl == "least privilege")
+    assert tls_redis.acl_log() == []

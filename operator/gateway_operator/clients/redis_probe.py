@@ -38,6 +38,7 @@ from redis.retry import Retry
 
 from gateway_operator.api import reasons
 from gateway_operator.api.redis_target import RedisTarget
+from gateway_operator.clients import resp
 from gateway_operator.core.dedup_history import CANARY_KEY, CARRIED_KEY, MIGRATED_KEY, StoreFacts
 from gateway_operator.core.probe_result import ProbeResult, bound
 
@@ -257,29 +258,32 @@ class KeptConnection:
     """One GatewayDeployment's connection for its observation probes (the controller owns it and
     closes it when its loop ends).
 
-    A full pass probes on a fresh connection: connect, TLS, ``AUTH``/``HELLO`` and every command
-    the gateway needs, as a new gateway client would. Between full passes (``--resync-seconds``)
-    an observation probe goes over the connection the last probe left open and asks only what can
-    change without a spec change: the ``SET NX PX`` round trip, the canary, the ``run_id`` and the
+    A full pass probes on a fresh connection (redis-py's client, closed after): connect, TLS,
+    ``AUTH``/``HELLO`` and every command the gateway needs, as a new gateway client would. Between
+    full passes (``--resync-seconds``) an observation probe goes over this connection (resp.py: a
+    minimal one, opened by the first observation probe and kept) and asks only what can change
+    without a spec change: the ``SET NX PX`` round trip, the canary, the ``run_id`` and the
     migration marker (the commands and persistence of the last full probe stand until the next).
     A kept connection that fails is retried once on a fresh one (the server may have closed it
     while idle); it is kept only for the address, target and credentials it was opened with."""
 
     def __init__(self) -> None:
         self.key: tuple[Any, ...] | None = None
-        self.client: aioredis.Redis | None = None
+        self.client: resp.Connection | None = None
 
-    def take(self, key: tuple[Any, ...]) -> aioredis.Redis | None:
-        """The open client, when it was opened for ``key``; any other is closed by the caller."""
-        return self.client if self.client is not None and self.key == key else None
+    def take(self, key: tuple[Any, ...]) -> resp.Connection | None:
+        """The open connection, when it was opened for ``key``."""
+        client = self.client
+        return client if client is not None and self.key == key and client.open else None
 
-    async def swap(self, key: tuple[Any, ...] | None, client: aioredis.Redis | None) -> None:
+    def swap(self, key: tuple[Any, ...] | None, client: resp.Connection | None) -> None:
+        """Keeps ``client`` for ``key``; the one kept before is closed."""
         old, self.key, self.client = self.client, key, client
         if old is not None and old is not client:
-            await _close(old)
+            old.close()
 
     async def aclose(self) -> None:
-        await self.swap(None, None)
+        self.swap(None, None)
 
 
 # the leaving replicas' words read in one probe; more wait for the next, and one whose wait runs out
@@ -294,11 +298,9 @@ async def carried(kept: KeptConnection | None, prefix: str, pods: Sequence[str],
     client, asked = (kept.client if kept is not None else None), list(pods)[:MAX_MARKS]
     if client is None or not asked:
         return frozenset()
-    pipeline = client.pipeline(transaction=False)
-    for pod in asked:
-        pipeline.get(f"{prefix}{CARRIED_KEY}{pod}")
     try:
-        values = await asyncio.wait_for(pipeline.execute(), timeout)
+        async with asyncio.timeout(timeout):
+            values = _raised(await client.execute([("GET", f"{prefix}{CARRIED_KEY}{pod}") for pod in asked]))
     except (redis.RedisError, OSError, asyncio.TimeoutError):
         return frozenset()
     return frozenset(pod for pod, value in zip(asked, values) if value is not None)
@@ -330,76 +332,135 @@ async def _exchange(target: RedisTarget, host: str, credentials: Credentials, ti
                     kept: KeptConnection | None = None, base: StoreFacts | None = None) -> ProbeResult:
     """``kept`` and ``base`` (the last full probe's store facts): an observation probe, over the
     kept connection (see KeptConnection). Without them: a full probe on a fresh connection."""
-    light = kept is not None and base is not None
-    key = (host, target.port, target.db, target.tls, target.server_name, target.tls_options, credentials)
-    reused = kept.take(key) if light and kept is not None else None
-    client = reused or _client(target, host, credentials, timeout)
-    result: ProbeResult | None = None
+    if kept is not None and base is not None:
+        return await _observe(target, host, credentials, timeout, kept, base)
+    client = _client(target, host, credentials, timeout)
     try:
-        started = time.monotonic()
-        result = await _commands(client, target, credentials, timeout, base if light else None)
-        # a kept connection the server closed while idle fails at once: once more, afresh; one
-        # that waited out the timeout met a server that hangs, and a second wait would only
-        # double how long the outage takes to show
-        quick = time.monotonic() - started < timeout / 2
-        if reused is not None and result.reason == reasons.CONNECTION_FAILED and quick:
-            await _close(reused)
-            client, result = _client(target, host, credentials, timeout), None
-            result = await _commands(client, target, credentials, timeout, base)
-        return result
-    finally:  # kept only after a probe that succeeded; closed otherwise, whatever was raised
-        if kept is not None and result is not None and result.ok:
-            await kept.swap(key, client)
-        else:
-            if kept is not None:
-                await kept.swap(None, None)
-            await _close(client)
+        return await _commands(client, target, credentials, timeout)
+    finally:
+        await _close(client)
 
 
-async def _commands(client: aioredis.Redis, target: RedisTarget, credentials: Credentials, timeout: float,
-                    base: StoreFacts | None) -> ProbeResult:
+async def _observe(target: RedisTarget, host: str, credentials: Credentials, timeout: float,
+                   kept: KeptConnection, base: StoreFacts) -> ProbeResult:
+    key = (host, target.port, target.db, target.tls, target.server_name, target.tls_options, credentials)
+    reused = kept.take(key) is not None
+    started = time.monotonic()
+    result = await _observed(target, host, credentials, timeout, kept, key, base)
+    # a kept connection the server closed while idle fails at once: once more, afresh; one
+    # that waited out the timeout met a server that hangs, and a second wait would only
+    # double how long the outage takes to show
+    if reused and result.reason == reasons.CONNECTION_FAILED and time.monotonic() - started < timeout / 2:
+        kept.swap(None, None)
+        result = await _observed(target, host, credentials, timeout, kept, key, base)
+    if not result.ok:   # kept only after a probe that succeeded
+        kept.swap(None, None)
+    return result
+
+
+async def _observed(target: RedisTarget, host: str, credentials: Credentials, timeout: float,
+                    kept: KeptConnection, key: tuple[Any, ...], base: StoreFacts) -> ProbeResult:
+    """One observation probe over the connection kept for ``key``, opened (and kept) when there
+    is none; whatever was raised, as the full probe says it."""
+    try:
+        client = kept.take(key)
+        if client is None:
+            kept.swap(None, None)   # one opened for other credentials or another address
+            tls = resp.tls_context(target.tls_options.insecure_skip_verify, credentials.ca) if target.tls else None
+            client = await resp.Connection.connect(host, target.port, timeout, tls=tls,
+                                                   server_name=target.server_name, username=credentials.username,
+                                                   password=credentials.password, db=target.db)
+            kept.swap(key, client)
+        async with asyncio.timeout(timeout):
+            return await _light_commands(client, target, base)
+    except BaseException as e:
+        if not isinstance(e, Exception):  # cancelled: the connection's replies are out of step
+            kept.swap(None, None)
+            raise
+        return _failure(e, target, credentials, timeout)
+
+
+async def _light_commands(client: resp.Connection, target: RedisTarget, base: StoreFacts) -> ProbeResult:
+    """One round trip: the ``SET NX PX`` read back and deleted, the canary, the migration marker
+    and, unless the full probe found INFO refused, what INFO says can change (``_live_info``)."""
+    where, prefix = target.endpoint, target.prefix
+    key, token = f"{prefix}operator-probe:{secrets.token_hex(8)}", secrets.token_hex(8)
+    commands: list[tuple[str, ...]] = [("SET", key, token, "NX", "PX", "10000"), ("GET", key),
+                                       ("GET", f"{prefix}{CANARY_KEY}"), ("GET", f"{prefix}{MIGRATED_KEY}"),
+                                       ("DEL", key)]
+    if "INFO" not in base.refused:
+        commands += [("INFO", section) for section in LIVE_SECTIONS]
+    answers = await client.execute(commands)
+    stored, read = _raised(answers[:2])
+    if stored is None:
+        return ProbeResult(False, reasons.PROBE_FAILED, f"SET NX PX under the prefix was refused at {where}")
+    if read != token.encode():
+        return ProbeResult(False, reasons.PROBE_FAILED, f"Redis at {where} did not return the probe value")
+    value, migrated, _deleted = _raised(answers[2:5])
+    created, canary = await _canary_over(client, prefix, value)
+    live = _live_facts(*(resp.info(a) for a in answers[5:])) if len(answers) > 5 else {}
+    facts = replace(base, canary=canary, canary_created=created, **live,
+                    migrated=migrated.decode(errors="replace") if isinstance(migrated, bytes) else None)
+    return ProbeResult(True, reasons.PROBE_SUCCEEDED, f"Redis at {where} answered a SET NX PX round trip", facts)
+
+
+async def _canary_over(client: resp.Connection, prefix: str, value: Any) -> tuple[bool, str]:
+    """``_canary`` over the minimal connection: SET NX and the read in one round trip."""
+    if value is None:
+        key, fresh = f"{prefix}{CANARY_KEY}", f"{int(time.time())}-{secrets.token_hex(6)}"
+        stored, value = _raised(await client.execute([("SET", key, fresh, "NX"), ("GET", key)]))
+        return stored is not None, (value or fresh.encode()).decode(errors="replace")
+    return False, value.decode(errors="replace")
+
+
+async def _commands(client: aioredis.Redis, target: RedisTarget, credentials: Credentials,
+                    timeout: float) -> ProbeResult:
+    """The full probe: the ``SET NX PX`` round trip, every command the gateway needs, the store's facts."""
     where = target.endpoint  # as status names it, whatever address was connected to
     key = f"{target.prefix}operator-probe:{secrets.token_hex(8)}"
     try:
         token = secrets.token_hex(8)
         first = client.pipeline(transaction=False)  # one round trip: SET NX PX, then read it back
         first.set(key, token, nx=True, px=10_000).get(key)
-        if base is not None:  # an observation probe: what can change between full probes, in the same trip
-            _light_reads(first, key, target.prefix, base)
-        answers = await first.execute(raise_on_error=False)
-        stored, read = _raised(answers[:2])
+        stored, read = _raised(await first.execute(raise_on_error=False))
         if not stored:
             return ProbeResult(False, reasons.PROBE_FAILED, f"SET NX PX under the prefix was refused at {where}")
         if read != token.encode():
             return ProbeResult(False, reasons.PROBE_FAILED, f"Redis at {where} did not return the probe value")
-        if base is not None:
-            facts = await _light_facts(client, target.prefix, base, answers[2:])
-            return ProbeResult(True, reasons.PROBE_SUCCEEDED, f"Redis at {where} answered a SET NX PX round trip",
-                               facts)
         refused, facts = await _checks(client, key, target.prefix)
         if refused:
             return _not_permitted(where, refused, credentials)
         return ProbeResult(True, reasons.PROBE_SUCCEEDED, f"Redis at {where} answered a SET NX PX round trip", facts)
-    except redis.AuthenticationError:
+    except Exception as e:  # noqa: BLE001 - said as _failure says it, or raised again
+        return _failure(e, target, credentials, timeout)
+
+
+def _failure(e: Exception, target: RedisTarget, credentials: Credentials, timeout: float) -> ProbeResult:
+    """What a probe that raised ``e`` says (either probe, either client); ``e`` again when it is
+    none of these (the caller says "answered unexpectedly")."""
+    where = target.endpoint
+    if isinstance(e, redis.AuthenticationError):  # a ConnectionError to redis-py: first
         return _refused_password(where, credentials)
-    except redis.exceptions.NoPermissionError as e:
+    if isinstance(e, redis.exceptions.NoPermissionError):
         return _not_permitted(where, [_noperm(e, target.prefix) or "a command"], credentials)
-    except redis.ResponseError as e:
+    if isinstance(e, redis.ResponseError):
         if "NOAUTH" in str(e) or "WRONGPASS" in str(e):
             return _refused_password(where, credentials)
         if _noperm(e, target.prefix):
             return _not_permitted(where, [_noperm(e, target.prefix) or ""], credentials)
         return ProbeResult(False, reasons.PROBE_FAILED, f"Redis at {where} refused the probe: {type(e).__name__}")
-    except (redis.ConnectionError, redis.TimeoutError, OSError, asyncio.TimeoutError) as e:
+    if isinstance(e, (redis.ConnectionError, redis.TimeoutError, OSError, asyncio.TimeoutError)):
         if target.tls and isinstance(e, (redis.TimeoutError, asyncio.TimeoutError)):
             return ProbeResult(False, reasons.CONNECTION_FAILED, f"cannot connect to Redis at {where}: no TLS "
                                f"handshake within {timeout:g}s (is it reachable, and does it serve TLS there?)")
+        why = f"no answer within {timeout:g}s" if isinstance(e, asyncio.TimeoutError) else _short(e)
         return _tls_failure(target, credentials, e) or ProbeResult(
-            False, reasons.CONNECTION_FAILED, f"cannot connect to Redis at {where}: {_short(e)}")
-    except redis.RedisError as e:  # e.g. something that is not Redis answers on that port
+            False, reasons.CONNECTION_FAILED, f"cannot connect to Redis at {where}: {why}")
+    if isinstance(e, redis.RedisError):  # e.g. something that is not Redis answers on that port
         return ProbeResult(False, reasons.PROBE_FAILED, f"Redis at {where} answered unexpectedly: {type(e).__name__}")
-    except (UnicodeError, ValueError) as e:  # e.g. a host name the resolver refuses
+    if isinstance(e, (UnicodeError, ValueError)):  # e.g. a host name the resolver refuses
         return ProbeResult(False, reasons.CONNECTION_FAILED, f"cannot connect to Redis at {where}: {type(e).__name__}")
+    raise e
 
 
 def _noperm(error: BaseException, prefix: str) -> str | None:
@@ -456,10 +517,14 @@ def _facts_reads(pipeline: Any, prefix: str) -> None:
     _live_info(pipeline)
 
 
+#: what INFO says that can change between probes: the run_id, the replication ids (a failover) and
+#: memory (one section each: Redis before 7 takes one section per INFO)
+LIVE_SECTIONS = ("server", "replication", "memory")
+
+
 def _live_info(pipeline: Any) -> None:
-    """What INFO says that can change between probes: the run_id, the replication ids (a failover)
-    and memory (one section each: Redis before 7 takes one section per INFO)."""
-    pipeline.info("server").info("replication").info("memory")
+    for section in LIVE_SECTIONS:
+        pipeline.info(section)
 
 
 def _live_facts(server: Any, replication: Any, memory: Any) -> dict[str, Any]:
@@ -482,23 +547,6 @@ def _replication_id(value: Any) -> str | None:
     a number, so those arrive as 0)."""
     text = str(value or "")
     return text if text.strip("0") else None
-
-
-def _light_reads(pipeline: Any, key: str, prefix: str, base: StoreFacts) -> None:
-    pipeline.get(f"{prefix}{CANARY_KEY}").get(f"{prefix}{MIGRATED_KEY}").delete(key)
-    if "INFO" not in base.refused:
-        _live_info(pipeline)
-
-
-async def _light_facts(client: aioredis.Redis, prefix: str, base: StoreFacts, answers: list[Any]) -> StoreFacts:
-    """An observation probe's facts: the canary (written when absent), the run_id, replication ids,
-    memory and the marker read now; persistence, the policy and what was refused as the last full
-    probe saw them."""
-    value, migrated, _deleted = _raised(answers[:3])
-    created, canary = await _canary(client, prefix, value)
-    live = _live_facts(*answers[3:6]) if len(answers) >= 6 else {}
-    return replace(base, canary=canary, canary_created=created, **live,
-                   migrated=migrated.decode(errors="replace") if migrated is not None else None)
 
 
 async def _canary(client: aioredis.Redis, prefix: str, value: bytes | None) -> tuple[bool, str]:
