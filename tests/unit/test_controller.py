@@ -411,3 +411,43 @@ def test_a_watched_replica_s_change_reaches_status_at_once_and_one_without_the_w
             await stop(task, servers)
 
     asyncio.run(main())
+
+
+def test_a_loop_started_on_a_settled_status_observes_first_and_applies_a_newer_spec_at_once() -> None:
+    """An operator start, or a shard taken over from a replica that died, finds many
+    GatewayDeployments at once. One whose status says its generation was reconciled with nothing
+    left to do is observed first: its replicas polled and its status published without a single
+    apply (the full passes come spread over the resync); one whose spec changed meanwhile is
+    applied at once."""
+    settled = {"observedGeneration": 1, "conditions": [{"type": C.STALLED, "status": "False"},
+                                                        {"type": C.RECONCILING, "status": "False"}]}
+
+    async def start(body: dict[str, Any]) -> tuple[HeldApi, list[str]]:
+        posting.event_queue_loop_var.set(asyncio.get_running_loop())
+        posting.event_queue_var.set(asyncio.Queue())
+        posting.settings_var.set(kopf.OperatorSettings())
+        kube = HeldApi(body, [secret("redis-auth", password="pw")])
+        pods = [PodView("bot-0", "pod-uid", REPLICA_IP, ready=True, deleting=False)]
+        owners: list[dict[str, Any]] = []
+        server = await serve_health(owners, [])
+        controller = GatewayController(kube, "ns", "bot", lambda: pods)  # type: ignore[arg-type]
+        controller.update(kube.body)
+        task = asyncio.create_task(controller.run())
+        try:
+            await until(lambda: len(kube.statuses) >= 1 and kube.condition(C.IDEMPOTENCY_DEGRADED).get("status")
+                        == "False", 10, "the first step published")
+        finally:
+            await stop(task, [server])
+        return kube, [c for c in kube.calls if c.startswith("apply")]
+
+    spec = {"replicas": 1, "health": {"intervalSeconds": 1, "timeoutSeconds": 1}}
+    kube, applies = asyncio.run(start(gateway(spec, **settled)))
+    assert applies == [], applies
+    assert kube.statuses[-1]["observedGeneration"] == 1
+    newer = gateway(spec, **settled)
+    newer["metadata"]["generation"] = 2            # changed while no operator held it
+    _, applies = asyncio.run(start(newer))
+    assert "apply Deployment/bot" in applies, applies
+    never = gateway(spec)                          # no status yet: a full pass first, as always
+    _, applies = asyncio.run(start(never))
+    assert "apply Deployment/bot" in applies, applies

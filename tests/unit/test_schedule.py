@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from gateway_operator.api import reasons
 from gateway_operator.core import schedule
-from gateway_operator.core.conditions import Problem
+from gateway_operator.core.conditions import Problem, settled_at
 from gateway_operator.core.outcome import Outcome
 from gateway_operator.core.rollouts import RolloutState
 from gateway_operator.core.schedule import Schedule, Timing
@@ -167,3 +167,35 @@ def test_a_step_waits_for_its_pass_at_most_until_the_next_poll_or_the_probe_boun
     assert schedule.publish_wait(100.5, 110.0, 100.0, 3.0) == 2.5         # it polled: the probe's bound
     assert schedule.publish_wait(104.0, 110.0, 100.0, 3.0) == 0.0         # past it: publish now
     assert schedule.publish_wait(112.0, 110.0, 100.0, None) == 0.0
+
+
+def test_a_loop_adopted_on_a_settled_status_observes_first_and_resyncs_within_the_period() -> None:
+    """An operator start or a shard taken over: the loop of an object whose status says its
+    generation is settled observes at its first step, and its first full pass comes within the
+    resync period; a newer generation (or a nudge) makes the next pass full at once."""
+    s = Schedule(Timing(resync_seconds=60.0))
+    s.adopt(100.0, 4, 0.0)
+    assert not s.spec_changed(4)                       # the same generation: nothing due
+    assert s.begin(100.0, INTERVAL, 1.0) == (False, True)   # observation, with the first poll
+    assert s.begin(105.9, INTERVAL, 1.0)[0] is False
+    assert s.begin(106.0, INTERVAL, 1.0)[0] is True         # resync_after(60, 0, first): a tenth
+    late = Schedule(Timing(resync_seconds=60.0))
+    late.adopt(0.0, 4, 0.99)
+    assert late.spec_changed(5)                        # the spec changed while nobody reconciled it
+    assert late.begin(0.0, INTERVAL, 1.0)[0] is True
+    nudged = Schedule()
+    nudged.adopt(0.0, 4, 0.5)
+    nudged.nudge()
+    assert nudged.begin(0.0, INTERVAL, 1.0)[0] is True
+
+
+def test_only_a_status_that_says_settled_at_the_generation_adopts() -> None:
+    def status(generation: int, stalled: str = "False", reconciling: str = "False") -> dict:
+        return {"observedGeneration": generation, "conditions": [
+            {"type": "Ready", "status": "True"}, {"type": "Stalled", "status": stalled},
+            {"type": "Reconciling", "status": reconciling}]}
+    assert settled_at(status(3), 3)
+    assert not settled_at(status(2), 3)                      # a newer spec nobody reconciled
+    assert not settled_at(status(3, stalled="True"), 3)      # a problem: retried from a full pass
+    assert not settled_at(status(3, reconciling="True"), 3)  # a rollout under way or waiting for its slot
+    assert not settled_at({}, 3) and not settled_at(None, 3) and not settled_at(status(3), None)

@@ -32,6 +32,19 @@ GATEWAY_COMPATIBLE, REPLICA_SAFE_CHANNELS = "GatewayCompatible", "ReplicaSafeCha
 ORDER = (READY, RECONCILING, STALLED, REDIS_REACHABLE, IDEMPOTENCY_DEGRADED, EXACTLY_ONCE, REDIS_DURABLE,
          SESSIONS_SHARED, REDIS_TLS_VERIFIED, GATEWAY_COMPATIBLE, REPLICA_SAFE_CHANNELS)
 
+
+
+def settled_at(status: Mapping[str, Any] | None, generation: object) -> bool:
+    """Does ``status`` say that a pass reconciled ``generation`` and left nothing to do: observed at
+    that generation, neither Stalled (a problem: its retries back off from a full pass) nor
+    Reconciling (a rollout under way, or waiting for its slot, which only a full pass takes)?"""
+    status = status or {}
+    if generation is None or status.get("observedGeneration") != generation:
+        return False
+    said = {c.get("type"): c.get("status") for c in status.get("conditions") or [] if isinstance(c, Mapping)}
+    return said.get(STALLED) == "False" and said.get(RECONCILING) == "False"
+
+
 # a replica state worse than another decides the IdempotencyDegraded reason
 _SEVERITY = (Idempotency.BUILD_TIME_FALLBACK, Idempotency.REDIS_OUT_OF_MEMORY, Idempotency.REDIS_READ_ONLY,
              Idempotency.REDIS_COMMAND_NOT_PERMITTED, Idempotency.REDIS_LOADING, Idempotency.RUNTIME_OUTAGE,

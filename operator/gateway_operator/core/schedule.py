@@ -159,6 +159,17 @@ class Schedule:
     def nudge(self) -> None:
         self.dirty = True
 
+    def adopt(self, now: float, generation: object, jitter: float) -> None:
+        """The loop starts on an object whose status says a pass reconciled ``generation`` and left
+        nothing to do (conditions.settled_at: an operator start, a shard taken over from a replica
+        that died): its first passes observe, and its first full pass comes anywhere in the
+        resync period (``resync_after``'s first), so that the loops found together cost an
+        observation pass each instead of a wave of full passes, and a spec change among them is
+        not queued behind that wave. A newer generation or a nudge still makes the next pass full."""
+        self.reconciled_generation = self.latest_generation = generation
+        self.dirty = False
+        self.next_full = now + resync_after(self.timing.resync_seconds, jitter, first=True)
+
     def begin(self, now: float, poll_interval: float, first_poll_jitter: float,
               passing: bool = False) -> tuple[bool, bool]:
         """A step starts: (is this pass a full one, is a /health poll due); ``passing``: a full

@@ -28,7 +28,7 @@ from gateway_operator.clients import health_poll, health_watch
 from gateway_operator.clients.kube import Kube
 from gateway_operator.clients.redis_probe import KeptConnection, Prober
 from gateway_operator.core import health, render, schedule, unrecorded
-from gateway_operator.core.conditions import Facts, Problem
+from gateway_operator.core.conditions import Facts, Problem, settled_at
 from gateway_operator.core.expose import Exposure
 from gateway_operator.core.facts import gather as gather_facts
 from gateway_operator.core.outcome import Outcome
@@ -121,8 +121,13 @@ class GatewayController:
         """Called for every watch event of the object: wakes the loop when the spec changed."""
         if resource_version(body) < self._rv_floor:
             return  # older than our own last status write; a newer event follows
-        self.body = kept(body)
-        if self.schedule.spec_changed(body.get("metadata", {}).get("generation")):
+        first, self.body = not self.body, kept(body)
+        generation = body.get("metadata", {}).get("generation")
+        if first and settled_at(body.get("status"), generation):
+            # an operator start or a shard taken over: what status says was settled is observed
+            # first, and fully reconciled within the resync (schedule.adopt)
+            self.schedule.adopt(time.monotonic(), generation, random.random())
+        if self.schedule.spec_changed(generation):
             self.wake.set()  # a new spec deserves a prompt first try
 
     def nudge(self) -> None:
