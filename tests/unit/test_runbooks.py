@@ -106,7 +106,7 @@ FIRING_REASONS: dict[str, list[str]] = {
     "GatewayRedisUnreachable": [getattr(reasons, n) for n in re.findall(
         r"ProbeResult\(\s*False,\s*reasons\.(\w+)", (REPO / "operator/gateway_operator/clients/redis_probe.py").read_text())
         if getattr(reasons, n) != reasons.MANAGED_REDIS_STARTING],  # that one is Unknown
-    "GatewayStalled": list(problems.PRECEDENCE),
+    "GatewayStalled": [r for r in problems.PRECEDENCE if r not in reasons.RETRIED],  # those show as Reconciling
 }
 
 

@@ -19,6 +19,11 @@ RECONCILE_COMPLETE = "ReconcileComplete"   #: every object matches the spec
 RECONCILE_STALLED = "Stalled"              #: blocked; the Stalled condition says why
 #: the operator's new release would roll these pods; it waits for a slot (--max-concurrent-rollouts)
 OPERATOR_UPGRADE_QUEUED = "OperatorUpgradeQueued"
+#: the API server did not answer a request of the pass in time (or refused the connection): retried
+#: with backoff; Reconciling=True, not Stalled, since nothing needs the user
+API_SERVER_UNAVAILABLE = "APIServerUnavailable"
+#: problems a retry clears by itself: shown as Reconciling=True (and Ready=False), never as Stalled
+RETRIED = (API_SERVER_UNAVAILABLE,)
 
 # -- Stalled (False) -----------------------------------------------------------------------
 NO_PROBLEMS = "NoProblems"                 #: the operator can act on the spec

@@ -30,6 +30,11 @@ REQUEST_TIMEOUT = (5.0, 30.0)
 # --shards a write must land within the Lease margin) and hides time the loop's backoff owns. A
 # refused connection is still retried: nothing was sent.
 RETRIES = urllib3.Retry(total=3, read=0)
+#: what the client raises when the API server does not answer in time or at all (urllib3's timeouts,
+#: its retries of a refused connection used up, a connection cut; the socket's own): the server's
+#: state, not a refusal of what was asked
+SILENT = (urllib3.exceptions.TimeoutError, urllib3.exceptions.MaxRetryError, urllib3.exceptions.ProtocolError,
+          TimeoutError, ConnectionError)
 #: (connect, read) seconds; urllib3's read timeout bounds the wait for each answer's bytes, and the
 #: API server sends an answer whole, so it bounds the wait for the answer
 Timeout = tuple[float, float]

@@ -132,7 +132,7 @@ def _compatible(f: Facts) -> Condition:
 
 
 def _stalled(f: Facts) -> Condition:
-    if f.problem:
+    if f.problem and f.problem.reason not in R.RETRIED:
         return Condition(STALLED, "True", f.problem.reason, f.problem.message)
     return Condition(STALLED, "False", R.NO_PROBLEMS, "the operator can act on the spec")
 
@@ -143,6 +143,8 @@ def _rolling(f: Facts) -> bool:
 
 
 def _reconciling(f: Facts) -> Condition:
+    if f.problem and f.problem.reason in R.RETRIED:   # working on it: the retry clears it
+        return Condition(RECONCILING, "True", f.problem.reason, f.problem.message)
     if f.problem:
         return Condition(RECONCILING, "False", R.RECONCILE_STALLED, "reconciliation is blocked; see Stalled")
     if f.migrating:

@@ -25,7 +25,7 @@ PRECEDENCE: tuple[str, ...] = (
     R.INVALID_SPEC, R.CONFIG_OVER_LIMITS, R.TENANCY_POLICY_VIOLATION, R.INVALID_REDIS_URL,
     R.SECRET_NOT_FOUND, R.SECRET_KEY_MISSING, R.SECRET_VALUE_INVALID,
     # a write the API server refused, or an object in the way: seen only by a full pass (sticky)
-    R.OBJECT_NOT_OWNED, R.APPLY_FAILED, R.EXPOSE_NOT_SERVED, R.RECONCILE_ERROR,
+    R.OBJECT_NOT_OWNED, R.APPLY_FAILED, R.EXPOSE_NOT_SERVED, R.RECONCILE_ERROR, R.API_SERVER_UNAVAILABLE,
     # the spec asks for what is refused: the rest is applied despite the first and the last
     R.REPLICA_POLICY_VIOLATION, R.REDIS_TARGET_NOT_ALLOWED, R.HOST_CLAIMED,
     # what the replicas and the Deployment controller report
@@ -119,6 +119,14 @@ def unexpected(error: Exception) -> Problem:
         return Problem(R.CONFIG_OVER_LIMITS, "spec nests too deeply to process")
     return Problem(R.RECONCILE_ERROR, f"unexpected {type(error).__name__} while reconciling; retrying with "
                                       "backoff (details in the operator log)")
+
+
+def api_server_unavailable(error: Exception) -> Problem:
+    """The API server did not answer a request of the pass in time, or at all (clients/kube.SILENT):
+    its state, not the spec's; retried with backoff, and shown as Reconciling, not Stalled."""
+    return Problem(R.API_SERVER_UNAVAILABLE, f"the API server did not answer a request of the reconcile in time "
+                                             f"({type(error).__name__}); retrying with backoff. Nothing needs changing "
+                                             "here: a busy or restarting API server clears by itself")
 
 
 def namespace_terminating(e: ApiException) -> bool:

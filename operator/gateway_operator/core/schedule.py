@@ -25,7 +25,8 @@ from gateway_operator.core.rollouts import RolloutState
 
 #: problems only a full pass can see (a write the API server refused, a foreign object): shown
 #: until the next full pass, so status does not flap between it and the observation passes
-STICKY = (reasons.APPLY_FAILED, reasons.OBJECT_NOT_OWNED, reasons.RECONCILE_ERROR, reasons.EXPOSE_NOT_SERVED)
+STICKY = (reasons.APPLY_FAILED, reasons.OBJECT_NOT_OWNED, reasons.RECONCILE_ERROR, reasons.EXPOSE_NOT_SERVED,
+          reasons.API_SERVER_UNAVAILABLE)
 PROBLEM_BACKOFF = (2.0, 4.0, 8.0, 16.0, 30.0, 60.0)  # retries while a problem persists
 MIN_SLEEP = 0.1
 POLL_SLACK = MIN_SLEEP  # a step this close before its poll is due polls now, not in a moment

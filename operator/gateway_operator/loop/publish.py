@@ -14,6 +14,7 @@ from typing import Any, Mapping, MutableMapping, Sequence
 import kopf
 
 from gateway_operator import api
+from gateway_operator.api import reasons
 from gateway_operator.clients.kube import Kube
 from gateway_operator.core import conditions, events, status
 from gateway_operator.core.conditions import Facts, Problem
@@ -34,10 +35,13 @@ class ObjectLog(logging.LoggerAdapter):  # type: ignore[type-arg]
     def problem(self, problem: Problem | None, exc_info: Any = None, line: str = "") -> None:
         if problem == self.last_problem:
             return
-        if problem is not None:
+        if problem is not None and problem.reason in reasons.RETRIED:  # the API server's state: no traceback
+            self.warning("%s", line or f"retrying: {problem.reason}: {problem.message}")
+        elif problem is not None:
             self.warning("%s", line or f"stalled: {problem.reason}: {problem.message}", exc_info=exc_info)
         elif self.last_problem is not None:
-            self.info("no longer stalled (was %s)", self.last_problem.reason)
+            self.info("no longer %s (was %s)", "retrying" if self.last_problem.reason in reasons.RETRIED else "stalled",
+                      self.last_problem.reason)
         self.last_problem = problem
 
 

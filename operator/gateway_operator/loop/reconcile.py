@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping, NamedTuple, Sequence
 
-from gateway_operator.clients.kube import Kube
+from gateway_operator.clients.kube import SILENT, Kube
 from gateway_operator.clients.redis_probe import Prober
 from gateway_operator.core import compat, problems
 from gateway_operator.core.outcome import Outcome
@@ -40,6 +40,8 @@ async def reconcile(kube: Kube, prober: Prober, settings: ReconcileSettings, bod
                           refused=tuple(compat.refusals(pods)),
                           carried=p.carried)
         read = p.prepared.inputs
+    except SILENT as e:  # a busy API server: the backoff retries, and status says so without Stalled
+        outcome, read = Outcome(problem=problems.api_server_unavailable(e), applied=full, error=e), None
     except Exception as e:  # noqa: BLE001 - the boundary: nothing escapes to the loop
         outcome, read = Outcome(problem=problems.unexpected(e), applied=full, error=e), None
     return Result(outcome, read if full and outcome.problem is None else None)
