@@ -33,7 +33,6 @@ ORDER = (READY, RECONCILING, STALLED, REDIS_REACHABLE, IDEMPOTENCY_DEGRADED, EXA
          SESSIONS_SHARED, REDIS_TLS_VERIFIED, GATEWAY_COMPATIBLE, REPLICA_SAFE_CHANNELS)
 
 
-
 def settled_at(status: Mapping[str, Any] | None, generation: object) -> bool:
     """Does ``status`` say that a pass reconciled ``generation`` and left nothing to do: observed at
     that generation, neither Stalled (a problem: its retries back off from a full pass) nor
