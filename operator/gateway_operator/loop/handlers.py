@@ -76,16 +76,16 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, gateway_po
     check: WatchCheck = memo.get("watch_check") or WatchCheck()
     memo.watches = watch_liveness.Watches(bound=check.stall_seconds)
     # an apply reads back only an object the watch shows changed since it was verified
-    kube = Kube(load_config(memo.get("kubeconfig")), memo.watches.version)
+    sharding: ShardSettings | None = memo.get("sharding")
+    kube = Kube(load_config(memo.get("kubeconfig")), memo.watches.version,
+                **({"write_timeout": sharding.timing.write_timeout} if sharding is not None else {}))
     indices = Indices(gateway_pods, gateway_deployments,
                       (gateway_host_claims, ingress_host_claims, route_host_claims),
                       (managed_redis_services, managed_redis_pods))
-    sharding: ShardSettings | None = memo.get("sharding")
     holder = None
     if sharding is not None:
         # each replica's writes name it in the API server's audit log (its userAgent)
         kube.api_client.user_agent = f"gateway-operator ({sharding.identity})"
-        kube.write_timeout = sharding.timing.write_timeout
         holder = _shard_holder(memo, kube, sharding, check.namespaces)
     memo.supervisor = Supervisor(kube, memo.get("controller_settings") or ControllerSettings(), indices.pods_of,
                                  indices.deployment_of, indices.claims_of, indices.foreign_managed_redis,

@@ -137,3 +137,4 @@ class ShardHolder:
         for shard in range(self.shards):
             self.observed.renewed_at.pop(shard, None)
         await self._settle()
+        self._thread.shutdown(wait=False, cancel_futures=True)
