@@ -146,12 +146,14 @@ def target(port: int, host: str = "127.0.0.1") -> RedisTarget:
     return RedisTarget(host=host, port=port, db=0, tls=False, prefix="gwop:t:a:", password_ref=None)
 
 
-async def _serve(reply: bytes | None) -> tuple[asyncio.AbstractServer, int]:
-    """A TCP server on loopback that answers every read with ``reply`` (None: never answers)."""
+async def _serve(reply: bytes | None, per_command: bool = False) -> tuple[asyncio.AbstractServer, int]:
+    """A TCP server on loopback that answers every read with ``reply`` (None: never answers), or
+    (``per_command``) every RESP command it reads, as a server that says the same to everything."""
     async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        while await reader.read(4096):
+        while data := await reader.read(4096):
             if reply is not None:
-                writer.write(reply)
+                commands = (data.startswith(b"*") + data.count(b"\r\n*")) if per_command else 1
+                writer.write(reply * commands)
                 await writer.drain()
         writer.close()
     server = await asyncio.start_server(handle, "127.0.0.1", 0)
@@ -160,7 +162,7 @@ async def _serve(reply: bytes | None) -> tuple[asyncio.AbstractServer, int]:
 
 def test_a_server_that_says_ok_to_everything_is_a_probe_failure_not_a_crash() -> None:
     async def run() -> redis_probe.ProbeResult:
-        server, port = await _serve(b"+OK\r\n")
+        server, port = await _serve(b"+OK\r\n", per_command=True)
         async with server:
             return await redis_probe.Prober().probe("t", target(port), "pw", 1.0)
     result = asyncio.run(run())

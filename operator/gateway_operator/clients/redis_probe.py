@@ -8,7 +8,8 @@ The probe connects wherever a tenant's spec.redis points and sends the password 
 named, so it is bounded on every side: an allowlist checked before any connection (the
 chart's ``redisProbe.allow``), a fixed ceiling on its timeout, and its own concurrency
 limits (per namespace and in total) so that one namespace's slow or black-holed Redis never
-delays another namespace. It runs on the event loop (redis.asyncio): no thread is held.
+delays another namespace. It runs on the event loop (resp.py, a minimal RESP2 connection for
+both the full and the observation probe): no thread is held.
 
 It reaches only what the tenant may reach: the GatewayDeployment's own managed Redis, or a
 target of its own that is no other GatewayDeployment's managed Redis (checked by name and by
@@ -32,9 +33,6 @@ import time
 from typing import Any, Callable, Iterable, NamedTuple, Sequence
 
 import redis
-import redis.asyncio as aioredis
-from redis.backoff import NoBackoff
-from redis.retry import Retry
 
 from gateway_operator.api import reasons
 from gateway_operator.api.redis_target import RedisTarget
@@ -71,18 +69,6 @@ def ca_bundle_loads(pem: str) -> bool:
     except (ssl.SSLError, ValueError):
         return False
     return True
-
-
-class _NamedSSLConnection(aioredis.SSLConnection):
-    """TLS to the checked address, verifying (and sending as SNI) the name the spec expects:
-    redis-py would use the host it connects to."""
-
-    def __init__(self, *, server_name: str, **kwargs: object) -> None:
-        self.server_name = server_name
-        super().__init__(**kwargs)
-
-    def _connection_arguments(self):  # type: ignore[no-untyped-def]
-        return {**super()._connection_arguments(), "server_hostname": self.server_name}
 
 
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network
@@ -258,10 +244,10 @@ class KeptConnection:
     """One GatewayDeployment's connection for its observation probes (the controller owns it and
     closes it when its loop ends).
 
-    A full pass probes on a fresh connection (redis-py's client, closed after): connect, TLS,
-    ``AUTH``/``HELLO`` and every command the gateway needs, as a new gateway client would. Between
-    full passes (``--resync-seconds``) an observation probe goes over this connection (resp.py: a
-    minimal one, opened by the first observation probe and kept) and asks only what can change
+    A full pass probes on a fresh connection (closed after): connect, TLS, ``AUTH``/``SELECT`` and
+    every command the gateway needs, as a new gateway client would. Between full passes
+    (``--resync-seconds``) an observation probe goes over this connection (opened by the first
+    observation probe and kept) and asks only what can change
     without a spec change: the ``SET NX PX`` round trip, the canary, the ``run_id`` and the
     migration marker (the commands and persistence of the last full probe stand until the next).
     A kept connection that fails is retried once on a fresh one (the server may have closed it
@@ -306,39 +292,30 @@ async def carried(kept: KeptConnection | None, prefix: str, pods: Sequence[str],
     return frozenset(pod for pod, value in zip(asked, values) if value is not None)
 
 
-async def _close(client: aioredis.Redis) -> None:
-    try:
-        await asyncio.wait_for(client.aclose(), 1.0)
-    except BaseException:  # noqa: BLE001 - closing a broken connection must not mask the result
-        pass
-
-
-def _client(target: RedisTarget, host: str, credentials: Credentials, timeout: float) -> aioredis.Redis:
-    # no retries: one probe is one attempt, bounded by the timeout (redis-py retries by default)
-    kwargs: dict[str, object] = dict(host=host, port=target.port, db=target.db,
-                                     username=credentials.username or None, password=credentials.password or None,
-                                     socket_timeout=timeout, socket_connect_timeout=timeout,
-                                     retry=Retry(NoBackoff(), 0),
-                                     driver_info=None)  # no CLIENT SETINFO: it reads the package metadata each connection
-    if target.tls:
-        skip = target.tls_options.insecure_skip_verify
-        kwargs.update(connection_class=_NamedSSLConnection, server_name=target.server_name,
-                      ssl_cert_reqs="none" if skip else "required", ssl_check_hostname=not skip,
-                      ssl_ca_data=credentials.ca or None)
-    return aioredis.Redis.from_pool(aioredis.ConnectionPool(**kwargs))
-
-
 async def _exchange(target: RedisTarget, host: str, credentials: Credentials, timeout: float,
                     kept: KeptConnection | None = None, base: StoreFacts | None = None) -> ProbeResult:
     """``kept`` and ``base`` (the last full probe's store facts): an observation probe, over the
     kept connection (see KeptConnection). Without them: a full probe on a fresh connection."""
     if kept is not None and base is not None:
         return await _observe(target, host, credentials, timeout, kept, base)
-    client = _client(target, host, credentials, timeout)
+    client = None
     try:
-        return await _commands(client, target, credentials, timeout)
+        client = await _connect(target, host, credentials, timeout)
+        async with asyncio.timeout(timeout):
+            return await _commands(client, target, credentials)
+    except Exception as e:  # noqa: BLE001 - said as _failure says it, or raised again
+        return _failure(e, target, credentials, timeout)
     finally:
-        await _close(client)
+        if client is not None:
+            client.close()
+
+
+async def _connect(target: RedisTarget, host: str, credentials: Credentials, timeout: float) -> resp.Connection:
+    """A new connection, as a new gateway client opens one: TCP, TLS verifying the spec's server
+    name, then ``AUTH`` and ``SELECT``, each within ``timeout``."""
+    tls = resp.tls_context(target.tls_options.insecure_skip_verify, credentials.ca) if target.tls else None
+    return await resp.Connection.connect(host, target.port, timeout, tls=tls, server_name=target.server_name,
+                                         username=credentials.username, password=credentials.password, db=target.db)
 
 
 async def _observe(target: RedisTarget, host: str, credentials: Credentials, timeout: float,
@@ -366,10 +343,7 @@ async def _observed(target: RedisTarget, host: str, credentials: Credentials, ti
         client = kept.take(key)
         if client is None:
             kept.swap(None, None)   # one opened for other credentials or another address
-            tls = resp.tls_context(target.tls_options.insecure_skip_verify, credentials.ca) if target.tls else None
-            client = await resp.Connection.connect(host, target.port, timeout, tls=tls,
-                                                   server_name=target.server_name, username=credentials.username,
-                                                   password=credentials.password, db=target.db)
+            client = await _connect(target, host, credentials, timeout)
             kept.swap(key, client)
         async with asyncio.timeout(timeout):
             return await _light_commands(client, target, base)
@@ -379,7 +353,7 @@ async def _observed(target: RedisTarget, host: str, credentials: Credentials, ti
 
 async def _light_commands(client: resp.Connection, target: RedisTarget, base: StoreFacts) -> ProbeResult:
     """One round trip: the ``SET NX PX`` read back and deleted, the canary, the migration marker
-    and, unless the full probe found INFO refused, what INFO says can change (``_live_info``)."""
+    and, unless the full probe found INFO refused, what INFO says can change (``LIVE_SECTIONS``)."""
     where, prefix = target.endpoint, target.prefix
     key, token = f"{prefix}operator-probe:{secrets.token_hex(8)}", secrets.token_hex(8)
     commands: list[tuple[str, ...]] = [("SET", key, token, "NX", "PX", "10000"), ("GET", key),
@@ -410,26 +384,19 @@ async def _canary_over(client: resp.Connection, prefix: str, value: Any) -> tupl
     return False, value.decode(errors="replace")
 
 
-async def _commands(client: aioredis.Redis, target: RedisTarget, credentials: Credentials,
-                    timeout: float) -> ProbeResult:
+async def _commands(client: resp.Connection, target: RedisTarget, credentials: Credentials) -> ProbeResult:
     """The full probe: the ``SET NX PX`` round trip, every command the gateway needs, the store's facts."""
     where = target.endpoint  # as status names it, whatever address was connected to
-    key = f"{target.prefix}operator-probe:{secrets.token_hex(8)}"
-    try:
-        token = secrets.token_hex(8)
-        first = client.pipeline(transaction=False)  # one round trip: SET NX PX, then read it back
-        first.set(key, token, nx=True, px=10_000).get(key)
-        stored, read = _raised(await first.execute(raise_on_error=False))
-        if not stored:
-            return ProbeResult(False, reasons.PROBE_FAILED, f"SET NX PX under the prefix was refused at {where}")
-        if read != token.encode():
-            return ProbeResult(False, reasons.PROBE_FAILED, f"Redis at {where} did not return the probe value")
-        refused, facts = await _checks(client, key, target.prefix)
-        if refused:
-            return _not_permitted(where, refused, credentials)
-        return ProbeResult(True, reasons.PROBE_SUCCEEDED, f"Redis at {where} answered a SET NX PX round trip", facts)
-    except Exception as e:  # noqa: BLE001 - said as _failure says it, or raised again
-        return _failure(e, target, credentials, timeout)
+    key, token = f"{target.prefix}operator-probe:{secrets.token_hex(8)}", secrets.token_hex(8)
+    stored, read = _raised(await client.execute([("SET", key, token, "NX", "PX", "10000"), ("GET", key)]))
+    if stored is None:
+        return ProbeResult(False, reasons.PROBE_FAILED, f"SET NX PX under the prefix was refused at {where}")
+    if read != token.encode():
+        return ProbeResult(False, reasons.PROBE_FAILED, f"Redis at {where} did not return the probe value")
+    refused, facts = await _checks(client, key, target.prefix)
+    if refused:
+        return _not_permitted(where, refused, credentials)
+    return ProbeResult(True, reasons.PROBE_SUCCEEDED, f"Redis at {where} answered a SET NX PX round trip", facts)
 
 
 def _failure(e: Exception, target: RedisTarget, credentials: Credentials, timeout: float) -> ProbeResult:
@@ -477,41 +444,43 @@ def _raised(answers: list[Any]) -> list[Any]:
     return answers
 
 
-async def _checks(client: aioredis.Redis, key: str, prefix: str) -> tuple[list[str], StoreFacts | None]:
-    """Two round trips: the commands of redis_acl.COMMANDS beyond SET and GET that the server
+async def _checks(client: resp.Connection, key: str, prefix: str) -> tuple[list[str], StoreFacts | None]:
+    """One round trip: the commands of redis_acl.COMMANDS beyond SET and GET that the server
     refuses to this user, each tried once on the probe's own keys (they expire in 10 s) and then
-    deleted; and the store's facts (``_store_facts``), read in the same pipeline. ``None`` facts
-    when a command was refused (they are not looked at then)."""
-    refused: list[str] = []
+    deleted, and the store's facts (``_store_facts``). ``None`` facts when a command was refused
+    (they are not looked at then)."""
     listing, counter, index = f"{key}:list", f"{key}:n", f"{key}:sessions"
-    history = client.pipeline(transaction=True)  # as the shared session history appends
-    history.rpush(listing, "p").ltrim(listing, -1, -1).expire(listing, 10)
-    history.zadd(index, {listing: 1}).zremrangebyscore(index, "-inf", 0).expire(index, 10).zcard(index)
-    try:
-        await history.execute()
-    except redis.ResponseError as e:  # a refused MULTI leaves the rest to run alone, then EXEC fails
-        refused.append("MULTI" if "EXEC without MULTI" in str(e) else _noperm(e, prefix) or "")
-    others = client.pipeline(transaction=False)
-    # INCR as the rate limiter's script sends it (redis-py's incr() is INCRBY)
-    others.ping().exists(key).execute_command("INCR", counter).pexpire(counter, 10_000).pttl(counter)
-    others.lrange(listing, 0, -1)
-    others.eval("return redis.call('get', KEYS[1])", 1, key).scan(0, match=f"{prefix}operator-probe:*", count=1)
-    others.zpopmin(index, 1)
-    others.delete(key, listing, counter, index)
-    tried = len(others.command_stack)
-    _facts_reads(others, prefix)
-    answers = await others.execute(raise_on_error=False)
-    for answer in answers[:tried]:
-        if isinstance(answer, BaseException):
-            refused.append(_noperm(answer, prefix) or "")
+    history: list[tuple[str, ...]] = [  # in a transaction, as the shared session history appends
+        ("RPUSH", listing, "p"), ("LTRIM", listing, "-1", "-1"), ("EXPIRE", listing, "10"),
+        ("ZADD", index, "1", listing), ("ZREMRANGEBYSCORE", index, "-inf", "0"), ("EXPIRE", index, "10"),
+        ("ZCARD", index)]
+    others: list[tuple[str, ...]] = [
+        ("PING",), ("EXISTS", key), ("INCR", counter), ("PEXPIRE", counter, "10000"), ("PTTL", counter),
+        ("LRANGE", listing, "0", "-1"), ("EVAL", "return redis.call('get', KEYS[1])", "1", key),
+        ("SCAN", "0", "MATCH", f"{prefix}operator-probe:*", "COUNT", "1"), ("ZPOPMIN", index, "1"),
+        ("DEL", key, listing, counter, index)]
+    facts: list[tuple[str, ...]] = [
+        ("GET", f"{prefix}{CANARY_KEY}"), ("INFO", "persistence"), ("CONFIG", "GET", "maxmemory-policy"),
+        ("CONFIG", "GET", "save"), ("GET", f"{prefix}{MIGRATED_KEY}"), *(("INFO", s) for s in LIVE_SECTIONS)]
+    answers = await client.execute([("MULTI",), *history, ("EXEC",), *others, *facts])
+    transaction, executed = answers[:len(history) + 1], answers[len(history) + 1]
+    refused = _transaction_refused(transaction, executed, prefix)
+    rest = answers[len(history) + 2:]
+    refused += [_noperm(a, prefix) or "" for a in rest[:len(others)] if isinstance(a, redis.RedisError)]
     refused = [c for c in dict.fromkeys(refused) if c]
-    return refused, None if refused else await _store_facts(client, prefix, answers[tried:])
+    return refused, None if refused else await _store_facts(client, prefix, rest[len(others):])
 
 
-def _facts_reads(pipeline: Any, prefix: str) -> None:
-    pipeline.get(f"{prefix}{CANARY_KEY}").info("persistence")
-    pipeline.config_get("maxmemory-policy").config_get("save").get(f"{prefix}{MIGRATED_KEY}")
-    _live_info(pipeline)
+def _transaction_refused(queued: Sequence[Any], executed: Any, prefix: str) -> list[str]:
+    """What a MULTI ... EXEC was refused: MULTI itself (its commands then ran alone, and EXEC
+    found no MULTI), else the first command refused when queued (EXEC aborted), else any that
+    failed inside EXEC; "" for a failure that is no NOPERM."""
+    if isinstance(executed, redis.RedisError):
+        if "EXEC without MULTI" in str(executed):
+            return ["MULTI"]
+        return [_noperm(next((q for q in queued if isinstance(q, redis.RedisError)), executed), prefix) or ""]
+    return [_noperm(a, prefix) or "" for a in executed if isinstance(a, redis.RedisError)] \
+        if isinstance(executed, list) else []
 
 
 #: what INFO says that can change between probes: the run_id, the replication ids (a failover) and
@@ -519,13 +488,8 @@ def _facts_reads(pipeline: Any, prefix: str) -> None:
 LIVE_SECTIONS = ("server", "replication", "memory")
 
 
-def _live_info(pipeline: Any) -> None:
-    for section in LIVE_SECTIONS:
-        pipeline.info(section)
-
-
 def _live_facts(server: Any, replication: Any, memory: Any) -> dict[str, Any]:
-    """``_live_info``'s answers as StoreFacts fields; nothing for an INFO that was refused."""
+    """The INFO sections of ``LIVE_SECTIONS``, parsed (resp.info), as StoreFacts fields; nothing for an INFO that was refused."""
     out: dict[str, Any] = {}
     if isinstance(server, dict):
         out["run_id"] = str(server.get("run_id") or "") or None
@@ -546,42 +510,31 @@ def _replication_id(value: Any) -> str | None:
     return text if text.strip("0") else None
 
 
-async def _canary(client: aioredis.Redis, prefix: str, value: bytes | None) -> tuple[bool, str]:
-    """(created, value): the canary as read, or written now (with no TTL) when it was absent."""
-    created = False
-    if value is None:
-        key, fresh = f"{prefix}{CANARY_KEY}", f"{int(time.time())}-{secrets.token_hex(6)}"
-        created = bool(await client.set(key, fresh, nx=True))
-        value = fresh.encode() if created else (await client.get(key) or fresh.encode())
-    return created, value.decode(errors="replace")
-
-
-async def _store_facts(client: aioredis.Redis, prefix: str, answers: list[Any]) -> StoreFacts:
+async def _store_facts(client: resp.Connection, prefix: str, answers: list[Any]) -> StoreFacts:
     """The canary (written when absent, with no TTL) and, where the server allows INFO and CONFIG
-    GET, its run_id, replication ids, memory, persistence and maxmemory-policy: ``answers`` of
-    ``_facts_reads``. A refused INFO or CONFIG GET (managed services often refuse CONFIG) is noted,
-    never a failure."""
+    GET, its run_id, replication ids, memory, persistence and maxmemory-policy. A refused INFO or
+    CONFIG GET (managed services often refuse CONFIG) is noted, never a failure."""
     value, persistence, policy_answer, save_answer, migrated, server, replication, memory = answers
     _raised([value, migrated])
-    created, canary = await _canary(client, prefix, value)
+    created, canary = await _canary_over(client, prefix, value)
     refused: list[str] = []
     aof, save, policy = None, None, None
-    if isinstance(server, redis.ResponseError) or isinstance(persistence, redis.ResponseError):
+    if isinstance(server, redis.RedisError) or isinstance(persistence, redis.RedisError):
         refused.append("INFO")
     else:
-        aof = persistence.get("aof_enabled") in (1, "1")
-    if isinstance(policy_answer, redis.ResponseError):
+        aof = (resp.info(persistence, ("aof_enabled",)) or {}).get("aof_enabled") == 1
+    if isinstance(policy_answer, redis.RedisError):
         refused.append("CONFIG GET")
     else:  # as when each was sent alone: the policy is kept when only CONFIG GET save is refused
-        policy = policy_answer.get("maxmemory-policy")
-        if isinstance(save_answer, redis.ResponseError):
+        policy = resp.pairs(policy_answer).get("maxmemory-policy")
+        if isinstance(save_answer, redis.RedisError):
             refused.append("CONFIG GET")
         else:
-            save = save_answer.get("save")
-    persistent = True if aof else (bool(str(save).strip()) if save is not None and aof is not None else None)
+            save = resp.pairs(save_answer).get("save")
+    persistent = True if aof else (bool(save.strip()) if save is not None and aof is not None else None)
     return StoreFacts(canary, created, persistent=persistent, maxmemory_policy=policy, refused=tuple(refused),
-                      migrated=migrated.decode(errors="replace") if migrated is not None else None,
-                      **_live_facts(server, replication, memory))
+                      migrated=migrated.decode(errors="replace") if isinstance(migrated, bytes) else None,
+                      **_live_facts(*(resp.info(a) for a in (server, replication, memory))))
 
 
 def _refused_password(where: str, credentials: Credentials = Credentials()) -> ProbeResult:

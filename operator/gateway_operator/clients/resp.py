@@ -1,13 +1,13 @@
-"""A minimal Redis connection for the observation probe (redis_probe.KeptConnection): RESP2 over
-one asyncio stream, signed in with ``AUTH`` and ``SELECT`` when it opens, then commands sent as
-one pipeline and their replies read in order.
+"""A minimal Redis connection for the operator's probes (redis_probe.py): RESP2 over one asyncio
+stream, signed in with ``AUTH`` and ``SELECT`` when it opens, then commands sent as one pipeline
+and their replies read in order.
 
-Why not redis-py's client here: the operator keeps one such connection per GatewayDeployment and
-asks it a handful of commands every interval. redis-py's client cost about 27 KiB per kept
-connection (its response-callback table, pool and event dispatcher) and 0.34 ms of CPU per
-observation probe (its per-command machinery and a full parse of every INFO section); the
-benchmark's profile put that probe at a third of the idle operator's CPU. The full probe, which
-plays a new gateway client, keeps redis-py.
+Why not redis-py's client: the operator keeps one connection per GatewayDeployment for its
+observation probes and asks it a handful of commands every interval, and opens a new one for
+each full probe (every resync). redis-py's client cost about 27 KiB per kept connection (its
+response-callback table, pool and event dispatcher), 0.34 ms of CPU per observation probe and
+about 1.8 ms per full probe (its per-command machinery, its pool, a full parse of every INFO
+section); the benchmark's profiles put the two probes at a third of the idle operator's CPU.
 
 The server is the tenant's: every reply is bounded (``MAX_REPLY`` bytes a string, ``MAX_ITEMS``
 elements an array, ``MAX_DEPTH`` levels), and anything else is refused as an invalid answer. A
@@ -183,6 +183,13 @@ def info(reply: Reply, keys: Sequence[str] = INFO_VALUES) -> dict[str, Any] | re
         if sep and key in keys:
             out[key] = _value(value.strip())
     return out
+
+
+def pairs(reply: Reply) -> dict[str, str]:
+    """A ``CONFIG GET`` reply (name, value, name, value, ...) as text, as redis-py gives it."""
+    items = [v.decode(errors="replace") if isinstance(v, bytes) else str(v) for v in reply] \
+        if isinstance(reply, list) else []
+    return dict(zip(items[::2], items[1::2]))
 
 
 def _value(value: str) -> Any:
