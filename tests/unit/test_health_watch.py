@@ -281,12 +281,27 @@ def test_the_watch_follows_only_the_replicas_it_is_told() -> None:
     asyncio.run(main())
 
 
+@pytest.mark.parametrize("round_trip", [0.0, 0.05, 0.4])
+def test_a_silent_replica_is_heard_once_an_interval_whatever_the_round_trip(round_trip: float) -> None:
+    """What the benchmark counts as checks achieved against those demanded: the watch's silent
+    answers keep the interval's cadence, neither a little more often (a fixed lead) nor less (the
+    round trip added to each wait)."""
+    now, due, answers = 0.0, None, 0
+    while now < 1000.0:
+        due = schedule.watch_due(due, now, 10.0)
+        now += schedule.watch_wait(due - now, None) + round_trip  # the launcher answers when the wait ends
+        due, answers = due + 10.0, answers + 1
+    assert answers == 100
+    # a cadence far behind (a replica that failed meanwhile) starts again; a shorter interval at once
+    assert schedule.watch_due(10.0, 35.0, 10.0) == 45.0 and schedule.watch_due(30.0, 1.0, 5.0) == 6.0
+
+
 def test_when_a_watch_waits_is_the_schedules() -> None:
     cut_off = ReplicaHealth("p", Idempotency.HEALTHY, redis="unreachable", unusable_for_s=1.0)
-    assert schedule.watch_wait(10.0, None) == 10.0 - schedule.WATCH_LEAD_S
+    assert schedule.watch_wait(10.0, None) == 10.0
     assert schedule.watch_wait(10.0, cut_off) == pytest.approx(4.0 + schedule.CROSSING_SLACK_S)
     assert schedule.watch_wait(10.0, ReplicaHealth("p", Idempotency.HEALTHY, redis="answers",
-                                                   answers_for_s=60.0)) == 10.0 - schedule.WATCH_LEAD_S
+                                                   answers_for_s=60.0)) == 10.0
     assert schedule.watch_wait(0.1, None) == schedule.WATCH_MIN_GAP_S
     assert [schedule.watch_retry(n) for n in (0, 1, 9)] == [1.0, 2.0, 60.0]
     assert schedule.watch_stands(0.0, 14.0, 10.0, 3.0) and not schedule.watch_stands(0.0, 14.1, 10.0, 3.0)

@@ -88,10 +88,11 @@ class Watch:
             followed.exchange.close()
 
     async def _run(self, followed: _Followed) -> None:
-        since = ""
+        since, due = "", None
         while True:
-            wait = schedule.watch_wait(self.interval, followed.last)
             asked = time.monotonic()
+            due = schedule.watch_due(due, asked, self.interval)
+            wait = schedule.watch_wait(due - asked, followed.last)
             try:
                 health, tag = await self._ask(followed, wait, since)
             except (OSError, TimeoutError, _Failed, _NotServed) as e:
@@ -101,18 +102,21 @@ class Watch:
                 if followed.failures == 0:
                     log.debug("health watch of pod %s failed (%s): polled instead", followed.target.pod,
                               type(e).__name__)
-                followed.last, since = None, ""
+                followed.last, since, due = None, "", None
                 await asyncio.sleep(schedule.watch_retry(followed.failures))
                 followed.failures += 1
                 continue
             except Exception as e:  # noqa: BLE001 - a surprise in one replica's watch never ends it
                 log.warning("health watch of pod %s failed: %s", followed.target.pod, type(e).__name__)
-                followed.last, since = None, ""
+                followed.last, since, due = None, "", None
                 await asyncio.sleep(schedule.watch_retry(followed.failures))
                 followed.failures += 1
                 continue
-            # news: the tag moved (or it is the first answer), or a duration crossed a bound it asked for
-            news = tag != since or wait < schedule.watch_wait(self.interval, None)
+            # news: the tag moved (or it is the first answer), or a duration crossed a bound it asked
+            # for; else it is the silent answer that was due, and the next one is due an interval on
+            news = tag != since or wait < schedule.watch_wait(due - asked, None)
+            if not news:
+                due += self.interval
             followed.last, followed.at, followed.failures, since = health, time.monotonic(), 0, tag
             self.answered(health)
             if news:
