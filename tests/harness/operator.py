@@ -139,8 +139,8 @@ class OperatorProcess:
             raise RuntimeError(f"operator liveness never answered:\n{self.log_tail()}") from None
         return self
 
-    def metrics(self) -> str:
-        with urllib.request.urlopen(f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=5) as r:
+    def metrics(self, timeout: float = 5) -> str:
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=timeout) as r:
             return r.read().decode()
 
     def log_tail(self, lines: int = 60) -> str:
