@@ -31,6 +31,15 @@ def connections(server: RedisServer) -> list[dict[str, Any]]:
     return [c for c in admin.client_list() if int(c["id"]) != mine]
 
 
+async def settled_connections(server: RedisServer, within: float = 2.0) -> list[dict[str, Any]]:
+    """The server's connections once those the probe closed are gone (a close takes effect at the
+    event loop's next turn, and the server sees it a moment later), or as they are after ``within``."""
+    deadline = time.monotonic() + within
+    while (left := connections(server)) and time.monotonic() < deadline:
+        await asyncio.sleep(0.05)
+    return left
+
+
 async def rounds(server: RedisServer, kept: KeptConnection, steps: list[str],
                  password: str | None = None) -> list[ProbeResult]:
     """One probe per step: "full" (afresh, whole) or "observe" (the last full facts as base)."""
@@ -50,7 +59,7 @@ def test_observation_probes_reuse_one_connection_and_report_as_a_full_probe(redi
 
     async def run() -> tuple[list[ProbeResult], list[str], int]:
         results = await rounds(redis_server, kept, ["full"])
-        ids = [c["id"] for c in connections(redis_server)]
+        ids = [c["id"] for c in await settled_connections(redis_server)]
         results += await rounds(redis_server, kept, ["observe"] * 5)
         seen = {c["id"] for c in connections(redis_server)}
         await kept.aclose()
@@ -149,7 +158,7 @@ def test_a_changed_password_is_not_hidden_by_a_kept_connection(redis_server: Red
         full = await rounds(redis_server, kept, ["full"])
         wrong = await Prober().probe("ns", target(redis_server), "not-the-password", 2, kept=kept,
                                      base=full[0].store)
-        left = connections(redis_server)
+        left = await settled_connections(redis_server)
         await kept.aclose()
         assert left == [], left  # the failed probe's connection and the kept one are closed
         return wrong

@@ -168,9 +168,10 @@ class Prober:
         if not wait and (self._per_namespace[namespace].locked() or self._total.locked()):
             return None
         async with self._per_namespace[namespace], self._total:
-            try:
-                result = await asyncio.wait_for(self._probe(namespace, owner, target, signed, timeout, managed_ip,
-                                                            privileged, kept, base), bound(timeout))
+            try:  # asyncio.timeout: a cancel never swallowed (controller._loop says why)
+                async with asyncio.timeout(bound(timeout)):
+                    result = await self._probe(namespace, owner, target, signed, timeout, managed_ip, privileged,
+                                               kept, base)
             except asyncio.TimeoutError:
                 result = unreachable(target.endpoint, timeout)
         if privileged:
@@ -215,8 +216,8 @@ async def _addresses(target: RedisTarget, timeout: float) -> list[str] | None:
     except ValueError:
         pass
     try:
-        infos = await asyncio.wait_for(asyncio.get_running_loop().getaddrinfo(
-            target.host, target.port, type=socket.SOCK_STREAM), timeout)
+        async with asyncio.timeout(timeout):
+            infos = await asyncio.get_running_loop().getaddrinfo(target.host, target.port, type=socket.SOCK_STREAM)
     except (OSError, asyncio.TimeoutError, UnicodeError, ValueError):
         return None
     return list(dict.fromkeys(str(info[4][0]) for info in infos)) or None

@@ -159,9 +159,12 @@ class GatewayController:
                 self._errored(f"the API server refused a request: {e.status} {e.reason}")
             except Exception as e:  # noqa: BLE001 - never let one object's surprise kill its loop
                 self._errored(f"step failed: {type(e).__name__}", exc_info=True)
+            # asyncio.timeout, not wait_for: on Python 3.11 a wait_for whose event is set in the
+            # same turn as the task's cancel returns and swallows the cancel, and the loop runs on
+            # after its shard was given up (supervisor.drop then waits for ever)
             with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(self.wake.wait(), timeout=self.schedule.sleep_for(
-                    time.monotonic(), passing=self._pending is not None))
+                async with asyncio.timeout(self.schedule.sleep_for(time.monotonic(), passing=self._pending is not None)):
+                    await self.wake.wait()
             self.wake.clear()
 
     async def step(self) -> None:

@@ -131,7 +131,8 @@ class ShardHolder:
         for handle in self._lapses.values():
             handle.cancel()
         try:
-            await asyncio.wait_for(self.tick(stopping=True), timeout=self.timing.renew_deadline)
+            async with asyncio.timeout(self.timing.renew_deadline):
+                await self.tick(stopping=True)
         except Exception as e:  # noqa: BLE001 - the Leases then expire on their own
             log.warning("could not give up the shards: %s", type(e).__name__)
         for shard in range(self.shards):
