@@ -95,10 +95,9 @@ def publish_wait(now: float, poll_due: float, started: float, probe_bound: float
 def watch_due(due: float | None, now: float, interval: float) -> float:
     """When a replica's next silent answer is due: on a fixed cadence of ``interval`` from its
     first ask (the watch moves ``due`` on by one interval after each silent answer), so that a
-    silent replica is heard once an interval whatever each round trip takes. A wait of the
-    interval less a fixed lead ran 2% over (203.9 answers a second of 200 demanded at 1,000 x 2);
-    a cadence more than an interval behind (a failure, a busy loop) starts again from ``now``,
-    and a shorter interval takes effect at once."""
+    silent replica is heard once an interval whatever each round trip takes (a wait of a fixed
+    length drifts: a little more often or less, by the round trip). A cadence more than an interval
+    behind (a failure, a busy loop) starts again from ``now``; a shorter interval takes effect at once."""
     if due is None or now - due > interval:
         return now + interval
     return min(due, now + interval)

@@ -14,7 +14,7 @@ import kopf
 from gateway_operator import api
 from gateway_operator.api import reasons
 from gateway_operator.api.tenancy import Claim, claim_of, route_hosts, spec_hosts
-from gateway_operator.clients.kube import Kube, load_config
+from gateway_operator.clients.kube import REQUEST_TIMEOUT, Kube, load_config
 from gateway_operator.core import pods
 from gateway_operator.core.pods import LiveDeployment, Observed, PodView, live_deployment
 from gateway_operator.core.settings import ControllerSettings, ShardSettings
@@ -78,7 +78,7 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, gateway_po
     # an apply reads back only an object the watch shows changed since it was verified
     sharding: ShardSettings | None = memo.get("sharding")
     kube = Kube(load_config(memo.get("kubeconfig")), memo.watches.version,
-                **({"write_timeout": sharding.timing.write_timeout} if sharding is not None else {}))
+                sharding.timing.write_timeout if sharding is not None else REQUEST_TIMEOUT)
     indices = Indices(gateway_pods, gateway_deployments,
                       (gateway_host_claims, ingress_host_claims, route_host_claims),
                       (managed_redis_services, managed_redis_pods))
