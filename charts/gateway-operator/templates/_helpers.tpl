@@ -80,10 +80,12 @@ missing the API server also checks `create`. */}}
 - apiGroups: [networking.k8s.io]
   resources: [networkpolicies]
   verbs: [get, create, patch, delete]
-# ... and removed when replicas drop to one (kube.delete_if_present)
+# the PodDisruptionBudget of two replicas or more: applied and watched like the objects above (a
+# full pass reads none back while the watch shows it unchanged), removed when replicas drop to one
+# (kube.delete_if_present)
 - apiGroups: [policy]
   resources: [poddisruptionbudgets]
-  verbs: [get, create, patch, delete]
+  verbs: [get, list, watch, create, patch, delete]
 # spec.expose: the Ingress and HTTPRoute, applied, read for their address, removed when the spec
 # drops them or a host is claimed by someone older; every Ingress and HTTPRoute is watched for the
 # hosts it claims (handlers.py host claims); a parent Gateway that accepted the route is read for its address

@@ -293,6 +293,7 @@ def _nudge_claimants(memo: kopf.Memo, hosts: Any, own: tuple[str, str] | None) -
 @kopf.on.event("apps", "v1", "deployments", labels=OWNED)
 @kopf.on.event("", "v1", "configmaps", labels=OWNED)
 @kopf.on.event("", "v1", "services", labels=OWNED)
+@kopf.on.event("policy", "v1", "poddisruptionbudgets", labels=OWNED)
 async def owned_object_changed(namespace: str, labels: Any, memo: kopf.Memo, type: str | None, body: kopf.Body,
                                **_: Any) -> None:
     """Drift or progress of something the operator owns: reconcile its gateway soon."""
