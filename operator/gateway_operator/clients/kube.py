@@ -214,6 +214,14 @@ class Kube:
             self._verified.get(owner_uid, {}).pop(key, None)
         return ApplyResult(key[0], key[2], written=written, live=live, generation=generation)
 
+    def unchanged(self, owner_uid: str, objects: Sequence[tuple[str, str, str]],
+                  absent: Sequence[tuple[str, str, str]] = ()) -> bool:
+        """Does the watch show every one of ``objects`` (kind, namespace, name) at the version it was
+        last verified at for this owner, and none of ``absent``? An object no watch covers never is."""
+        verified = self._verified.get(owner_uid, {})
+        return all((v := verified.get(key)) is not None and v.version == self.delivered(*key) for key in objects) \
+            and all(self.delivered(*key) is None for key in absent)
+
     def forget(self, owner_uid: str) -> None:
         """A GatewayDeployment's loop ended: what its objects were verified to carry goes."""
         self._verified.pop(owner_uid, None)

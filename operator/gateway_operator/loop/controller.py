@@ -43,6 +43,7 @@ from gateway_operator.loop import inputs, metrics
 from gateway_operator.loop.inputs import Checked, SecretInputs, kept, resource_version
 from gateway_operator.loop.publish import ObjectLog, now_iso, publish
 from gateway_operator.loop.reconcile import Observation, reconcile
+from gateway_operator.loop.steps import Rendered
 
 log = logging.getLogger(__name__)
 GATE_LAG_S = 5.0  # a readiness gate just written is not written again while the pod index may still lag
@@ -86,6 +87,7 @@ class GatewayController:
     rollouts: RolloutGate | None = None   # the operator-wide cap on the rollouts it causes itself
     _rv_floor: int = 0                    # the resourceVersion of our last status write
     _inputs: SecretInputs | None = None   # the last full pass's Secret inputs, reused until the next
+    _rendered: Rendered | None = None     # the last full pass's render, if it found every object in place
     _exposure: Exposure | None = None     # status.expose as last read (spec.expose)
     _health: dict[str, health.ReplicaHealth] = field(default_factory=dict)  # each replica's last answer, by pod
     _checked: Checked | None = None       # the spec as checked, kept while its generation is the same
@@ -243,7 +245,7 @@ class GatewayController:
         it read, and the schedule (the next full pass; a sticky problem survives observation)."""
         started = time.monotonic()
         seen = Observation(self.deployment(), self._inputs, self._exposure, self.claims(hosts), checked,
-                           self._probe, self._probe_connection, tuple(self._leaving))
+                           self._probe, self._probe_connection, tuple(self._leaving), self._rendered)
         result = await reconcile(self.kube, self.prober, self.settings.reconcile, body, list(self.pods()),
                                  full, seen, self.rollouts)
         outcome = result.outcome
@@ -253,6 +255,7 @@ class GatewayController:
             self._exposure = outcome.exposure
         if outcome.applied:
             self._inputs = result.inputs  # None after a problem: observation passes read again until fixed
+            self._rendered = result.rendered  # None after a problem: the next full pass renders and reads
             metrics.reconcile_took(self.namespace, self.name, time.monotonic() - started)
             metrics.reconciled(self.namespace, self.name, outcome.writes)
         shown = self.schedule.settled(time.monotonic(), outcome, body["metadata"].get("generation"), random.random())

@@ -16,12 +16,13 @@ from gateway_operator.core.pods import PodView
 from gateway_operator.core.rollouts import RolloutGate
 from gateway_operator.core.settings import ReconcileSettings
 from gateway_operator.loop.inputs import SecretInputs
-from gateway_operator.loop.steps import STEPS, Observation, Pass
+from gateway_operator.loop.steps import STEPS, Observation, Pass, Rendered
 
 
 class Result(NamedTuple):
     outcome: Outcome
     inputs: SecretInputs | None = None  # what a full pass read from the Secrets, for the passes until the next
+    rendered: Rendered | None = None    # what a full pass rendered and found in place, for the next full one
 
 
 async def reconcile(kube: Kube, prober: Prober, settings: ReconcileSettings, body: Mapping[str, Any],
@@ -39,11 +40,12 @@ async def reconcile(kube: Kube, prober: Prober, settings: ReconcileSettings, bod
                           p.apply_due, exposure=p.exposure, migration=p.migration, rollout=p.rollout,
                           refused=tuple(compat.refusals(pods)),
                           carried=p.carried)
-        read = p.prepared.inputs
+        read, rendered = p.prepared.inputs, p.rendered
     except SILENT as e:  # a busy API server: the backoff retries, and status says so without Stalled
-        outcome, read = Outcome(problem=problems.api_server_unavailable(e), applied=full, error=e), None
+        outcome, read, rendered = Outcome(problem=problems.api_server_unavailable(e), applied=full, error=e), None, None
     except Exception as e:  # noqa: BLE001 - the boundary: nothing escapes to the loop
-        outcome, read = Outcome(problem=problems.unexpected(e), applied=full, error=e), None
-    return Result(outcome, read if full and outcome.problem is None else None)
+        outcome, read, rendered = Outcome(problem=problems.unexpected(e), applied=full, error=e), None, None
+    clean = full and outcome.problem is None
+    return Result(outcome, read if clean else None, rendered if clean else None)
 
 

@@ -43,6 +43,18 @@ from gateway_operator.loop import inputs
 from gateway_operator.loop.inputs import Checked, Prepared, SecretInputs
 
 
+class Rendered(NamedTuple):
+    """What a full pass rendered and found in place (applied, or verified unchanged): the render's
+    inputs and each object's (kind, namespace, name), and the objects that must stay absent. The
+    next full pass whose inputs are the same, and whose objects the watches show unchanged since
+    they were verified, would render the same objects and find each as it is: it does neither.
+    Only for passes whose every object is watched and that remove nothing (see ``_skippable``)."""
+
+    inputs: tuple[object, ...]
+    objects: tuple[tuple[str, str, str], ...]
+    absent: tuple[tuple[str, str, str], ...] = ()
+
+
 class Observation(NamedTuple):
     """What an observation pass reuses instead of reading the API: the Deployment as the
     watch delivered it, and the Secret inputs of the last full pass that read them fine."""
@@ -55,6 +67,7 @@ class Observation(NamedTuple):
     probe: ProbeResult | None = None  # the last pass's Redis probe
     probe_connection: KeptConnection | None = None  # the GatewayDeployment's own, for observation probes
     leaving: tuple[str, ...] = ()  # replicas gone with a journal: their stop's word is read (unrecorded.Leaving)
+    rendered: Rendered | None = None  # the last full pass's render, if its objects were all found in place
 
 
 @dataclass
@@ -83,6 +96,7 @@ class Pass:
     live: LiveDeployment | None = None   # the Deployment as read (full pass) or watched
     rollout: RolloutState = RolloutState.NONE  # an operator-caused rollout waiting its turn, or running
     carried: frozenset[str] = frozenset()  # of seen.leaving: those that said their journal is all in Redis
+    rendered: Rendered | None = None  # this full pass's render, for the next one (write)
 
     @property
     def spec(self) -> GatewaySpec:
@@ -170,6 +184,16 @@ async def write(p: Pass) -> bool:
     # routes and the gateway NetworkPolicy are looked for (to remove) only once status said they were written
     before = ("expose" in status, "networkPolicy" in status)
     token = p.migration.token if p.migration and not p.migration.done else ""
+    rendered_from = (p.spec, p.prepared.target, p.replicas, p.prepared.revision, p.settings.operator, token,
+                     p.body["metadata"].get("generation"), before)
+    last = p.seen.rendered
+    skippable = _skippable(p, before, status)
+    if skippable and last is not None and last.inputs == rendered_from and \
+            p.kube.unchanged(p.owner.uid, last.objects, last.absent):
+        if p.rollouts is not None:  # what the render would have found: the Deployment as it carries it
+            p.rollouts.not_held((p.owner.namespace, p.owner.name))
+        p.rendered = last
+        return True
     objects = await asyncio.to_thread(render.desired_objects, p.owner, p.spec, p.prepared.target, p.replicas,
                                       p.prepared.revision, p.settings.operator, token)  # CPU: off the event loop
     held = _held_for_the_rollout_cap(p, next(o for o in objects if o["kind"] == "Deployment"
@@ -183,11 +207,25 @@ async def write(p: Pass) -> bool:
         if applied.deployment is not None:  # written: as the API server answered the apply
             p.live = live_deployment(applied.deployment)
             p.observed = inputs.observed_if_ours(p.live, p.owner)
+        if skippable and not held and p.rollout is RolloutState.NONE:
+            p.rendered = Rendered(rendered_from, tuple((o["kind"], p.owner.namespace, o["metadata"]["name"])
+                                                       for o in objects),
+                                  (("PodDisruptionBudget", p.owner.namespace, p.owner.name),)
+                                  if p.spec.replicas <= 1 else ())
     except (NotOwned, NotServed, ApiException) as e:
         p.terminating = isinstance(e, ApiException) and problems.namespace_terminating(e)
         if not p.terminating:
             p.problems.append(_write_problem(e))
     return True
+
+
+def _skippable(p: Pass, before: tuple[bool, bool], status: Mapping[str, Any]) -> bool:
+    """May this full pass be skipped when nothing it renders from changed and its objects are as
+    verified? Not when it would also look for objects to remove (routes a claim takes away, or
+    that status says were written; the NetworkPolicy; the autoscaler and PodMonitor). An object no
+    watch covers (routes, the NetworkPolicy, a PVC, the autoscaler) is never shown unchanged by a
+    watch (Kube.unchanged), so a pass that applies one renders and reads it every time, as before."""
+    return not (p.claimed or any(before) or status.get("autoscaling"))
 
 
 def _held_for_the_rollout_cap(p: Pass, deployment: Mapping[str, Any]) -> tuple[tuple[str, str], ...]:
