@@ -92,6 +92,33 @@ def test_the_launcher_answers_at_once_on_a_change_else_after_the_wait() -> None:
     asyncio.run(main())
 
 
+@pytest.mark.parametrize("waiting_for", ["a change", "a request"])
+def test_a_wait_cancelled_in_the_turn_it_ends_ends_with_the_cancel(waiting_for: str) -> None:
+    """The launcher's server stops (its connections' handlers are cancelled) in the very turn a
+    held answer's change comes, or a kept connection's next request: the handler ends with the
+    cancel. Over ``asyncio.wait_for`` on Python 3.11 it went on to answer and to serve the
+    connection until its client left."""
+    async def main() -> None:
+        replica = Replica()
+        watched = gwop_watch.Watched(replica.body)
+        if waiting_for == "a change":
+            task = asyncio.ensure_future(watched.answer(watched.tag, 10.0))
+        else:
+            reader = asyncio.StreamReader()
+            task = asyncio.ensure_future(gwop_watch.within(reader.readuntil(b"\r\n\r\n"), 10.0))
+        await asyncio.sleep(0.1)
+        if waiting_for == "a change":
+            replica.owners.extend(DEGRADED)
+            watched.refresh()
+        else:
+            reader.feed_data(b"GET /health HTTP/1.1\r\n\r\n")
+        task.cancel()
+        await asyncio.wait({task}, timeout=2.0)
+        assert task.cancelled(), "the wait swallowed the cancel"
+
+    asyncio.run(main())
+
+
 def test_the_tag_leaves_out_the_clocks_but_not_the_launchers_view() -> None:
     base = {"status": "healthy", "uptime": 1, "gateway_operator": {"idempotency": {
         "redis": "answers", "answers_for_s": 3.0, "journalled": 0}}}

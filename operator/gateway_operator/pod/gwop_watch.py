@@ -18,8 +18,10 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
-from typing import Any, Callable, Dict, Optional, Tuple
+from typing import Any, Awaitable, Callable, Dict, Optional, Tuple, TypeVar
 from urllib.parse import parse_qs, urlsplit
+
+T = TypeVar("T")
 
 TICK_S = 0.2
 WAIT_MAX_S = 60.0
@@ -85,13 +87,30 @@ class Watched:
         if since != self.tag or wait <= 0:
             return self.tag, self.encoded
         try:
-            await asyncio.wait_for(self._changed.wait(), timeout=wait)
+            await within(self._changed.wait(), wait)
         except asyncio.TimeoutError:
             try:
                 self.refresh()
             except Exception:  # noqa: BLE001 - the last body read stands
                 pass
         return self.tag, self.encoded
+
+
+async def within(awaitable: Awaitable[T], timeout: float) -> T:
+    """``awaitable``'s result, or ``asyncio.TimeoutError`` after ``timeout`` seconds (it is then
+    cancelled). Not ``asyncio.wait_for``: up to Python 3.11 that returns the result, swallowing
+    the caller's cancel, when both come in the same turn, and a connection then lived on after
+    the server stopped. ``asyncio.timeout`` is 3.11's; this runs on the image's Python, whatever it is."""
+    task = asyncio.ensure_future(awaitable)
+    try:
+        done, _ = await asyncio.wait({task}, timeout=timeout)
+    except asyncio.CancelledError:
+        task.cancel()
+        raise
+    if not done:
+        task.cancel()
+        raise asyncio.TimeoutError
+    return task.result()
 
 
 def _reply(status: str, body: bytes, tag: str = "", close: bool = False) -> bytes:
@@ -146,7 +165,7 @@ class WatchServer:
         self.clients += 1
         try:
             while True:
-                head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), timeout=IDLE_S)
+                head = await within(reader.readuntil(b"\r\n\r\n"), IDLE_S)
                 error, since, wait, keep = parse_request(head[:-4])
                 if error:
                     writer.write(_reply(error, b"{}", close=True))
