@@ -30,6 +30,12 @@ class Applied(NamedTuple):
 OPTIONAL_KINDS = (render.POD_MONITOR_API[1],)
 
 
+def always_absent(owner: render.Owner, spec: GatewaySpec) -> tuple[tuple[str, str, str], ...]:
+    """(apiVersion, kind, name) of what every apply of this spec removes when it is there, whatever
+    status says: the PodDisruptionBudget of one replica (render.disruption_budget renders none)."""
+    return (("policy/v1", "PodDisruptionBudget", owner.name),) if spec.replicas <= 1 else ()
+
+
 def apply(kube: Kube, owner: render.Owner, spec: GatewaySpec, objects: Sequence[Mapping[str, Any]],
           before: tuple[bool, bool] = (False, False), routes_allowed: bool = True,
           held: Collection[tuple[str, str]] = (), autoscaling_before: Mapping[str, str] | None = None) -> Applied:
@@ -57,8 +63,8 @@ def apply(kube: Kube, owner: render.Owner, spec: GatewaySpec, objects: Sequence[
             generation, deployment = result.generation, result.live if result.written else None
         if manifest["kind"] in EXPOSE_FIELD and result.live is not None:  # no watch covers routes: always read
             routes[manifest["kind"]] = result.live
-    if spec.replicas <= 1:
-        writes += kube.delete_if_present("policy/v1", "PodDisruptionBudget", owner.namespace, owner.name, owner.uid)
+    for api_version, kind, name in always_absent(owner, spec):
+        writes += kube.delete_if_present(api_version, kind, owner.namespace, name, owner.uid)
     if policy_before and not spec.network_policy.enabled:
         writes += kube.delete_if_present("networking.k8s.io/v1", "NetworkPolicy", owner.namespace,
                                          render.gateway_network_policy_name(owner.name), owner.uid)

@@ -48,7 +48,8 @@ class Rendered(NamedTuple):
     inputs and each object's (kind, namespace, name), and the objects that must stay absent. The
     next full pass whose inputs are the same, and whose objects the watches show unchanged since
     they were verified, would render the same objects and find each as it is: it does neither.
-    Only for passes whose every object is watched and that remove nothing (see ``_skippable``)."""
+    Only for passes that look for nothing to remove beyond ``apply.always_absent`` (``_skippable``);
+    an object no watch covers is never shown unchanged (``Kube.unchanged``)."""
 
     inputs: tuple[object, ...]
     objects: tuple[tuple[str, str, str], ...]
@@ -185,7 +186,7 @@ async def write(p: Pass) -> bool:
     before = ("expose" in status, "networkPolicy" in status)
     token = p.migration.token if p.migration and not p.migration.done else ""
     rendered_from = (p.spec, p.prepared.target, p.replicas, p.prepared.revision, p.settings.operator, token,
-                     p.body["metadata"].get("generation"), before)
+                     p.body["metadata"].get("generation"))
     last = p.seen.rendered
     skippable = _skippable(p, before, status)
     if skippable and last is not None and last.inputs == rendered_from and \
@@ -210,8 +211,8 @@ async def write(p: Pass) -> bool:
         if skippable and not held and p.rollout is RolloutState.NONE:
             p.rendered = Rendered(rendered_from, tuple((o["kind"], p.owner.namespace, o["metadata"]["name"])
                                                        for o in objects),
-                                  (("PodDisruptionBudget", p.owner.namespace, p.owner.name),)
-                                  if p.spec.replicas <= 1 else ())
+                                  tuple((kind, p.owner.namespace, name)
+                                        for _, kind, name in apply.always_absent(p.owner, p.spec)))
     except (NotOwned, NotServed, ApiException) as e:
         p.terminating = isinstance(e, ApiException) and problems.namespace_terminating(e)
         if not p.terminating:
@@ -225,7 +226,7 @@ def _skippable(p: Pass, before: tuple[bool, bool], status: Mapping[str, Any]) ->
     that status says were written; the NetworkPolicy; the autoscaler and PodMonitor). An object no
     watch covers (routes, the NetworkPolicy, a PVC, the autoscaler) is never shown unchanged by a
     watch (Kube.unchanged), so a pass that applies one renders and reads it every time, as before."""
-    return not (p.claimed or any(before) or status.get("autoscaling"))
+    return not (p.claimed or any(before) or status.get("autoscaling"))  # so ``before`` is not in Rendered.inputs
 
 
 def _held_for_the_rollout_cap(p: Pass, deployment: Mapping[str, Any]) -> tuple[tuple[str, str], ...]:
