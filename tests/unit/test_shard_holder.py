@@ -17,7 +17,7 @@ from kubernetes import client
 
 from gateway_operator.api import GatewaySpec
 from gateway_operator.api import reasons as R
-from gateway_operator.clients.kube import RETRIES, Kube
+from gateway_operator.clients.kube import ACTING_FOR, RETRIES, Kube, NotHeld
 from gateway_operator.core import conditions as C
 from gateway_operator.core import facts as status_facts
 from gateway_operator.core.schedule import Schedule
@@ -63,24 +63,38 @@ class LeasesStandIn:
         self.store.pop(name, None)
 
 
-async def _holding(leases: LeasesStandIn, events: list[tuple[str, frozenset[int], float]]) -> ShardHolder:
+async def _until(condition, timeout: float = 5.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        await asyncio.sleep(0.02)
+
+
+async def _holding(leases: LeasesStandIn, events: list[tuple[str, frozenset[int], float]],
+                   me: str = "a") -> tuple[ShardHolder, asyncio.Task[None]]:
     async def gained(shards: frozenset[int]) -> None:
         events.append(("gained", shards, time.monotonic()))
 
     async def lost(shards: frozenset[int]) -> None:
         events.append(("lost", shards, time.monotonic()))
 
-    holder = ShardHolder(leases, 4, "a", FAST, gained, lost)  # type: ignore[arg-type]
-    await holder.tick()
-    return holder
+    holder = ShardHolder(leases, 4, me, FAST, gained, lost)  # type: ignore[arg-type]
+    task = asyncio.create_task(holder.run())
+    await _until(lambda: bool(holder.held))
+    return holder, task
+
+
+async def _stopped(holder: ShardHolder, task: asyncio.Task[None]) -> None:
+    task.cancel()
+    await asyncio.gather(task, return_exceptions=True)
+    await holder.stop()
 
 
 def test_a_holder_cut_off_from_the_api_server_stops_its_loops_at_the_renew_deadline() -> None:
     async def scenario() -> None:
         leases, events = LeasesStandIn(), []
-        holder = await _holding(leases, events)
+        holder, task = await _holding(leases, events)
         assert events[0][:2] == ("gained", frozenset(range(4))) and holder.owns("any-uid")
-        task = asyncio.create_task(holder.run())
         await asyncio.sleep(0.5)
         leases.down = True
         cut = time.monotonic()
@@ -90,25 +104,68 @@ def test_a_holder_cut_off_from_the_api_server_stops_its_loops_at_the_renew_deadl
         assert lost and frozenset().union(*(e[1] for e in lost)) == frozenset(range(4)), events
         assert all(at <= last_renewal + FAST.renew_deadline + 0.1 for _, _, at in lost), (lost, last_renewal)
         assert lost[0][2] > cut and not holder.owns("any-uid") and not holder.held
-        task.cancel()
-        await asyncio.gather(task, return_exceptions=True)
+        await _stopped(holder, task)
     asyncio.run(scenario())
 
 
 def test_a_stopping_holder_drains_before_it_clears_the_leases_and_deletes_its_member_lease() -> None:
     async def scenario() -> None:
         leases, events = LeasesStandIn(), []
-        holder = await _holding(leases, events)
+        holder, task = await _holding(leases, events)
         cleared_before_drain = []
 
         async def lost(shards: frozenset[int]) -> None:
             cleared_before_drain.append(any(leases.store[f"g-shard-{s}"][0] == "" for s in shards))
             events.append(("lost", shards, time.monotonic()))
         holder.on_lose = lost
-        await holder.stop()
+        await _stopped(holder, task)
         assert cleared_before_drain == [False]
         assert {name: h for name, (h, _) in leases.store.items()} == {f"g-shard-{s}": "" for s in range(4)}
         assert not holder.held
+    asyncio.run(scenario())
+
+
+def test_an_event_loop_busy_past_the_renew_deadline_costs_no_shard() -> None:
+    """Starting a shard's thousand loops holds the event loop for seconds (at 3,000 x 2 on this
+    machine, 10-25 s): the Lease side renews on its own thread meanwhile, so the shards stay
+    held and their loops are neither stopped nor restarted."""
+    async def scenario() -> None:
+        leases, events = LeasesStandIn(), []
+        holder, task = await _holding(leases, events)
+        time.sleep(FAST.renew_deadline * 2.5)   # the event loop held: no await for 2.5 deadlines
+        assert holder.owns("any-uid")
+        await asyncio.sleep(FAST.retry_period * 2)
+        assert [e[:2] for e in events] == [("gained", frozenset(range(4)))], events
+        assert holder.held == frozenset(range(4)) and holder.owns("any-uid")
+        await _stopped(holder, task)
+    asyncio.run(scenario())
+
+
+def test_a_shard_given_up_to_a_new_replica_is_cleared_only_after_its_loops_ended() -> None:
+    """Drain, then hand over, with the drain slower than several ticks: the Lease keeps this
+    replica's name until its loops have ended, it is not taken back meanwhile, and the newcomer
+    starts it only after that."""
+    async def scenario() -> None:
+        leases, events = LeasesStandIn(), []
+        first, first_task = await _holding(leases, events, "a")
+        drained: list[float] = []
+
+        async def slow_lost(shards: frozenset[int]) -> None:
+            events.append(("a lost", shards, time.monotonic()))
+            assert all(leases.store[f"g-shard-{s}"][0] == "a" for s in shards)
+            await asyncio.sleep(FAST.retry_period * 4)   # loops slow to end: several ticks
+            assert all(leases.store[f"g-shard-{s}"][0] == "a" for s in shards)
+            drained.append(time.monotonic())
+        first.on_lose = slow_lost
+        second_events: list[tuple[str, frozenset[int], float]] = []
+        second, second_task = await _holding(leases, second_events, "b")
+        await _until(lambda: len(first.held) == 2 and len(second.held) == 2, timeout=10)
+        gained_at = min(at for kind, _, at in second_events if kind == "gained")
+        assert drained and gained_at > drained[0], (drained, second_events)
+        assert first.held.isdisjoint(second.held)
+        assert sum(1 for kind, *_ in events if kind == "gained") == 1, events   # never taken back
+        await _stopped(second, second_task)
+        await _stopped(first, first_task)
     asyncio.run(scenario())
 
 
@@ -209,3 +266,34 @@ def test_a_write_the_api_server_did_not_answer_in_time_is_retried_and_shown_as_r
     s.begin(0.0, 10.0, 1.0)
     assert s.settled(0.0, result.outcome, 1, 0.5) == problem and s.next_full == 2.0   # the first backoff
     assert s.settled(1.0, result.outcome._replace(problem=None, applied=False), 1, 0.5) == problem  # sticky
+
+
+def test_past_the_deadline_a_loop_not_yet_stopped_sends_no_write(silent_api) -> None:
+    """The loop side may stop a lost shard's loops late (the event loop busy); their writes stop
+    at the deadline all the same: each is refused before it is sent, while the operator's own
+    calls (no GatewayDeployment's loop) go on."""
+    api_client, reached = silent_api
+    kube = Kube(api_client, write_timeout=(0.5, 0.5))
+
+    async def scenario() -> None:
+        leases, events = LeasesStandIn(), []
+        holder, task = await _holding(leases, events)
+        kube.may_act = holder.owns
+        leases.down = True
+        time.sleep(FAST.renew_deadline + 0.2)   # the event loop held past the deadline: nothing stopped yet
+        assert holder.held and [e[0] for e in events] == ["gained"]
+        token = ACTING_FOR.set("uid-of-a-gateway-here")
+        try:
+            for write in (lambda: kube.patch_status("team", "g", {"observedGeneration": 1}),
+                          lambda: kube.delete_pod("team", "g-0", "uid"),
+                          lambda: kube.set_pod_condition("team", "g-0", "uid", {"type": "T", "status": "True"})):
+                with pytest.raises(NotHeld):
+                    await asyncio.to_thread(write)
+        finally:
+            ACTING_FOR.reset(token)
+        assert not reached.is_set()   # not one of them reached the API server
+        with pytest.raises(Exception, match="timed out"):   # not a loop's: sent
+            await asyncio.to_thread(kube.patch_status, "team", "g", {"observedGeneration": 1})
+        assert reached.is_set()
+        await _stopped(holder, task)
+    asyncio.run(scenario())

@@ -5,6 +5,7 @@ handlers call it through ``asyncio.to_thread``.
 from __future__ import annotations
 
 import base64
+import contextvars
 import json
 import logging
 import time
@@ -33,7 +34,15 @@ RETRIES = urllib3.Retry(total=3, read=0)
 #: what the client raises when the API server does not answer in time or at all (urllib3's timeouts,
 #: its retries of a refused connection used up, a connection cut; the socket's own): the server's
 #: state, not a refusal of what was asked
-SILENT = (urllib3.exceptions.TimeoutError, urllib3.exceptions.MaxRetryError, urllib3.exceptions.ProtocolError,
+class NotHeld(Exception):
+    """A write of a GatewayDeployment whose shard this replica no longer holds (--shards): not
+    sent. The holder could not renew the shard's Lease in time, so the API server's state too."""
+
+
+#: the GatewayDeployment (uid) whose loop makes the current call: set once in each loop's task
+#: (supervisor.py); asyncio.to_thread carries it into the thread that sends the request
+ACTING_FOR: contextvars.ContextVar[str] = contextvars.ContextVar("gwop_acting_for", default="")
+SILENT = (NotHeld, urllib3.exceptions.TimeoutError, urllib3.exceptions.MaxRetryError, urllib3.exceptions.ProtocolError,
           TimeoutError, ConnectionError)
 #: (connect, read) seconds; urllib3's read timeout bounds the wait for each answer's bytes, and the
 #: API server sends an answer whole, so it bounds the wait for the answer
@@ -132,6 +141,10 @@ class Kube:
     def __init__(self, api_client: client.ApiClient, delivered: Delivered = lambda *_: None,
                  write_timeout: Timeout = REQUEST_TIMEOUT) -> None:
         self.api_client = api_client
+        # with --shards (loop/shard_holder.owns): whether this replica may write for a
+        # GatewayDeployment now, asked just before each write is sent. The holder's loop side may
+        # stop a lost shard's loops late on a busy event loop; its writes stop at the deadline.
+        self.may_act: Callable[[str], bool] = lambda _: True
         self.delivered = delivered
         # every write (apply, create, delete, status, pod condition); with --shards shorter than the
         # Lease's margin (core/shards.Timing.write_timeout), so that a write in flight when the
@@ -146,6 +159,11 @@ class Kube:
         self.dynamic = DynamicClient(api_client)
         self.core = client.CoreV1Api(api_client)
         self.custom = client.CustomObjectsApi(api_client)
+
+    def _fence(self) -> None:
+        uid = ACTING_FOR.get()
+        if uid and not self.may_act(uid):
+            raise NotHeld(uid)
 
     def _resource(self, manifest: Mapping[str, Any]) -> Any:
         return self._kind(manifest["apiVersion"], manifest["kind"])
@@ -192,6 +210,7 @@ class Kube:
         if live is not None and is_subset(desired, live):
             return self._verify(owner_uid, key, fingerprint, live, written=False)
         resource = self._resource(manifest)
+        self._fence()
         # the apply body is YAML to the API server, whose decoder refuses the JSON surrogate
         # escapes json.dumps writes for characters outside the BMP (an emoji in an annotation):
         # send UTF-8 as it is
@@ -236,6 +255,7 @@ class Kube:
             if not controlled_by(live, owner_uid):
                 raise NotOwned(manifest["kind"], meta["namespace"], meta["name"])
             return False, live
+        self._fence()
         try:
             self._resource(manifest).create(body=manifest, namespace=meta["namespace"],
                                             _request_timeout=self.write_timeout)
@@ -252,6 +272,7 @@ class Kube:
         if live is None or not controlled_by(live, owner_uid):
             return False
         resource = self._kind(api_version, kind)
+        self._fence()
         resource.delete(name=name, namespace=namespace, _request_timeout=self.write_timeout)
         return True
 
@@ -315,17 +336,20 @@ class Kube:
         return items
 
     def patch_status(self, namespace: str, name: str, status: Mapping[str, Any]) -> dict[str, Any]:
+        self._fence()
         return self.custom.patch_namespaced_custom_object_status(
             api.GROUP, api.VERSION, namespace, api.PLURAL, name, {"status": status},
             _request_timeout=self.write_timeout)
 
     def delete_pod(self, namespace: str, name: str, uid: str) -> None:
+        self._fence()
         self.core.delete_namespaced_pod(
             name, namespace, body=client.V1DeleteOptions(preconditions=client.V1Preconditions(uid=uid)),
             _request_timeout=self.write_timeout)
 
     def set_pod_condition(self, namespace: str, name: str, uid: str, condition: Mapping[str, str]) -> None:
         """One condition of a pod's status (merged by type), on that pod only (its uid)."""
+        self._fence()
         self.core.patch_namespaced_pod_status(
             name, namespace, {"metadata": {"uid": uid}, "status": {"conditions": [dict(condition)]}},
             _content_type="application/strategic-merge-patch+json", _request_timeout=self.write_timeout)

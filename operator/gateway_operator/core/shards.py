@@ -166,9 +166,10 @@ def fair_share(shards: int, members: int) -> int:
 
 
 def plan(me: str, shards: int, leases: Sequence[LeaseView], observed: Observed, now: float,
-         timing: Timing, stopping: bool = False) -> Plan:
+         timing: Timing, stopping: bool = False, giving: frozenset[int] = frozenset()) -> Plan:
     """One tick of replica ``me``: ``leases`` are every shard and member Lease just read, and
-    ``observed`` has noted them (``Observed.note``). ``stopping``: give up everything held."""
+    ``observed`` has noted them (``Observed.note``). ``stopping``: give up everything held.
+    ``giving``: shards given up whose loops are still ending; never taken back meanwhile."""
     duration = timing.lease_duration
     members = {lease.holder for lease in leases if lease.shard is None and lease.holder
                and not observed.expired(lease, now, duration)} | {me}
@@ -187,7 +188,7 @@ def plan(me: str, shards: int, leases: Sequence[LeaseView], observed: Observed, 
             keep_at_most = fair - 1
     give = tuple(mine[keep_at_most:][::-1])
     keep = [s for s in mine if s not in give]
-    free = [s for s in range(shards) if s not in keep and s not in give
+    free = [s for s in range(shards) if s not in keep and s not in give and s not in giving
             and (s not in by_shard or not by_shard[s].holder
                  or (by_shard[s].holder != me and observed.expired(by_shard[s], now, duration))
                  or (by_shard[s].holder == me and s not in mine))]

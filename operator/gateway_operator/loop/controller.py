@@ -25,7 +25,7 @@ from gateway_operator import api
 from gateway_operator.api import GatewaySpec, HealthSpec
 from gateway_operator.api.tenancy import Claim
 from gateway_operator.clients import health_poll, health_watch
-from gateway_operator.clients.kube import Kube
+from gateway_operator.clients.kube import Kube, NotHeld
 from gateway_operator.clients.redis_probe import KeptConnection, Prober
 from gateway_operator.core import health, render, schedule, unrecorded
 from gateway_operator.core.conditions import Facts, Problem, settled_at
@@ -153,6 +153,8 @@ class GatewayController:
         while True:
             try:
                 await self.step()
+            except NotHeld:   # its shard's Lease lapsed: the holder stops this loop, or renews it
+                self.log.debug("not written: this replica no longer holds the shard")
             except ApiException as e:
                 if e.status == 404:  # deleted, and the watch event that says so was missed
                     self.log.info("the GatewayDeployment is gone; stopping its loop")

@@ -87,6 +87,7 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, gateway_po
         # each replica's writes name it in the API server's audit log (its userAgent)
         kube.api_client.user_agent = f"gateway-operator ({sharding.identity})"
         holder = _shard_holder(memo, kube, sharding, check.namespaces)
+        kube.may_act = holder.owns   # each write of a loop, just before it is sent
     memo.supervisor = Supervisor(kube, memo.get("controller_settings") or ControllerSettings(), indices.pods_of,
                                  indices.deployment_of, indices.claims_of, indices.foreign_managed_redis,
                                  owns=holder.owns if holder else (lambda _: True))

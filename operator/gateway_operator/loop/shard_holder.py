@@ -1,25 +1,36 @@
 """Holds this replica's shards (``--shards``): core/shards.py's protocol run on real Leases.
 
-Every ``retry_period`` a tick reads the Leases, plans, gives up (drain first: ``on_lose`` returns
-once every loop of those shards has ended, and only then is the holder cleared), renews and
-takes, one conditioned write at a time, and renews its member Lease. A shard counts as held from
-the *start* of the write that renewed or took it until ``renew_deadline`` later; a timer at that
-instant stops its loops if no later renewal succeeded, whatever the tick is doing (a slow API
-server holds the tick, not the deadline). The Lease calls run on a thread of their own: in the
-shared executor they queued behind a thousand GatewayDeployments' API calls at creation and the
-renewals missed their deadline (the benchmark, 1,000 x 2 on two replicas). On shutdown every
-shard is given up the same way and
-the member Lease deleted, so another replica takes over at its next tick instead of after the
-Lease duration.
+Two sides, so that a busy event loop never costs a shard:
+
+- **The Lease side runs on a thread of its own** (``_work``): every ``retry_period`` it reads the
+  Leases, plans, renews and takes (one conditioned write at a time), marks the shards it gives up
+  and, once their loops have ended, clears their holder, and renews its member Lease. It needs
+  nothing from the event loop: starting a shard's thousand loops (their first passes) or a resync
+  wave holds the event loop for seconds, and a renewal waiting behind them missed its deadline,
+  lost the shard and restarted its loops elsewhere, over and over (the benchmark at 3,000 x 2).
+- **The loop side runs on the event loop** (``_settle``): after each tick, and at the earliest
+  renew deadline of what it holds, it starts the loops of shards newly held and stops (and
+  awaits) those no longer held. Drain, then hand over: a shard given up keeps its Lease's holder
+  until its loops have ended.
+
+A shard counts as held from the *start* of the write that renewed or took it until
+``renew_deadline`` later (``holds``). The loop side may notice that late on a busy event loop,
+but nothing is written on a shard past it: every API write of a GatewayDeployment's loop asks
+``owns`` just before it is sent (clients/kube.py, ``ACTING_FOR``), and is bounded by the margin
+before another replica may take the shard (``Timing.write_timeout``).
+
+On shutdown the thread ends, every loop is stopped, then each shard's holder is cleared and the
+member Lease deleted, so another replica takes over at its next tick instead of after the Lease
+duration.
 """
 from __future__ import annotations
 
 import asyncio
-import functools
 import logging
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Awaitable, Callable
+from typing import Awaitable, Callable
 
 from gateway_operator.clients.shard_leases import ShardLeases
 from gateway_operator.core import shards as S
@@ -36,77 +47,106 @@ class ShardHolder:
         self.leases, self.shards, self.me, self.timing = leases, shards, identity, timing
         self.on_gain, self.on_lose, self.clock = on_gain, on_lose, clock
         self.observed = Observed()
-        self.held: frozenset[int] = frozenset()   # the shards whose loops run here
-        self._lapses: dict[int, asyncio.TimerHandle] = {}
-        self._settling: set[asyncio.Future[None]] = set()
-        self._changing = asyncio.Lock()   # gains and losses in order: a drain ends before a later start
         self.members = 1
-        self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="shard-leases")
-
-    async def _call(self, fn: Callable[..., Any], *args: Any) -> Any:
-        return await asyncio.get_running_loop().run_in_executor(self._thread, functools.partial(fn, *args))
+        # the loop side's: the shards whose loops run here, and those lost whose loops are ending
+        self.held: frozenset[int] = frozenset()
+        self._draining: frozenset[int] = frozenset()
+        # the Lease side's: given up, their holder cleared once they are neither held nor draining
+        self._giving: set[int] = set()
+        self._lock = threading.Lock()   # a settle's view of what is held, against a tick's give-up
+        self._changing = asyncio.Lock()   # gains and losses in order: a drain ends before a later start
+        self._settling: set[asyncio.Future[None]] = set()
+        self._lapse: asyncio.TimerHandle | None = None
+        self._stopping = threading.Event()
+        self._worker: threading.Thread | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._calls = ThreadPoolExecutor(max_workers=1, thread_name_prefix="shard-leases-stop")
 
     def holds(self, shard: int) -> bool:
         return S.holds(self.observed, shard, self.clock(), self.timing)
 
     def owns(self, uid: str) -> bool:
-        """Whether this replica may act on the GatewayDeployment with ``uid`` now."""
+        """Whether this replica may act on the GatewayDeployment with ``uid`` now (any thread)."""
         shard = S.shard_of(uid, self.shards)
         return shard in self.held and self.holds(shard)
 
+    # -- the Lease side (its own thread) ---------------------------------------------------------
+
     async def run(self) -> None:
-        while True:
+        """Starts the Lease side; returns when cancelled (``stop`` then hands the shards over)."""
+        self._loop = asyncio.get_running_loop()
+        self._worker = threading.Thread(target=self._work, name="shard-leases", daemon=True)
+        self._worker.start()
+        try:
+            await asyncio.Event().wait()
+        finally:
+            self._stopping.set()
+
+    def _work(self) -> None:
+        while not self._stopping.is_set():
             started = self.clock()
             try:
-                await self.tick()
-            except asyncio.CancelledError:
-                raise
+                self.tick()
             except Exception as e:  # noqa: BLE001 - the API server away: the deadlines stop the loops
                 log.warning("shard leases: %s: %s", type(e).__name__, str(e)[:200])
-            await asyncio.sleep(max(self.timing.retry_period - (self.clock() - started), 0.1))
+            if not self._post(self._after_tick):
+                return
+            self._stopping.wait(max(self.timing.retry_period - (self.clock() - started), 0.1))
 
-    async def tick(self, stopping: bool = False) -> None:
-        leases = await self._call(self.leases.read)
-        # seen at the answer, not the ask: a renewal the server applied while the list was on its
-        # way must count from no earlier than its write
-        self.observed.note(leases, self.clock())
-        plan = S.plan(self.me, self.shards, leases, self.observed, self.clock(), self.timing, stopping)
-        self.members = plan.members
+    def tick(self) -> None:
+        """One round of the Lease side (blocking: its thread, or a test's)."""
+        leases = self.leases.read()
         by_name = {lease.name: lease for lease in leases}
-        if plan.give:
-            for shard in plan.give:
+        with self._lock:
+            # seen at the answer, not the ask: a renewal the server applied while the list was on
+            # its way must count from no earlier than its write
+            self.observed.note(leases, self.clock())
+            plan = S.plan(self.me, self.shards, leases, self.observed, self.clock(), self.timing,
+                          giving=frozenset(self._giving))
+            for shard in plan.give:   # its loops stop at the next settle; the holder is cleared after
                 self.observed.renewed_at.pop(shard, None)
-            await self._settle()   # their loops end here, before another replica may take them
-            for shard in plan.give:
-                name = self.leases.shard_name(shard)
-                await self._call(self.leases.write, name, by_name.get(name), "", self.timing.lease_duration)
-            log.info("gave up shards %s (fair share %d of %d shards, %d members)", sorted(plan.give), plan.fair,
+                self._giving.add(shard)
+            drained = sorted(self._giving - self.held - self._draining)
+        self.members = plan.members
+        if plan.give:
+            log.info("giving up shards %s (fair share %d of %d shards, %d members)", sorted(plan.give), plan.fair,
                      self.shards, plan.members)
+        for shard in drained:
+            name = self.leases.shard_name(shard)
+            lease = by_name.get(name)
+            if lease is None or lease.holder != self.me or self.leases.write(name, lease, "", self.timing.lease_duration):
+                self._giving.discard(shard)
+                log.info("gave up shard %d", shard)
         for shard in (*plan.renew, *plan.take):
             name = self.leases.shard_name(shard)
             sent = self.clock()
-            if await self._call(self.leases.write, name, by_name.get(name), self.me,
-                                       self.timing.lease_duration):
-                self._renewed(shard, sent)
+            if self.leases.write(name, by_name.get(name), self.me, self.timing.lease_duration):
+                self.observed.renewed_at[shard] = sent
         member = self.leases.member_name(self.me)
-        if stopping:
-            if member in by_name:
-                await self._call(self.leases.delete, member, by_name[member])
-        else:
-            await self._call(self.leases.write, member, by_name.get(member), self.me,
-                                    self.timing.lease_duration)
-        await self._settle()
+        self.leases.write(member, by_name.get(member), self.me, self.timing.lease_duration)
 
-    def _renewed(self, shard: int, sent: float) -> None:
-        self.observed.renewed_at[shard] = sent
-        handle = self._lapses.pop(shard, None)
-        if handle is not None:
-            handle.cancel()
-        # a little after the deadline: the event loop's timers may round it down by a millisecond
-        delay = sent + self.timing.renew_deadline - self.clock() + 0.05
-        self._lapses[shard] = asyncio.get_running_loop().call_later(max(delay, 0.0), self._lapse)
+    def _post(self, callback: Callable[[], None]) -> bool:
+        """``callback`` on the event loop; False once that loop is closed."""
+        loop = self._loop
+        try:
+            if loop is not None:
+                loop.call_soon_threadsafe(callback)
+            return True
+        except RuntimeError:
+            return False
 
-    def _lapse(self) -> None:
+    # -- the loop side (the event loop) ----------------------------------------------------------
+
+    def _after_tick(self) -> None:
+        """A settle now, and another at the earliest renew deadline of what is held then."""
+        if self._lapse is not None:
+            self._lapse.cancel()
+        now = self.clock()
+        due = [d for at in list(self.observed.renewed_at.values()) if (d := at + self.timing.renew_deadline) > now]
+        if due:
+            # a little after the deadline: the event loop's timers may round it down by a millisecond
+            self._lapse = asyncio.get_running_loop().call_later(min(due) - now + 0.05,
+                                                                self._after_tick)
         task = asyncio.ensure_future(self._settle())
         self._settling.add(task)   # a reference until it ends (the loop keeps only weak ones)
         task.add_done_callback(self._settling.discard)
@@ -114,28 +154,47 @@ class ShardHolder:
     async def _settle(self) -> None:
         """Starts the loops of shards newly held and stops (and awaits) those no longer held."""
         async with self._changing:
-            now_held = frozenset(s for s in range(self.shards) if self.holds(s))
-            lost, gained = self.held - now_held, now_held - self.held
+            with self._lock:
+                now_held = frozenset(s for s in range(self.shards) if self.holds(s))
+                lost, gained = self.held - now_held, now_held - self.held
+                self.held, self._draining = now_held, self._draining | lost
             if lost:
-                self.held = self.held - lost
                 log.info("no longer holds shards %s: stopping their GatewayDeployments", sorted(lost))
-                await self.on_lose(lost)
+                try:
+                    await self.on_lose(lost)
+                finally:
+                    with self._lock:
+                        self._draining = self._draining - lost
             if gained:
-                self.held = self.held | gained
                 log.info("holds shards %s", sorted(gained))
                 await self.on_gain(gained)
             metrics.shards_held(self.shards, self.held, self.members)
 
     async def stop(self) -> None:
-        """Gives every shard up (its loops stopped first) and deletes the member Lease."""
-        for handle in self._lapses.values():
-            handle.cancel()
+        """Ends the Lease side, stops every loop, then clears each shard's holder and deletes the
+        member Lease (bounded by the renew deadline: else they expire on their own)."""
+        self._stopping.set()
+        if self._lapse is not None:
+            self._lapse.cancel()
+        loop = asyncio.get_running_loop()
+        if self._worker is not None:   # its Lease calls are bounded by their timeout
+            await loop.run_in_executor(self._calls, self._worker.join, self.timing.renew_deadline)
+        with self._lock:
+            self.observed.renewed_at.clear()
+        await self._settle()
         try:
             async with asyncio.timeout(self.timing.renew_deadline):
-                await self.tick(stopping=True)
+                await loop.run_in_executor(self._calls, self._hand_over)
         except Exception as e:  # noqa: BLE001 - the Leases then expire on their own
             log.warning("could not give up the shards: %s", type(e).__name__)
-        for shard in range(self.shards):
-            self.observed.renewed_at.pop(shard, None)
-        await self._settle()
-        self._thread.shutdown(wait=False, cancel_futures=True)
+        self._calls.shutdown(wait=False, cancel_futures=True)
+
+    def _hand_over(self) -> None:
+        leases = self.leases.read()
+        mine = [lease for lease in leases if lease.shard is not None and lease.holder == self.me]
+        for lease in mine:
+            self.leases.write(lease.name, lease, "", self.timing.lease_duration)
+        log.info("gave up shards %s", sorted(lease.shard for lease in mine if lease.shard is not None))
+        member = next((lease for lease in leases if lease.name == self.leases.member_name(self.me)), None)
+        if member is not None:
+            self.leases.delete(member.name, member)

@@ -18,7 +18,7 @@ from collections import OrderedDict
 from typing import Any, Callable, Mapping, Sequence
 
 from gateway_operator.api.tenancy import Claim
-from gateway_operator.clients.kube import Kube
+from gateway_operator.clients.kube import ACTING_FOR, Kube
 from gateway_operator.clients.redis_probe import Allowlist, ForeignCheck, Prober
 from gateway_operator.core.pods import LiveDeployment, PodView
 from gateway_operator.core.rollouts import RolloutGate
@@ -28,6 +28,12 @@ from gateway_operator.loop.controller import GatewayController
 
 log = logging.getLogger(__name__)
 Key = tuple[str, str]
+
+
+async def _acting_for(uid: str, controller: GatewayController) -> None:
+    """A loop's task: its API writes are sent only while this replica owns ``uid`` (clients/kube.py)."""
+    ACTING_FOR.set(uid)
+    await controller.run()
 
 
 class Supervisor:
@@ -81,8 +87,8 @@ class Supervisor:
             controller = GatewayController(self.kube, key[0], key[1], lambda: self.pods_of(key),
                                            lambda: self.deployment_of(key), self.claims_of, self.settings,
                                            self.prober, rollouts=self.rollouts)
-            task = asyncio.get_running_loop().create_task(controller.run(), name=f"gateway {key[0]}/{key[1]}",
-                                                          context=context)
+            task = asyncio.get_running_loop().create_task(_acting_for(uid, controller),
+                                                          name=f"gateway {key[0]}/{key[1]}", context=context)
             task.add_done_callback(lambda _: self._finished(key, uid))
             entry = (uid, controller, task)
             self._controllers[key] = entry
