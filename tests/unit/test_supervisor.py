@@ -62,3 +62,36 @@ def test_a_loop_whose_object_is_gone_ends_and_is_forgotten() -> None:
         await asyncio.sleep(0)
         assert ("ns", "gw") not in s._controllers
     asyncio.run(scenario())
+
+
+def test_a_loop_that_does_not_end_when_stopped_holds_a_shard_handover_only_for_the_bound(monkeypatch) -> None:
+    """A shard given up waits for its loops to end, bounded: a loop stuck past it can no longer
+    write (each of its writes is asked for as the GatewayDeployment it acts for, which the holder
+    refuses once the shard is not held), so the handover goes on."""
+    from gateway_operator.clients.kube import ACTING_FOR
+    from gateway_operator.loop.controller import GatewayController
+    acting: list[str] = []
+    stuck = [True]
+
+    async def stubborn(self: GatewayController) -> None:
+        acting.append(ACTING_FOR.get())
+        while stuck[0]:
+            try:
+                await asyncio.sleep(0.05)
+            except asyncio.CancelledError:
+                continue
+    monkeypatch.setattr(GatewayController, "run", stubborn)
+
+    async def scenario() -> None:
+        s = supervisor()
+        s.observe(None, body("uid-5"))
+        task = s._controllers[("ns", "gw")][2]
+        await asyncio.sleep(0.05)
+        started = asyncio.get_running_loop().time()
+        assert await s.drop(lambda uid: False, bound=0.3) == 1
+        assert asyncio.get_running_loop().time() - started < 2.0
+        assert ("ns", "gw") not in s._controllers and not task.done()
+        assert acting == ["uid-5"]   # the loop's writes are asked for as its GatewayDeployment
+        stuck[0] = False
+        await task
+    asyncio.run(scenario())

@@ -130,7 +130,7 @@ def _shard_holder(memo: kopf.Memo, kube: Kube, sharding: ShardSettings, namespac
         task.add_done_callback(adopting.discard)
 
     async def lost(_: frozenset[int]) -> None:
-        await memo.supervisor.drop(memo.shard_holder.owns)
+        await memo.supervisor.drop(memo.shard_holder.owns, sharding.timing.renew_deadline)
 
     leases = ShardLeases(kube.api_client, sharding.namespace, sharding.group)
     return ShardHolder(leases, sharding.shards, sharding.identity, sharding.timing, gained, lost)
