@@ -33,6 +33,7 @@ class LeasesStandIn:
         self.store: dict[str, tuple[str, int]] = {}
         self.version = 0
         self.down = False
+        self.lock = threading.Lock()
 
     def shard_name(self, shard: int) -> str:
         return f"g-shard-{shard}"
@@ -49,14 +50,16 @@ class LeasesStandIn:
         return [LeaseView(name, holder, str(v), str(v), int(name.rsplit("-", 1)[1]) if "-shard-" in name else None)
                 for name, (holder, v) in self.store.items()]
 
-    def write(self, name: str, read: LeaseView | None, holder: str, duration: float) -> bool:
+    def write(self, name: str, read: LeaseView | None, holder: str, duration: float) -> LeaseView | None:
         self._up()
-        current = self.store.get(name)
-        if (read is None) != (current is None) or (current and read and str(current[1]) != read.version):
-            return False
-        self.version += 1
-        self.store[name] = (holder, self.version)
-        return True
+        with self.lock:   # the holder writes its shards at once, from several threads
+            current = self.store.get(name)
+            if (read is None) != (current is None) or (current and read and str(current[1]) != read.version):
+                return None
+            self.version += 1
+            self.store[name] = (holder, self.version)
+            return LeaseView(name, holder, str(self.version), str(self.version),
+                             int(name.rsplit("-", 1)[1]) if "-shard-" in name else None)
 
     def delete(self, name: str, read: LeaseView) -> None:
         self._up()
@@ -295,5 +298,45 @@ def test_past_the_deadline_a_loop_not_yet_stopped_sends_no_write(silent_api) -> 
         with pytest.raises(Exception, match="timed out"):   # not a loop's: sent
             await asyncio.to_thread(kube.patch_status, "team", "g", {"observedGeneration": 1})
         assert reached.is_set()
+        await _stopped(holder, task)
+    asyncio.run(scenario())
+
+
+class SlowLeasesStandIn(LeasesStandIn):
+    """An API server that takes ``write_s`` to answer each Lease write and ``read_s`` each list."""
+
+    def __init__(self, write_s: float, read_s: float) -> None:
+        super().__init__()
+        self.write_s, self.read_s = write_s, read_s
+
+    def read(self) -> list[LeaseView]:
+        time.sleep(self.read_s)
+        return super().read()
+
+    def write(self, name: str, read: LeaseView | None, holder: str, duration: float) -> LeaseView | None:
+        time.sleep(self.write_s)
+        return super().write(name, read, holder, duration)
+
+
+def test_an_api_server_slow_to_answer_each_call_costs_no_shard() -> None:
+    """Each call answered late, within its timeout: a list and four sequential renewals between
+    one renewal and the next (2.6 s here) would miss the renew deadline (2 s) every round, while
+    renewals sent first and together (a write, then the list and the member's write: 1.4 s) keep
+    every shard."""
+    timing = Timing(lease_duration=3.0, renew_deadline=2.0, retry_period=0.2)
+
+    async def scenario() -> None:
+        leases, events = SlowLeasesStandIn(write_s=0.4, read_s=0.6), []
+
+        async def gained(shards: frozenset[int]) -> None:
+            events.append(("gained", shards))
+
+        async def lost(shards: frozenset[int]) -> None:
+            events.append(("lost", shards))
+        holder = ShardHolder(leases, 4, "a", timing, gained, lost)  # type: ignore[arg-type]
+        task = asyncio.create_task(holder.run())
+        await _until(lambda: holder.held == frozenset(range(4)), timeout=10)
+        await asyncio.sleep(timing.renew_deadline * 3)
+        assert events == [("gained", frozenset(range(4)))], events
         await _stopped(holder, task)
     asyncio.run(scenario())

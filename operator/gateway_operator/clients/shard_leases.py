@@ -38,21 +38,21 @@ class ShardLeases:
     def read(self) -> list[LeaseView]:
         listed = self.api.list_namespaced_lease(self.namespace, label_selector=f"{GROUP_LABEL}={self.group}",
                                                 _request_timeout=self.timeout)
-        views = []
-        for lease in listed.items:
-            name, spec = lease.metadata.name, lease.spec
-            shard = _SHARD.search(name)
-            if not name.startswith(f"{self.group}-") or (shard is None and not name.startswith(f"{self.group}-member-")):
-                continue
-            # any write changes the resourceVersion: a renewal within the same microsecond included
-            renewed = f"{spec.renew_time.isoformat() if spec and spec.renew_time else ''}@{lease.metadata.resource_version}"
-            views.append(LeaseView(name, (spec.holder_identity if spec else None) or "", renewed,
-                                   lease.metadata.resource_version, int(shard.group(1)) if shard else None))
-        return views
+        return [view for lease in listed.items if (view := self._view(lease)) is not None]
 
-    def write(self, name: str, read: LeaseView | None, holder: str, duration: float) -> bool:
-        """Holder ``holder`` ('' to give it up) with a fresh renewTime; False when another
-        replica wrote the Lease since ``read`` (or created it first)."""
+    def _view(self, lease: client.V1Lease) -> LeaseView | None:
+        name, spec = lease.metadata.name, lease.spec
+        shard = _SHARD.search(name)
+        if not name.startswith(f"{self.group}-") or (shard is None and not name.startswith(f"{self.group}-member-")):
+            return None
+        # any write changes the resourceVersion: a renewal within the same microsecond included
+        renewed = f"{spec.renew_time.isoformat() if spec and spec.renew_time else ''}@{lease.metadata.resource_version}"
+        return LeaseView(name, (spec.holder_identity if spec else None) or "", renewed,
+                         lease.metadata.resource_version, int(shard.group(1)) if shard else None)
+
+    def write(self, name: str, read: LeaseView | None, holder: str, duration: float) -> LeaseView | None:
+        """Holder ``holder`` ('' to give it up) with a fresh renewTime: the Lease as written, or
+        None when another replica wrote it since ``read`` (or created it first)."""
         now = _now()
         body: dict[str, Any] = {
             "apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
@@ -63,15 +63,15 @@ class ShardLeases:
             body["spec"]["acquireTime"] = now
         try:
             if read is None:
-                self.api.create_namespaced_lease(self.namespace, body, _request_timeout=self.timeout)
+                written = self.api.create_namespaced_lease(self.namespace, body, _request_timeout=self.timeout)
             else:
                 body["metadata"]["resourceVersion"] = read.version
-                self.api.replace_namespaced_lease(name, self.namespace, body, _request_timeout=self.timeout)
+                written = self.api.replace_namespaced_lease(name, self.namespace, body, _request_timeout=self.timeout)
         except ApiException as e:
             if e.status == 409:
-                return False
+                return None
             raise
-        return True
+        return self._view(written)
 
     def delete(self, name: str, read: LeaseView) -> None:
         """Deletes ``name`` if nobody wrote it since ``read`` (a member Lease at shutdown)."""
