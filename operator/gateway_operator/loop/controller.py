@@ -25,7 +25,7 @@ from gateway_operator import api
 from gateway_operator.api import GatewaySpec, HealthSpec
 from gateway_operator.api.tenancy import Claim
 from gateway_operator.clients import health_poll, health_watch
-from gateway_operator.clients.kube import Kube, NotHeld
+from gateway_operator.clients.kube import SILENT, Kube, NotHeld
 from gateway_operator.clients.redis_probe import KeptConnection, Prober
 from gateway_operator.core import health, render, schedule, unrecorded
 from gateway_operator.core.conditions import Facts, Problem, settled_at
@@ -161,6 +161,8 @@ class GatewayController:
                     return
                 # e.g. 422 when a status write meets a CRD rule the spec no longer passes
                 self._errored(f"the API server refused a request: {e.status} {e.reason}")
+            except SILENT as e:   # a status write the API server did not answer in time: retried
+                self._errored(f"the API server did not answer in time: {type(e).__name__}")
             except Exception as e:  # noqa: BLE001 - never let one object's surprise kill its loop
                 self._errored(f"step failed: {type(e).__name__}", exc_info=True)
             # asyncio.timeout, not wait_for: on Python 3.11 a wait_for whose event is set in the
