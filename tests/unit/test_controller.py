@@ -481,3 +481,33 @@ def test_a_loop_cancelled_in_the_turn_it_is_woken_ends() -> None:
             await stop(task, [server])
 
     asyncio.run(main())
+
+
+def test_a_spec_change_is_reconciled_while_routine_calls_fill_the_shared_threads() -> None:
+    """After a holder's SIGKILL the survivor's adopted loops fill the shared API threads with their
+    first reads; a user's spec change does not queue behind them: its pass and its status write
+    run on threads of their own (loop/threads.py)."""
+
+    async def test(kube: HeldApi, controller: GatewayController, owners: list[dict[str, Any]],
+                   polls: list[float]) -> None:
+        from concurrent.futures import ThreadPoolExecutor
+        shared = ThreadPoolExecutor(max_workers=1)
+        asyncio.get_running_loop().set_default_executor(shared)
+        busy = threading.Event()
+        backlog = asyncio.get_running_loop().run_in_executor(None, busy.wait, 30)   # routine work ahead
+        try:
+            changed = copy.deepcopy(kube.body)
+            changed["metadata"]["generation"] = 2
+            changed["spec"]["image"] = "gateway:2"
+            kube.body = changed
+            controller.update(changed)
+            await until(lambda: kube.body["status"]["observedGeneration"] == 2, 5, "generation 2 reconciled")
+            deployment = kube.deployment()
+            assert deployment is not None
+            assert deployment["spec"]["template"]["spec"]["containers"][0]["image"] == "gateway:2"
+            assert not backlog.done()   # the shared threads were busy all along
+        finally:
+            busy.set()
+            await backlog
+
+    run_loop(test)

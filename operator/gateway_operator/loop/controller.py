@@ -39,7 +39,7 @@ from gateway_operator.core.replicas import out_of_traffic, stale_replica
 from gateway_operator.core.rollouts import RolloutGate
 from gateway_operator.core.schedule import Schedule
 from gateway_operator.core.settings import ControllerSettings
-from gateway_operator.loop import inputs, metrics
+from gateway_operator.loop import inputs, metrics, threads
 from gateway_operator.loop.inputs import Checked, SecretInputs, kept, resource_version
 from gateway_operator.loop.publish import ObjectLog, now_iso, publish
 from gateway_operator.loop.reconcile import Observation, reconcile
@@ -223,7 +223,12 @@ class GatewayController:
         # so that they are still removed once a spec without them comes
         autoscaling = (render.autoscaling_status(self.name, spec) if spec is not None
                        else (body.get("status") or {}).get("autoscaling"))
-        written = await publish(self.kube, body, facts, outcome, self._exposure, policy, self.log, autoscaling)
+        # the first status of a generation is what a user waits on (observedGeneration)
+        token = threads.PROMPT.set(passed.generation != (body.get("status") or {}).get("observedGeneration"))
+        try:
+            written = await publish(self.kube, body, facts, outcome, self._exposure, policy, self.log, autoscaling)
+        finally:
+            threads.PROMPT.reset(token)
         self._gone = []  # their journals are in this status's window now (unrecorded.py)
         if written is not None:  # the watch may still deliver events older than this write
             self.body, self._rv_floor = kept(written), resource_version(written)
@@ -248,6 +253,9 @@ class GatewayController:
         """The pass, then what it leaves for the next ones: the Secret inputs and the exposure
         it read, and the schedule (the next full pass; a sticky problem survives observation)."""
         started = time.monotonic()
+        # a spec not reconciled yet (a user waits on it) takes the prompt threads (threads.py);
+        # this task's own context: the loop's next passes decide again
+        threads.PROMPT.set(full and body["metadata"].get("generation") != self.schedule.reconciled_generation)
         seen = Observation(self.deployment(), self._inputs, self._exposure, self.claims(hosts), checked,
                            self._probe, self._probe_connection, tuple(self._leaving), self._rendered)
         result = await reconcile(self.kube, self.prober, self.settings.reconcile, body, list(self.pods()),
@@ -328,7 +336,7 @@ class GatewayController:
                                ("CutOffFromRedis", f"this replica cannot reach Redis while {', '.join(reachers[:3])} can: "
                                 "out of the Service and the edge until it reaches Redis again"))
             try:
-                await asyncio.to_thread(self.kube.set_pod_condition, self.namespace, pod.name, pod.uid,
+                await threads.run(self.kube.set_pod_condition, self.namespace, pod.name, pod.uid,
                                         gate_condition(want, reason, message, now_iso()))
             except ApiException as e:
                 # gone or replaced meanwhile (404, 409: its uid): nothing to gate; anything else (403:
@@ -361,7 +369,7 @@ class GatewayController:
         if pod is None or not self.schedule.restart_allowed(time.monotonic(), spec.health.restart_cooldown_seconds):
             return
         self.schedule.restarted(time.monotonic())
-        await asyncio.to_thread(self.kube.delete_pod, self.namespace, pod.name, pod.uid)
+        await threads.run(self.kube.delete_pod, self.namespace, pod.name, pod.uid)
         metrics.restarted_stale_replica(self.namespace, self.name)
         self.log.info("restarted pod %s: it kept the build-time SQLite fallback", pod.name)
         kopf.event(dict(self.body), type="Normal", reason="RestartedStaleReplica",

@@ -6,7 +6,6 @@ patch and posts the Events. A status the API server refuses raises (the loop bac
 """
 from __future__ import annotations
 
-import asyncio
 import datetime as dt
 import logging
 from typing import Any, Mapping, MutableMapping, Sequence
@@ -20,7 +19,7 @@ from gateway_operator.core import conditions, events, status
 from gateway_operator.core.conditions import Facts, Problem
 from gateway_operator.core.expose import Exposure
 from gateway_operator.core.outcome import Outcome
-from gateway_operator.loop import metrics
+from gateway_operator.loop import metrics, threads
 
 
 class ObjectLog(logging.LoggerAdapter):  # type: ignore[type-arg]
@@ -64,7 +63,7 @@ async def publish(kube: Kube, body: Mapping[str, Any], facts: Facts, outcome: Ou
     metrics.observe_conditions(namespace, name, new["conditions"])
     if not status.changed(previous, new):
         return None
-    written = await asyncio.to_thread(kube.patch_status, namespace, name, status.merge_patch(previous, new))
+    written = await threads.run(kube.patch_status, namespace, name, status.merge_patch(previous, new))
     metrics.wrote(namespace, name)
     _post_events(body, previous.get("conditions") or [], new["conditions"], log)
     return written

@@ -15,7 +15,6 @@ so a slow Redis never holds a thread that another namespace's reconcile needs.
 """
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import functools
 import time
@@ -39,7 +38,7 @@ from gateway_operator.core.probe_result import ProbeResult
 from gateway_operator.core.replicas import Migration, migration_state, reads_the_claim, replicas_to_run
 from gateway_operator.core.rollouts import RolloutGate, RolloutState
 from gateway_operator.core.settings import ReconcileSettings
-from gateway_operator.loop import inputs
+from gateway_operator.loop import inputs, threads
 from gateway_operator.loop.inputs import Checked, Prepared, SecretInputs
 
 
@@ -118,13 +117,13 @@ async def read_inputs(p: Pass) -> bool:
         checked = inputs.check(p.owner, p.body.get("spec") or {}, generation, p.settings.tenancy)
     cached = None if p.full else p.seen.inputs
     if inputs.reads_the_api(checked, p.full, cached):
-        p.prepared = await asyncio.to_thread(inputs.prepare, p.kube, p.owner, checked, p.full, cached)
+        p.prepared = await threads.run(inputs.prepare, p.kube, p.owner, checked, p.full, cached)
     else:  # nothing to read: no thread (an observation pass, every interval, of every object)
         p.prepared = inputs.prepare(p.kube, p.owner, checked, p.full, cached)
     p.writes, p.apply_due = p.prepared.writes, p.full
     watched = p.seen.deployment
     if watched is None or (p.full and watched.controller_uid is None):
-        p.live = await asyncio.to_thread(inputs.observe, p.kube, p.owner)  # none watched: one of someone else's?
+        p.live = await threads.run(inputs.observe, p.kube, p.owner)  # none watched: one of someone else's?
     else:  # as the watch delivered it, as controller-runtime's reads come from its informer's cache
         p.live = watched
     p.observed = inputs.observed_if_ours(p.live, p.owner)
@@ -165,7 +164,7 @@ async def decide(p: Pass) -> bool:
         lambda: p.kube.get("v1", "PersistentVolumeClaim", owner.namespace,
                            render.state_claim_name(owner.name)) is not None,
         p.probe.store.migrated if p.probe and p.probe.store else None, lambda: token_source.token_hex(8))
-    p.migration = await asyncio.to_thread(state) if reads_the_claim(spec, previous) else state()
+    p.migration = await threads.run(state) if reads_the_claim(spec, previous) else state()
     # the gateway release, as the last status and the pods show it
     compatibility = compat.assess(compat.releases((p.body.get("status") or {}).get("gateway")),
                                   compat.refusals(p.pods))
@@ -195,12 +194,12 @@ async def write(p: Pass) -> bool:
             p.rollouts.not_held((p.owner.namespace, p.owner.name))
         p.rendered = last
         return True
-    objects = await asyncio.to_thread(render.desired_objects, p.owner, p.spec, p.prepared.target, p.replicas,
+    objects = await threads.run(render.desired_objects, p.owner, p.spec, p.prepared.target, p.replicas,
                                       p.prepared.revision, p.settings.operator, token)  # CPU: off the event loop
     held = _held_for_the_rollout_cap(p, next(o for o in objects if o["kind"] == "Deployment"
                                              and o["metadata"]["name"] == p.owner.name))
     try:
-        applied = await asyncio.to_thread(apply.apply, p.kube, p.owner, p.spec, objects, before, not p.claimed, held,
+        applied = await threads.run(apply.apply, p.kube, p.owner, p.spec, objects, before, not p.claimed, held,
                                           status.get("autoscaling") or {})
         p.writes, p.routes = p.writes + applied.writes, applied.routes
         if p.rollout is RolloutState.OPERATOR and p.rollouts is not None:
@@ -252,13 +251,13 @@ async def read_exposure(p: Pass) -> bool:
     if p.applying and p.routes is not None:
         try:  # status.expose says why there is no route, whatever else is wrong
             p.exposure = (Exposure(message=claim.message) if claim else
-                          await asyncio.to_thread(apply.exposure, p.kube, p.owner, spec, p.routes))
+                          await threads.run(apply.exposure, p.kube, p.owner, spec, p.routes))
         except (NotServed, ApiException) as e:
             p.problems.append(_write_problem(e))
     elif not p.applying and not p.full and spec.expose.enabled and not p.claimed and \
             not (p.seen.exposure and p.seen.exposure.address):
         try:  # waiting for the controller to publish an address: a look each observation pass
-            p.exposure = await asyncio.to_thread(apply.exposure, p.kube, p.owner, spec)
+            p.exposure = await threads.run(apply.exposure, p.kube, p.owner, spec)
         except NotServed:
             pass  # the full pass reports it
     return True

@@ -1,0 +1,40 @@
+"""Where a loop's blocking calls (the API client, a render) run: the shared executor, or, for the
+pass and the status write of a spec nobody has reconciled yet, a few threads of their own.
+
+A user who changes a spec waits for it; a routine pass (an observation, a resync, the first pass
+of each loop of a shard just taken over) does not. With one executor a spec change queued behind
+every routine call ahead of it: after a holder's SIGKILL at 3,000 x 2 the survivor's 1,500 adopted
+loops read their Secrets first, and a spec change of one of them waited more than a minute. The
+call carries its context (``asyncio.to_thread`` does the same): the GatewayDeployment it acts for
+(clients/kube.ACTING_FOR) goes with it.
+"""
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import functools
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Callable, TypeVar
+
+T = TypeVar("T")
+
+#: set in the task of a pass (or around a status write) for a generation not yet reconciled
+PROMPT: contextvars.ContextVar[bool] = contextvars.ContextVar("gwop_prompt", default=False)
+PROMPT_THREADS = 4
+_prompt: ThreadPoolExecutor | None = None
+
+
+def _prompt_executor() -> ThreadPoolExecutor:
+    global _prompt
+    if _prompt is None:
+        _prompt = ThreadPoolExecutor(max_workers=PROMPT_THREADS, thread_name_prefix="kube-prompt")
+    return _prompt
+
+
+async def run(fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
+    """``fn(*args, **kwargs)`` on a thread: the prompt ones under ``PROMPT``, else the loop's
+    default executor (handlers.configure sizes it)."""
+    context = contextvars.copy_context()
+    executor = _prompt_executor() if PROMPT.get() else None
+    call = functools.partial(context.run, fn, *args, **kwargs)
+    return await asyncio.get_running_loop().run_in_executor(executor, call)
