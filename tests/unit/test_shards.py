@@ -99,6 +99,7 @@ class Request:
     sent: float
     applied: bool | None = None   # None: not yet; True/False: the store's answer
     abandoned: bool = False       # the client's timeout gave up on it; the store may still apply it
+    result: int | None = None     # the version the store gave the Lease, when applied
 
 
 @dataclass
@@ -108,6 +109,8 @@ class Replica:
     queue: list[Request] = field(default_factory=list)
     alive: bool = True
     writes: int = 0
+    known: dict[str, int] = field(default_factory=dict)   # each Lease's version as last read or written
+    giving: set[int] = field(default_factory=set)         # given up, the holder not yet cleared
 
     def acting(self, shard: int, now: float, timing: Timing) -> bool:
         return self.alive and S.holds(self.observed, shard, now, timing)
@@ -133,17 +136,33 @@ class World:
                           None if name.startswith("m-") else int(name[6:])) for name, s in self.store.items()]
 
     def tick(self, r: Replica, stopping: bool = False) -> None:
-        """Read every Lease, plan, and send the writes (applied and answered at later steps)."""
+        """As loop/shard_holder.py: renew what is held from the versions last seen, then read
+        every Lease, plan, and send the other writes (applied and answered at later steps)."""
+        renewed = set()
+        if not stopping:
+            for shard in range(SHARDS):
+                if S.holds(r.observed, shard, self.now, self.timing) and shard not in r.giving:
+                    name = f"shard-{shard}"
+                    r.queue.append(Request(name, shard, r.me, r.known.get(name), self.now))
+                    renewed.add(shard)
         leases = self.views()
+        r.known = {lease.name: int(lease.version) for lease in leases}
         r.observed.note(leases, self.now)
-        plan = S.plan(r.me, SHARDS, leases, r.observed, self.now, self.timing, stopping)
         by_name = {lease.name: lease for lease in leases}
+        # a shard given up at an earlier tick has drained (at once, here): its holder is cleared now,
+        # and again at each tick until a read shows it cleared
+        r.giving = {s for s in r.giving if (lease := by_name.get(f"shard-{s}")) is not None and lease.holder == r.me}
+        drained = set(r.giving)
+        plan = S.plan(r.me, SHARDS, leases, r.observed, self.now, self.timing, stopping, frozenset(r.giving))
         for shard in plan.give:   # stop acting at once; the cleared holder is sent after the drain
             r.observed.renewed_at.pop(shard, None)
-        for shard in (*plan.renew, *plan.take, *plan.give):
+            if not stopping:
+                r.giving.add(shard)
+        give = plan.give if stopping else tuple(sorted(drained))
+        for shard in (*[s for s in plan.renew if s not in renewed], *plan.take, *give):
             name = f"shard-{shard}"
             held = by_name.get(name)
-            holder = "" if shard in plan.give else r.me
+            holder = "" if shard in give else r.me
             r.queue.append(Request(name, shard, holder, int(held.version) if held else None, self.now))
         member = by_name.get(f"m-{r.me}")
         r.queue.append(Request(f"m-{r.me}", None, "" if stopping else r.me,
@@ -159,6 +178,7 @@ class World:
         if ok:
             self.version += 1
             self.store[q.name] = Stored(q.holder, f"{r.me}@{self.now}:{self.version}", self.version)
+            q.result = self.version
         q.applied = ok
 
     def answer(self, r: Replica) -> None:
@@ -167,7 +187,11 @@ class World:
             return
         q = done[0]
         r.queue.remove(q)
-        if q.shard is not None and q.applied and q.holder == r.me and not q.abandoned:
+        if q.applied and not q.abandoned and q.result is not None:
+            r.known[q.name] = q.result
+        # a renewal answered after the shard was given up (loop/shard_holder.py records its
+        # renewals before it plans, so the give-up always comes after) holds nothing
+        if q.shard is not None and q.applied and q.holder == r.me and not q.abandoned and q.shard not in r.giving:
             r.observed.renewed_at[q.shard] = self.now if self.renewed_at_answer else q.sent
 
     def lose(self, r: Replica) -> None:

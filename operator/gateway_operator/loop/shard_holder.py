@@ -150,7 +150,8 @@ class ShardHolder:
                 return
             if written is not None:
                 self._known[name] = written
-                self.observed.renewed_at[shard] = sent
+                if shard not in self._giving:   # never again once given up, whatever the order
+                    self.observed.renewed_at[shard] = sent
         list(self._writers.map(one, shards))
 
     def _post(self, callback: Callable[[], None]) -> bool:
