@@ -511,3 +511,26 @@ def test_a_spec_change_is_reconciled_while_routine_calls_fill_the_shared_threads
             await backlog
 
     run_loop(test)
+
+
+def test_prompt_calls_beyond_the_prompt_threads_take_the_shared_ones() -> None:
+    """A wave of new GatewayDeployments is all prompt work: what the prompt threads cannot take at
+    once runs on the shared ones instead of queuing behind four threads."""
+    from gateway_operator.loop import threads
+
+    async def main() -> None:
+        release = threading.Event()
+        names: list[str] = []
+
+        def call() -> None:
+            names.append(threading.current_thread().name)
+            release.wait(10)
+        threads.PROMPT.set(True)
+        calls = [asyncio.ensure_future(threads.run(call)) for _ in range(threads.PROMPT_THREADS + 3)]
+        await until(lambda: len(names) == len(calls), 5, "every call running at once")
+        release.set()
+        await asyncio.gather(*calls)
+        prompt = [n for n in names if n.startswith("kube-prompt")]
+        assert len(prompt) == threads.PROMPT_THREADS and len(names) - len(prompt) == 3, names
+
+    asyncio.run(main())
