@@ -31,19 +31,19 @@ REQUEST_TIMEOUT = (5.0, 30.0)
 # --shards a write must land within the Lease margin) and hides time the loop's backoff owns. A
 # refused connection is still retried: nothing was sent.
 RETRIES = urllib3.Retry(total=3, read=0)
-#: what the client raises when the API server does not answer in time or at all (urllib3's timeouts,
-#: its retries of a refused connection used up, a connection cut; the socket's own): the server's
-#: state, not a refusal of what was asked
 class NotHeld(Exception):
     """A write of a GatewayDeployment whose shard this replica no longer holds (--shards): not
     sent. The holder could not renew the shard's Lease in time, so the API server's state too."""
 
 
 #: the GatewayDeployment (uid) whose loop makes the current call: set once in each loop's task
-#: (supervisor.py); asyncio.to_thread carries it into the thread that sends the request
+#: (supervisor.py); asyncio.to_thread and loop/threads.run carry it into the thread that sends it
 ACTING_FOR: contextvars.ContextVar[str] = contextvars.ContextVar("gwop_acting_for", default="")
-SILENT = (NotHeld, urllib3.exceptions.TimeoutError, urllib3.exceptions.MaxRetryError, urllib3.exceptions.ProtocolError,
-          TimeoutError, ConnectionError)
+#: what the client raises when the API server does not answer in time or at all (urllib3's timeouts,
+#: its retries of a refused connection used up, a connection cut; the socket's own): the server's
+#: state, not a refusal of what was asked; and a write not sent for a shard no longer held
+SILENT = (urllib3.exceptions.TimeoutError, urllib3.exceptions.MaxRetryError, urllib3.exceptions.ProtocolError,
+          TimeoutError, ConnectionError, NotHeld)
 #: (connect, read) seconds; urllib3's read timeout bounds the wait for each answer's bytes, and the
 #: API server sends an answer whole, so it bounds the wait for the answer
 Timeout = tuple[float, float]

@@ -2,12 +2,13 @@
 
 Two sides, so that a busy event loop never costs a shard:
 
-- **The Lease side runs on a thread of its own** (``_work``): every ``retry_period`` it reads the
-  Leases, plans, renews and takes (one conditioned write at a time), marks the shards it gives up
-  and, once their loops have ended, clears their holder, and renews its member Lease. It needs
-  nothing from the event loop: starting a shard's thousand loops (their first passes) or a resync
-  wave holds the event loop for seconds, and a renewal waiting behind them missed its deadline,
-  lost the shard and restarted its loops elsewhere, over and over (the benchmark at 3,000 x 2).
+- **The Lease side runs on a thread of its own** (``_work``): every ``retry_period`` it renews the
+  shards it holds (all at once), reads the Leases, plans, takes, marks the shards it gives up and,
+  once their loops have ended, clears their holder, and renews its member Lease; every write is
+  conditioned on a resourceVersion. It needs nothing from the event loop: starting a shard's
+  thousand loops or a resync wave holds the event loop for seconds, and a renewal that waited
+  behind them would miss its deadline, lose the shard and restart its loops, which adds the load
+  that makes the next renewal late.
 - **The loop side runs on the event loop** (``_settle``): after each tick, and at the earliest
   renew deadline of what it holds, it starts the loops of shards newly held and stops (and
   awaits) those no longer held. Drain, then hand over: a shard given up keeps its Lease's holder
@@ -98,10 +99,10 @@ class ShardHolder:
     def tick(self) -> None:
         """One round of the Lease side (blocking: its thread, or a test's). The shards held are
         renewed first, all at once and from the version this replica last saw of each Lease, so
-        that neither the list nor another shard's write delays a renewal (at 3,000 x 2 an API
-        server that took two seconds a call made the last of four sequential renewals miss its
-        deadline); a renewal from a version someone else has since written is refused, as any.
-        Then the list, the plan, the takes and give-ups, the member Lease."""
+        that neither the list nor another shard's write delays a renewal (on an API server that
+        takes seconds a call, a list and four sequential renewals exceed the renew deadline); a
+        renewal from a version someone else has since written is refused, as any. Then the list,
+        the plan, the takes and give-ups, the member Lease."""
         started = self.clock()
         self._write_shards([s for s in range(self.shards) if self.holds(s) and s not in self._giving])
         renewed = self.clock()
@@ -150,7 +151,8 @@ class ShardHolder:
                 return
             if written is not None:
                 self._known[name] = written
-                if shard not in self._giving:   # never again once given up, whatever the order
+                # never again once given up or stopping, whatever the order
+                if shard not in self._giving and not self._stopping.is_set():
                     self.observed.renewed_at[shard] = sent
         list(self._writers.map(one, shards))
 

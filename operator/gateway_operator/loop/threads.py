@@ -2,11 +2,10 @@
 pass and the status write of a spec nobody has reconciled yet, a few threads of their own.
 
 A user who changes a spec waits for it; a routine pass (an observation, a resync, the first pass
-of each loop of a shard just taken over) does not. With one executor a spec change queued behind
-every routine call ahead of it: after a holder's SIGKILL at 3,000 x 2 the survivor's 1,500 adopted
-loops read their Secrets first, and a spec change of one of them waited more than a minute. The
-call carries its context (``asyncio.to_thread`` does the same): the GatewayDeployment it acts for
-(clients/kube.ACTING_FOR) goes with it.
+of each loop of a shard just taken over) does not. With one executor a spec change queues behind
+every routine call ahead of it: after a takeover, behind the first reads of every adopted loop.
+The call carries its context (``asyncio.to_thread`` does the same): the GatewayDeployment it acts
+for (clients/kube.ACTING_FOR) goes with it.
 """
 from __future__ import annotations
 
@@ -35,8 +34,7 @@ def _prompt_executor() -> ThreadPoolExecutor:
 async def run(fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
     """``fn(*args, **kwargs)`` on a thread: under ``PROMPT`` a prompt one while one is idle, else
     the loop's default executor (handlers.configure sizes it). Never queued on the prompt ones: a
-    wave of new GatewayDeployments (each a spec nobody reconciled yet) on four threads took the
-    3,000 x 2 benchmark twice as long to create, and its first statuses longer still."""
+    wave of new GatewayDeployments is all prompt work, and four threads would be its bottleneck."""
     global _busy
     context = contextvars.copy_context()
     prompt = PROMPT.get() and _busy < PROMPT_THREADS
