@@ -1,6 +1,7 @@
 """Polling with a deadline: tests (and the demo) wait for what a user would see, never sleep blindly."""
 from __future__ import annotations
 
+import asyncio
 import time
 from typing import Callable, TypeVar
 
@@ -28,6 +29,20 @@ def until(condition: Callable[[], T], timeout: float = 60, interval: float = 0.5
         if time.monotonic() > deadline:
             raise WaitTimeout(f"timed out after {timeout:.0f}s waiting for {what}; last: {last!r}")
         time.sleep(interval)
+
+
+async def until_async(condition: Callable[[], T], timeout: float = 60, what: str = "condition",
+                      interval: float = 0.02) -> T:
+    """``until`` inside a running event loop: the loop runs between looks (a test of the operator's
+    own tasks, which must make progress while it waits)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = condition()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise WaitTimeout(f"timed out after {timeout:.1f}s waiting for {what}; last: {value!r}")
+        await asyncio.sleep(interval)
 
 
 def stays(condition: Callable[[], object], seconds: float, interval: float = 0.5, what: str = "condition",

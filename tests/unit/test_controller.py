@@ -28,6 +28,7 @@ from gateway_operator.loop.controller import GatewayController
 from gateway_operator.loop.inputs import KEPT_METADATA
 
 from harness.pod_code import importable
+from harness.wait import until_async as until
 from test_loop import PROBE_OK, REDIS_SPEC, ApiStandIn, gateway, secret
 
 REPLICA_IP = "127.61.0.1"  # a loopback address no other unit test binds
@@ -90,13 +91,6 @@ async def stop(task: asyncio.Task[None], servers: list[asyncio.AbstractServer]) 
     for server in servers:
         server.close()
         await server.wait_closed()
-
-
-async def until(check: Callable[[], bool], seconds: float, what: str) -> None:
-    deadline = time.monotonic() + seconds
-    while not check():
-        assert time.monotonic() < deadline, f"not within {seconds} s: {what}"
-        await asyncio.sleep(0.05)
 
 
 class HangingProber:

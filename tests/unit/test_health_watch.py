@@ -22,6 +22,7 @@ from gateway_operator.clients.health_watch import Watch
 from gateway_operator.core import schedule
 from gateway_operator.core.health import Idempotency, ReplicaHealth, Target
 from harness.pod_code import importable
+from harness.wait import until_async as until
 
 importable()
 import gwop_watch  # noqa: E402 - the pod code, as the pod imports it
@@ -222,13 +223,6 @@ def test_the_watch_asks_again_when_a_duration_crosses_the_cut_off_bound() -> Non
                 watch.close()
 
     asyncio.run(main())
-
-
-async def until(check: Any, seconds: float, what: str) -> None:
-    deadline = time.monotonic() + seconds
-    while not check():
-        assert time.monotonic() < deadline, f"not within {seconds} s: {what}"
-        await asyncio.sleep(0.02)
 
 
 async def plain_health(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:

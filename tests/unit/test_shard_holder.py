@@ -23,6 +23,7 @@ from gateway_operator.core import facts as status_facts
 from gateway_operator.core.schedule import Schedule
 from gateway_operator.core.shards import LeaseView, Timing
 from gateway_operator.loop.shard_holder import ShardHolder
+from harness.wait import until_async
 from test_loop import ApiStandIn, gateway, run
 
 FAST = Timing(lease_duration=1.5, renew_deadline=1.0, retry_period=0.2)
@@ -66,13 +67,6 @@ class LeasesStandIn:
         self.store.pop(name, None)
 
 
-async def _until(condition, timeout: float = 5.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, "timed out"
-        await asyncio.sleep(0.02)
-
-
 async def _holding(leases: LeasesStandIn, events: list[tuple[str, frozenset[int], float]],
                    me: str = "a") -> tuple[ShardHolder, asyncio.Task[None]]:
     async def gained(shards: frozenset[int]) -> None:
@@ -83,7 +77,7 @@ async def _holding(leases: LeasesStandIn, events: list[tuple[str, frozenset[int]
 
     holder = ShardHolder(leases, 4, me, FAST, gained, lost)  # type: ignore[arg-type]
     task = asyncio.create_task(holder.run())
-    await _until(lambda: bool(holder.held))
+    await until_async(lambda: bool(holder.held))
     return holder, task
 
 
@@ -162,7 +156,7 @@ def test_a_shard_given_up_to_a_new_replica_is_cleared_only_after_its_loops_ended
         first.on_lose = slow_lost
         second_events: list[tuple[str, frozenset[int], float]] = []
         second, second_task = await _holding(leases, second_events, "b")
-        await _until(lambda: len(first.held) == 2 and len(second.held) == 2, timeout=10)
+        await until_async(lambda: len(first.held) == 2 and len(second.held) == 2, timeout=10)
         gained_at = min(at for kind, _, at in second_events if kind == "gained")
         assert drained and gained_at > drained[0], (drained, second_events)
         assert first.held.isdisjoint(second.held)
@@ -335,7 +329,7 @@ def test_an_api_server_slow_to_answer_each_call_costs_no_shard() -> None:
             events.append(("lost", shards))
         holder = ShardHolder(leases, 4, "a", timing, gained, lost)  # type: ignore[arg-type]
         task = asyncio.create_task(holder.run())
-        await _until(lambda: holder.held == frozenset(range(4)), timeout=10)
+        await until_async(lambda: holder.held == frozenset(range(4)), timeout=10)
         await asyncio.sleep(timing.renew_deadline * 3)
         assert events == [("gained", frozenset(range(4)))], events
         await _stopped(holder, task)

@@ -135,16 +135,15 @@ class World:
         return [LeaseView(name, s.holder, s.renewed, str(s.version),
                           None if name.startswith("m-") else int(name[6:])) for name, s in self.store.items()]
 
-    def tick(self, r: Replica, stopping: bool = False) -> None:
-        """As loop/shard_holder.py: renew what is held from the versions last seen, then read
-        every Lease, plan, and send the other writes (applied and answered at later steps)."""
+    def tick(self, r: Replica) -> None:
+        """As loop/shard_holder.py's round: renew what is held from the versions last seen, then
+        read every Lease, plan, and send the other writes (applied and answered at later steps)."""
         renewed = set()
-        if not stopping:
-            for shard in range(SHARDS):
-                if S.holds(r.observed, shard, self.now, self.timing) and shard not in r.giving:
-                    name = f"shard-{shard}"
-                    r.queue.append(Request(name, shard, r.me, r.known.get(name), self.now))
-                    renewed.add(shard)
+        for shard in range(SHARDS):
+            if S.holds(r.observed, shard, self.now, self.timing) and shard not in r.giving:
+                name = f"shard-{shard}"
+                r.queue.append(Request(name, shard, r.me, r.known.get(name), self.now))
+                renewed.add(shard)
         leases = self.views()
         r.known = {lease.name: int(lease.version) for lease in leases}
         r.observed.note(leases, self.now)
@@ -152,21 +151,27 @@ class World:
         # a shard given up at an earlier tick has drained (at once, here): its holder is cleared now,
         # and again at each tick until a read shows it cleared
         r.giving = {s for s in r.giving if (lease := by_name.get(f"shard-{s}")) is not None and lease.holder == r.me}
-        drained = set(r.giving)
-        plan = S.plan(r.me, SHARDS, leases, r.observed, self.now, self.timing, stopping, frozenset(r.giving))
+        drained = tuple(sorted(r.giving))
+        plan = S.plan(r.me, SHARDS, leases, r.observed, self.now, self.timing, frozenset(r.giving))
         for shard in plan.give:   # stop acting at once; the cleared holder is sent after the drain
             r.observed.renewed_at.pop(shard, None)
-            if not stopping:
-                r.giving.add(shard)
-        give = plan.give if stopping else tuple(sorted(drained))
-        for shard in (*[s for s in plan.renew if s not in renewed], *plan.take, *give):
+            r.giving.add(shard)
+        for shard in (*[s for s in plan.renew if s not in renewed], *plan.take, *drained):
             name = f"shard-{shard}"
             held = by_name.get(name)
-            holder = "" if shard in give else r.me
+            holder = "" if shard in drained else r.me
             r.queue.append(Request(name, shard, holder, int(held.version) if held else None, self.now))
         member = by_name.get(f"m-{r.me}")
-        r.queue.append(Request(f"m-{r.me}", None, "" if stopping else r.me,
-                               int(member.version) if member else None, self.now))
+        r.queue.append(Request(f"m-{r.me}", None, r.me, int(member.version) if member else None, self.now))
+
+    def stop(self, r: Replica) -> None:
+        """As ShardHolder.stop: stop acting on everything (its loops drained at once, here), then
+        clear every shard Lease that names this replica, and the member Lease."""
+        r.observed.renewed_at.clear()
+        leases = self.views()
+        for lease in leases:
+            if lease.holder == r.me:
+                r.queue.append(Request(lease.name, lease.shard, "", int(lease.version), self.now))
 
     def apply(self, r: Replica) -> None:
         pending = [q for q in r.queue if q.applied is None]
@@ -249,7 +254,7 @@ def play(world: World, ops: list[tuple[str, int, float]]) -> World:
             r.alive = False
             r.observed.renewed_at.clear()
         elif op == "stop":    # graceful: give everything up, then exit
-            world.tick(r, stopping=True)
+            world.stop(r)
             while any(q.applied is None for q in r.queue):
                 world.apply(r)
             r.alive = False
@@ -392,7 +397,7 @@ def test_a_graceful_stop_hands_over_at_the_next_tick() -> None:
     world.join()
     settle(world)
     leaving, staying = world.replicas
-    world.tick(leaving, stopping=True)
+    world.stop(leaving)
     assert not any(leaving.acting(s, world.now, world.timing) for s in range(SHARDS))
     while leaving.queue:
         world.apply(leaving)

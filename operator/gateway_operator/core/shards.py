@@ -166,18 +166,17 @@ def fair_share(shards: int, members: int) -> int:
 
 
 def plan(me: str, shards: int, leases: Sequence[LeaseView], observed: Observed, now: float,
-         timing: Timing, stopping: bool = False, giving: frozenset[int] = frozenset()) -> Plan:
+         timing: Timing, giving: frozenset[int] = frozenset()) -> Plan:
     """One tick of replica ``me``: ``leases`` are every shard and member Lease just read, and
-    ``observed`` has noted them (``Observed.note``). ``stopping``: give up everything held.
-    ``giving``: shards given up whose loops are still ending; never taken back meanwhile."""
+    ``observed`` has noted them (``Observed.note``). ``giving``: shards given up whose loops are
+    still ending; never taken back meanwhile. (At shutdown the holder gives up every shard whose
+    Lease names it, without a plan.)"""
     duration = timing.lease_duration
     members = {lease.holder for lease in leases if lease.shard is None and lease.holder
                and not observed.expired(lease, now, duration)} | {me}
     by_shard: Mapping[int, LeaseView] = {lease.shard: lease for lease in leases if lease.shard is not None}
     mine = sorted(s for s, lease in by_shard.items() if lease.holder == me and holds(observed, s, now, timing))
     fair = fair_share(shards, len(members))
-    if stopping:
-        return Plan(give=tuple(mine), members=len(members), fair=0)
     keep_at_most = fair
     if fair > shards // len(members):   # some members hold one less: one below that is starved
         held_by = {m: 0 for m in members}
