@@ -36,11 +36,9 @@ async def run(fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
     the loop's default executor (handlers.configure sizes it). Never queued on the prompt ones: a
     wave of new GatewayDeployments is all prompt work, and four threads would be its bottleneck."""
     global _busy
-    context = contextvars.copy_context()
-    prompt = PROMPT.get() and _busy < PROMPT_THREADS
-    call = functools.partial(context.run, fn, *args, **kwargs)
-    if not prompt:
-        return await asyncio.get_running_loop().run_in_executor(None, call)
+    if not (PROMPT.get() and _busy < PROMPT_THREADS):
+        return await asyncio.to_thread(fn, *args, **kwargs)
+    call = functools.partial(contextvars.copy_context().run, fn, *args, **kwargs)
     _busy += 1   # one event loop: no lock
     try:
         return await asyncio.get_running_loop().run_in_executor(_prompt_executor(), call)
