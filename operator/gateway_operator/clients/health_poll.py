@@ -11,6 +11,8 @@ import logging
 import time
 from typing import Iterable
 
+from gateway_operator.clients.fair_timeout import fair_timeout
+
 from gateway_operator.core.health import Idempotency, ReplicaHealth, Target, parse_answer
 
 log = logging.getLogger(__name__)
@@ -229,7 +231,7 @@ class Poller:
         key, request = (target.ip, target.port), _request(target, keep_alive)
         exchange = self._connections.pop(key, None)
         try:
-            async with asyncio.timeout(timeout):
+            async with fair_timeout(timeout):
                 if exchange is not None and exchange.reusable(time.monotonic()):
                     try:
                         return self._answered(target, exchange, keep_alive, *await exchange.ask(request))

@@ -20,6 +20,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
+from gateway_operator.clients.fair_timeout import fair_timeout
+
 from gateway_operator.clients.health_poll import _Exchange, _Failed, watch_request
 from gateway_operator.core import schedule
 from gateway_operator.core.health import Idempotency, ReplicaHealth, Target, parse_answer
@@ -127,7 +129,7 @@ class Watch:
 
     async def _ask(self, followed: _Followed, wait: float, since: str) -> tuple[ReplicaHealth, str]:
         target = followed.target
-        async with asyncio.timeout(wait + self.timeout):
+        async with fair_timeout(wait + self.timeout):
             exchange = followed.exchange
             if exchange is None or not exchange.open or exchange.answer is not None:
                 if exchange is not None:

@@ -37,6 +37,7 @@ import redis
 from gateway_operator.api import reasons
 from gateway_operator.api.redis_target import RedisTarget
 from gateway_operator.clients import resp
+from gateway_operator.clients.fair_timeout import fair_timeout
 from gateway_operator.core.dedup_history import CANARY_KEY, CARRIED_KEY, MIGRATED_KEY, StoreFacts
 from gateway_operator.core.probe_result import ProbeResult, bound
 
@@ -168,8 +169,8 @@ class Prober:
         if not wait and (self._per_namespace[namespace].locked() or self._total.locked()):
             return None
         async with self._per_namespace[namespace], self._total:
-            try:  # asyncio.timeout: a cancel never swallowed (controller._loop says why)
-                async with asyncio.timeout(bound(timeout)):
+            try:  # a timeout, not a cancel swallowed (controller._loop says why)
+                async with fair_timeout(bound(timeout)):
                     result = await self._probe(namespace, owner, target, signed, timeout, managed_ip, privileged,
                                                kept, base)
             except asyncio.TimeoutError:
@@ -216,7 +217,7 @@ async def _addresses(target: RedisTarget, timeout: float) -> list[str] | None:
     except ValueError:
         pass
     try:
-        async with asyncio.timeout(timeout):
+        async with fair_timeout(timeout):
             infos = await asyncio.get_running_loop().getaddrinfo(target.host, target.port, type=socket.SOCK_STREAM)
     except (OSError, asyncio.TimeoutError, UnicodeError, ValueError):
         return None
@@ -286,7 +287,7 @@ async def carried(kept: KeptConnection | None, prefix: str, pods: Sequence[str],
     if client is None or not asked:
         return frozenset()
     try:
-        async with asyncio.timeout(timeout):
+        async with fair_timeout(timeout):
             values = _raised(await client.execute([("GET", f"{prefix}{CARRIED_KEY}{pod}") for pod in asked]))
     except (redis.RedisError, OSError, asyncio.TimeoutError):
         return frozenset()
@@ -302,7 +303,7 @@ async def _exchange(target: RedisTarget, host: str, credentials: Credentials, ti
     client = None
     try:
         client = await _connect(target, host, credentials, timeout)
-        async with asyncio.timeout(timeout):
+        async with fair_timeout(timeout):
             return await _commands(client, target, credentials)
     except Exception as e:  # noqa: BLE001 - said as _failure says it, or raised again
         return _failure(e, target, credentials, timeout)
@@ -346,7 +347,7 @@ async def _observed(target: RedisTarget, host: str, credentials: Credentials, ti
             kept.swap(None, None)   # one opened for other credentials or another address
             client = await _connect(target, host, credentials, timeout)
             kept.swap(key, client)
-        async with asyncio.timeout(timeout):
+        async with fair_timeout(timeout):
             return await _light_commands(client, target, base)
     except Exception as e:  # noqa: BLE001 - said as _failure says it, or raised again
         return _failure(e, target, credentials, timeout)

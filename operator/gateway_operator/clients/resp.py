@@ -24,6 +24,8 @@ from typing import Any, Sequence
 import redis
 from redis.exceptions import InvalidResponse
 
+from gateway_operator.clients.fair_timeout import fair_timeout
+
 MAX_REPLY = 256 * 1024   # bytes of one string reply (an INFO section is 1-2 KiB)
 MAX_ITEMS = 1024         # elements of one array reply
 MAX_DEPTH = 4            # nested arrays
@@ -82,7 +84,7 @@ class Connection:
                    db: int = 0) -> "Connection":
         """Connected (TLS verifying ``server_name``, sent as SNI), signed in and on ``db``. Raises
         redis.AuthenticationError for a refused password, OSError or TimeoutError when nothing answers."""
-        async with asyncio.timeout(timeout):
+        async with fair_timeout(timeout):
             reader, writer = await asyncio.open_connection(
                 host, port, ssl=tls, server_hostname=server_name if tls is not None else None, limit=LINE_LIMIT)
         connection = cls(reader, writer)
@@ -94,7 +96,7 @@ class Connection:
                 hello.append(("SELECT", str(db)))
             replies: list[Reply] = []
             if hello:
-                async with asyncio.timeout(timeout):
+                async with fair_timeout(timeout):
                     replies = await connection.execute(hello)
             if password and isinstance(replies[0], redis.RedisError):  # whatever the words: not signed in
                 raise redis.AuthenticationError(str(replies[0]))

@@ -9,7 +9,9 @@ from gateway_operator.core.dedup_history import StoreFacts
 
 def bound(timeout: float) -> float:
     """The most one probe takes, whatever the Redis does: its connect, TLS and round trips (and an
-    observation probe's one retry afresh) each within ``timeout``."""
+    observation probe's one retry afresh) each within ``timeout``. Time the operator's own event
+    loop was too busy to read an answer is not counted (clients/fair_timeout.py), up to its
+    ceiling."""
     return 3 * timeout + 1
 
 
