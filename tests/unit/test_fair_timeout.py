@@ -1,12 +1,14 @@
 """A busy event loop is not a silent far end (clients/fair_timeout.py): a real redis-server and a
 /health endpoint that answer at once are reported reachable while the operator's loop is blocked
-past the probe's timeout, and a far end that stays silent still times out, within bounds."""
+past the probe's timeout, and a far end that stays silent still times out, within bounds. The
+lag itself shows in the metrics (loop/loop_lag.py)."""
 from __future__ import annotations
 
 import asyncio
 import time
 
 import pytest
+from prometheus_client import REGISTRY, generate_latest
 
 from gateway_operator.api import reasons
 from gateway_operator.api.redis_target import RedisTarget
@@ -14,6 +16,7 @@ from gateway_operator.clients.fair_timeout import LATE, fair_timeout
 from gateway_operator.clients.health_poll import Poller
 from gateway_operator.clients.redis_probe import Prober
 from gateway_operator.core.health import Idempotency, Target
+from gateway_operator.loop import loop_lag
 from harness.redis_server import RedisServer
 
 TIMEOUT = 0.5
@@ -119,3 +122,25 @@ def test_a_redis_that_is_silent_is_unreachable_within_its_bound_while_the_loop_i
     result, took = asyncio.run(run())
     assert result is not None and not result.ok and result.reason == reasons.CONNECTION_FAILED, result
     assert took < 3 * TIMEOUT + 1, took
+
+
+def lag_ticks_over(seconds: float) -> float:
+    """Ticks of gateway_operator_event_loop_lag_seconds later than ``seconds`` (a bucket bound)."""
+    buckets = {line.split('le="')[1].split('"')[0]: float(line.rsplit(" ", 1)[1])
+               for line in generate_latest(REGISTRY).decode().splitlines()
+               if line.startswith("gateway_operator_event_loop_lag_seconds_bucket")}
+    return buckets.get("+Inf", 0.0) - buckets.get(repr(seconds), 0.0)
+
+
+def test_an_event_loop_held_past_a_second_shows_in_the_lag_histogram() -> None:
+    before = lag_ticks_over(1.0)
+
+    async def run() -> None:
+        ticking = asyncio.ensure_future(loop_lag.measure_forever(0.05))
+        await asyncio.sleep(0.2)
+        time.sleep(BLOCKED)
+        await asyncio.sleep(0.2)
+        ticking.cancel()
+
+    asyncio.run(run())
+    assert lag_ticks_over(1.0) == before + 1

@@ -18,7 +18,7 @@ from gateway_operator.clients.kube import REQUEST_TIMEOUT, Kube, load_config
 from gateway_operator.core import pods
 from gateway_operator.core.pods import LiveDeployment, Observed, PodView, live_deployment
 from gateway_operator.core.settings import ControllerSettings, ShardSettings
-from gateway_operator.loop import watch_liveness
+from gateway_operator.loop import loop_lag, watch_liveness
 from gateway_operator.loop.shard_holder import ShardHolder
 from gateway_operator.loop.supervisor import Supervisor
 
@@ -93,6 +93,7 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, gateway_po
                                  owns=holder.owns if holder else (lambda _: True))
     if holder is not None:
         memo.shard_holder, memo.shard_task = holder, asyncio.create_task(holder.run(), name="shard holder")
+    memo.loop_lag = asyncio.create_task(loop_lag.measure_forever(), name="event loop lag")
     if check.period:
         memo.watch_checker = asyncio.create_task(watch_liveness.check_forever(
             memo.watches, lambda v, kind, selector: kube.resource_versions(v, kind, check.namespaces, selector),
@@ -199,6 +200,8 @@ def managed_redis_pods(namespace: str, labels: Any, status: Any, **_: Any) -> di
 async def shutdown(memo: kopf.Memo, **_: Any) -> None:
     if "watch_checker" in memo:
         memo.watch_checker.cancel()
+    if "loop_lag" in memo:
+        memo.loop_lag.cancel()
     await _give_up_shards(memo)
     if "supervisor" in memo:
         await memo.supervisor.stop_all()

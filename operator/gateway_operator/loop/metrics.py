@@ -42,6 +42,9 @@ _series: dict[tuple[str, str], _Series] = {}
 _shards: dict[int, float] = {}   # with --shards: 1 for each shard this replica holds, 0 for the others
 _shard_members = [0.0]           # ... and the live members it counted
 _lock = threading.Lock()  # guards adding and removing records, not their values
+LAG_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, float("inf"))
+_lag = [0] * len(LAG_BUCKETS)   # non-cumulative counts of the event loop's ticks (loop_lag.py)
+_lag_sum = [0.0]
 
 
 def _of(namespace: str, name: str) -> _Series:
@@ -103,6 +106,20 @@ def forget(namespace: str, name: str) -> None:
         _series.pop((namespace, name), None)
 
 
+def loop_lagged(seconds: float) -> None:
+    """One tick of loop_lag.py, ``seconds`` late."""
+    _lag[next(i for i, bound in enumerate(LAG_BUCKETS) if seconds <= bound)] += 1
+    _lag_sum[0] += seconds
+
+
+def _cumulative(bounds: Iterable[float], counts: Iterable[int]) -> list[tuple[str, int]]:
+    cumulative, running = [], 0
+    for bound, count in zip(bounds, list(counts)):
+        running += count
+        cumulative.append(("+Inf" if bound == float("inf") else repr(bound), running))
+    return cumulative
+
+
 def shards_held(shards: int, held: Iterable[int], members: int) -> None:
     mine = set(held)
     _shards.update({s: 1.0 if s in mine else 0.0 for s in range(shards)})
@@ -145,12 +162,14 @@ class _PerObjectCollector(Collector):
                 for status in _STATUSES:
                     condition.add_metric([*labels, type_, status], 1.0 if current == status else 0.0)
             if s.duration_count:
-                cumulative, running = [], 0
-                for bound, count in zip(BUCKETS, list(s.buckets)):
-                    running += count
-                    cumulative.append(("+Inf" if bound == float("inf") else repr(bound), running))
-                durations.add_metric(labels, cumulative, s.duration_sum)
+                durations.add_metric(labels, _cumulative(BUCKETS, s.buckets), s.duration_sum)
         yield from (reconciles, errors, writes, polls, restarts, cut_offs, out_now, condition, durations)
+        if any(_lag):
+            lag = HistogramMetricFamily("gateway_operator_event_loop_lag_seconds",
+                                        "How late the operator's event loop woke a tick due every 0.5 s: above a "
+                                        "second for long, the process cannot keep up with what it holds.")
+            lag.add_metric([], _cumulative(LAG_BUCKETS, _lag), _lag_sum[0])
+            yield lag
         if _shards:
             held = GaugeMetricFamily("gateway_operator_shard_held", "1 for each shard this operator replica holds "
                                      "(--shards): it reconciles the GatewayDeployments of those.", labels=["shard"])
