@@ -44,9 +44,10 @@ def runbook_files() -> set[str]:
     return {p.stem for p in RUNBOOKS.glob("*.md") if p.name != "README.md"}
 
 
-def test_the_chart_has_the_six_alerts(alerts: dict[str, dict[str, Any]]) -> None:
+def test_the_chart_has_the_seven_alerts(alerts: dict[str, dict[str, Any]]) -> None:
     assert set(alerts) == {"GatewayIdempotencyDegraded", "GatewayExactlyOnceAdmissionLost", "GatewayRedisUnreachable",
-                           "GatewayStalled", "GatewayOperatorReconcileErrors", "GatewayOperatorDown"}
+                           "GatewayStalled", "GatewayOperatorReconcileErrors", "GatewayOperatorSaturated",
+                           "GatewayOperatorDown"}
 
 
 def test_every_alert_links_its_runbook_and_the_runbook_exists(alerts: dict[str, dict[str, Any]]) -> None:
