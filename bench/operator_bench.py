@@ -572,8 +572,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         requests = audit.requests(cluster, IDENTITY, since)
         writes = audit.completed(requests, audit.WRITE_VERBS)
         # what the idle operator still reads (full passes at resync): only what no watch covers
-        out["idle_reads_by_resource"] = dict(collections.Counter(
-            f"get {r.resource}" for r in audit.completed(requests, {"get"})))
+        reads = audit.completed(requests, {"get"})
+        out["idle_reads_by_resource"] = dict(collections.Counter(f"get {r.resource}" for r in reads))
+        # of how many objects: the same few read again and again, or each once in a while
+        out["idle_reads_distinct_by_resource"] = dict(collections.Counter(
+            f"get {resource}" for resource, _, _ in {(r.resource, r.namespace, r.name) for r in reads}))
         # renewing the leader Lease is the one write an idle leader must make
         out["idle_writes"] = sum(1 for w in writes if w.resource != "leases")
         out["idle_writes_by_resource"] = dict(collections.Counter(f"{w.verb} {w.resource}" for w in writes))

@@ -13,7 +13,8 @@ and HEALTH ENDPOINT STAND-INS answering /health at the pod IPs; prometheus-opera
 ServiceMonitor-to-scrape-job translation, done by hand (harness/monitoring.py). The scenario:
 a replica stuck on the build-time fallback is restarted, a replica degrades and recovers,
 Redis stops and returns, a spec is refused at reconcile and fixed, an admission policy
-refuses the operator's status writes and is removed, the operator stops and comes back.
+refuses the operator's status writes and is removed, the operator is starved of CPU (stopped
+in bursts) and fed again, the operator stops and comes back.
 Every alert must fire and resolve in its phase; every panel query of the dashboard, with its
 variables substituted as Grafana would, must return series for the scenario.
 ``GWOP_DASHBOARD_PNG=<path>`` (``make dashboard-png``) writes the picture of the panels there.
@@ -26,7 +27,9 @@ import math
 import os
 import re
 import shutil
+import signal
 import subprocess
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -187,10 +190,12 @@ def test_the_service_monitor_keeps_the_gateway_namespace_on_the_series() -> None
 # -- live: a real Prometheus scraping the operator through a scenario ----------------------------
 
 ALERTS = ("GatewayIdempotencyDegraded", "GatewayExactlyOnceAdmissionLost", "GatewayRedisUnreachable",
-          "GatewayStalled", "GatewayOperatorReconcileErrors", "GatewayOperatorDown")
+          "GatewayStalled", "GatewayOperatorReconcileErrors", "GatewayOperatorSaturated", "GatewayOperatorDown")
 LIVE_VALUES = ("--set", "metrics.serviceMonitor.interval=1s", "--set", "metrics.prometheusRule.for=2s",
                "--set", "metrics.prometheusRule.reconcileErrors.window=10s",
-               "--set", "metrics.prometheusRule.reconcileErrors.for=2s")
+               "--set", "metrics.prometheusRule.reconcileErrors.for=2s",
+               "--set", "metrics.prometheusRule.saturation.window=10s",
+               "--set", "metrics.prometheusRule.saturation.for=2s")
 SCRAPE_S = 1.0
 GATEWAY = "shop"
 
@@ -388,6 +393,32 @@ def run_scenario(cluster: Cluster, live: Live, redis: RedisServer, standins: Hea
         cluster.kubectl("delete", "-f", "-", input=policy)
         recover()
     live.phase("status writes refused", ("GatewayOperatorReconcileErrors",), refuse_status_writes, allow_status_writes)
+    live.quiet()
+
+    starving = threading.Event()
+    starver: list[threading.Thread] = []
+
+    def starve_operator() -> None:
+        """The operator process stopped for 1.6 s in every 3.5 (SIGSTOP, SIGCONT), as a CPU
+        limit's throttling stops it: a tick of its event loop wakes over a second late in each
+        cycle, while most scrapes (1 s timeout) still answer."""
+        pid = operator[0].proc.pid
+
+        def cycle() -> None:
+            while not starving.is_set():
+                os.kill(pid, signal.SIGSTOP)
+                time.sleep(1.6)
+                os.kill(pid, signal.SIGCONT)
+                starving.wait(1.9)
+        starver.append(threading.Thread(target=cycle, daemon=True))
+        starver[0].start()
+
+    def feed_operator() -> None:
+        starving.set()
+        starver[0].join(timeout=10)
+        os.kill(operator[0].proc.pid, signal.SIGCONT)
+    live.phase("operator starved of CPU", ("GatewayOperatorSaturated",), starve_operator, feed_operator,
+               namespace=SYSTEM_NAMESPACE)
     live.quiet()
 
     def stop_operator() -> None:
