@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
-import functools
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, TypeVar
 
@@ -38,9 +37,21 @@ async def run(fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
     global _busy
     if not (PROMPT.get() and _busy < PROMPT_THREADS):
         return await asyncio.to_thread(fn, *args, **kwargs)
-    call = functools.partial(contextvars.copy_context().run, fn, *args, **kwargs)
-    _busy += 1   # one event loop: no lock
-    try:
-        return await asyncio.get_running_loop().run_in_executor(_prompt_executor(), call)
-    finally:
+    loop = asyncio.get_running_loop()
+    submitted = _prompt_executor().submit(contextvars.copy_context().run, fn, *args, **kwargs)
+    _busy += 1   # counted on the event loop only: no lock
+    # the slot is free when its thread is, not when the caller stops waiting (a cancelled pass's
+    # call runs on): else a fifth prompt call would queue behind four busy threads
+    submitted.add_done_callback(lambda _: _free_soon(loop))
+    return await asyncio.wrap_future(submitted, loop=loop)
+
+
+def _free_soon(loop: asyncio.AbstractEventLoop) -> None:
+    """A prompt thread's call ended (on that thread): its slot is counted free on the loop."""
+    def free() -> None:
+        global _busy
         _busy -= 1
+    try:
+        loop.call_soon_threadsafe(free)
+    except RuntimeError:  # that loop has closed (a test's): nobody on it counts any more
+        free()
