@@ -16,6 +16,7 @@ import time
 from typing import Any, Awaitable, Callable, Mapping
 
 import kopf
+import urllib3
 from kopf._core.engines import posting
 
 from gateway_operator.api import reasons as R
@@ -107,12 +108,12 @@ class HangingProber:
         return ProbeResult(False, R.CONNECTION_FAILED, "redis.example:6379 did not answer within 1s")
 
 
-def run_loop(test: Callable[[HeldApi, GatewayController, list[dict[str, Any]], list[float]], Awaitable[None]],
+def run_loop(test: Callable[[Any, GatewayController, list[dict[str, Any]], list[float]], Awaitable[None]],
              spec: Mapping[str, Any] | None = None, prober: Any = None,
-             metadata: Mapping[str, Any] | None = None) -> None:
+             metadata: Mapping[str, Any] | None = None, api: type[HeldApi] = HeldApi) -> None:
     body = gateway(spec or {"replicas": 1, "health": {"intervalSeconds": 1, "timeoutSeconds": 1}})
     body["metadata"].update(metadata or {})
-    kube = HeldApi(body, [secret("redis-auth", password="pw")])
+    kube = api(body, [secret("redis-auth", password="pw")])
     pods = [PodView("bot-0", "pod-uid", REPLICA_IP, ready=True, deleting=False)]
 
     async def main() -> None:
@@ -216,6 +217,44 @@ def test_a_redis_that_hangs_shows_in_the_same_status_as_the_replicas_that_report
         assert (reachable["status"], reachable["reason"]) == ("False", R.CONNECTION_FAILED), first["conditions"]
 
     run_loop(test, spec, prober)
+
+
+class SilentApi(HeldApi):
+    """The stand-in whose reads time out while ``silent`` is set (a saturated API server)."""
+
+    def __init__(self, body: dict[str, Any], objects: list[dict[str, Any]] = ()) -> None:  # type: ignore[assignment]
+        super().__init__(body, objects)
+        self.silent = False
+
+    def get(self, api_version: str, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
+        if self.silent:
+            raise urllib3.exceptions.ReadTimeoutError(None, "/api", "Read timed out.")  # type: ignore[arg-type]
+        return super().get(api_version, kind, namespace, name)
+
+
+def test_an_api_server_that_does_not_answer_says_nothing_of_redis() -> None:
+    """A full pass whose reads time out ends before its Redis probe. Status says the API server did
+    not answer (Reconciling, APIServerUnavailable), and RedisReachable and ExactlyOnceAdmission keep
+    what the last probe found, instead of flipping to Unknown and False: at 3,000 x 2 a saturated
+    API server made the operator announce that exactly-once admission was lost, hundreds of times."""
+    spec = {**REDIS_SPEC, "replicas": 1, "health": {"intervalSeconds": 1, "timeoutSeconds": 1}}
+
+    async def test(kube: SilentApi, controller: GatewayController, owners: list[dict[str, Any]],
+                   polls: list[float]) -> None:
+        await until(lambda: kube.condition(C.EXACTLY_ONCE).get("status") == "True", 10, "exactly-once admission held")
+        kube.silent = True
+        controller.nudge()
+        await until(lambda: kube.condition(C.RECONCILING).get("reason") == R.API_SERVER_UNAVAILABLE, 10,
+                    "the silent API server shown")
+        for _ in range(6):  # the retries and the polls between them
+            assert kube.condition(C.REDIS_REACHABLE).get("status") == "True", kube.condition(C.REDIS_REACHABLE)
+            assert kube.condition(C.EXACTLY_ONCE).get("status") == "True", kube.condition(C.EXACTLY_ONCE)
+            await asyncio.sleep(0.5)
+        kube.silent = False
+        await until(lambda: kube.condition(C.RECONCILING).get("reason") != R.API_SERVER_UNAVAILABLE, 30,
+                    "the API server answering again shown")
+
+    run_loop(test, spec, HangingProber(hang=1.0), api=SilentApi)  # the Redis answers
 
 
 class GatedApi(HeldApi):
@@ -526,5 +565,36 @@ def test_prompt_calls_beyond_the_prompt_threads_take_the_shared_ones() -> None:
         await asyncio.gather(*calls)
         prompt = [n for n in names if n.startswith("kube-prompt")]
         assert len(prompt) == threads.PROMPT_THREADS and len(names) - len(prompt) == 3, names
+
+    asyncio.run(main())
+
+
+def test_a_cancelled_prompt_call_keeps_its_thread_until_that_thread_ends() -> None:
+    """A pass cancelled (its shard given up, its loop stopped) while its prompt call runs: the call
+    runs on, so its thread is not idle, and the next prompt calls take the shared threads instead
+    of queuing behind it; once it ends, the prompt thread is used again."""
+    from gateway_operator.loop import threads
+
+    async def main() -> None:
+        release = threading.Event()
+        names: list[str] = []
+
+        def stuck() -> None:
+            names.append(threading.current_thread().name)
+            release.wait(10)
+
+        def quick() -> str:
+            return threading.current_thread().name
+        threads.PROMPT.set(True)
+        cancelled = [asyncio.ensure_future(threads.run(stuck)) for _ in range(threads.PROMPT_THREADS)]
+        await until(lambda: len(names) == threads.PROMPT_THREADS, 5, "every prompt thread busy")
+        for call in cancelled:
+            call.cancel()
+        await asyncio.gather(*cancelled, return_exceptions=True)
+        meanwhile = await asyncio.wait_for(threads.run(quick), 5)
+        assert not meanwhile.startswith("kube-prompt"), meanwhile
+        release.set()
+        await until(lambda: threads._busy == 0, 5, "the prompt threads idle")
+        assert (await threads.run(quick)).startswith("kube-prompt")
 
     asyncio.run(main())

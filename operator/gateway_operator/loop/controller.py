@@ -23,6 +23,7 @@ from kubernetes.client.rest import ApiException
 
 from gateway_operator import api
 from gateway_operator.api import GatewaySpec, HealthSpec
+from gateway_operator.api.redis_target import RedisTarget
 from gateway_operator.api.tenancy import Claim
 from gateway_operator.clients import health_poll, health_watch
 from gateway_operator.clients.kube import SILENT, Kube, NotHeld
@@ -92,6 +93,7 @@ class GatewayController:
     _health: dict[str, health.ReplicaHealth] = field(default_factory=dict)  # each replica's last answer, by pod
     _checked: Checked | None = None       # the spec as checked, kept while its generation is the same
     _probe: ProbeResult | None = None     # the last Redis probe (an observation pass may reuse it)
+    _probed: RedisTarget | None = None    # ... of which target
     _probe_connection: KeptConnection = field(default_factory=KeptConnection)  # its own, left open by a probe
     _pending: asyncio.Future[Passed] | None = None  # a pass that outlasted its step (it wakes the loop when it ends)
     _waking: bool = False                 # ... and it will
@@ -257,11 +259,11 @@ class GatewayController:
         # this task's own context: the loop's next passes decide again
         threads.PROMPT.set(full and body["metadata"].get("generation") != self.schedule.reconciled_generation)
         seen = Observation(self.deployment(), self._inputs, self._exposure, self.claims(hosts), checked,
-                           self._probe, self._probe_connection, tuple(self._leaving), self._rendered)
+                           self._probe, self._probed, self._probe_connection, tuple(self._leaving), self._rendered)
         result = await reconcile(self.kube, self.prober, self.settings.reconcile, body, list(self.pods()),
                                  full, seen, self.rollouts)
         outcome = result.outcome
-        self._probe = outcome.probe
+        self._probe, self._probed = outcome.probe, outcome.target if outcome.probe is not None else None
         self._carried |= outcome.carried
         if outcome.exposure is not None or (outcome.applied and outcome.problem is None):
             self._exposure = outcome.exposure

@@ -6,13 +6,16 @@ raises: what was running is left alone, and the retry backs off.
 """
 from __future__ import annotations
 
+import dataclasses
 from typing import Any, Mapping, NamedTuple, Sequence
 
+from gateway_operator.api.redis_target import RedisTarget
 from gateway_operator.clients.kube import SILENT, Kube
 from gateway_operator.clients.redis_probe import Prober
 from gateway_operator.core import compat, problems
 from gateway_operator.core.outcome import Outcome
 from gateway_operator.core.pods import PodView
+from gateway_operator.core.probe_result import ProbeResult
 from gateway_operator.core.rollouts import RolloutGate
 from gateway_operator.core.settings import ReconcileSettings
 from gateway_operator.loop.inputs import SecretInputs
@@ -42,10 +45,26 @@ async def reconcile(kube: Kube, prober: Prober, settings: ReconcileSettings, bod
                           carried=p.carried)
         read, rendered = p.prepared.inputs, p.rendered
     except SILENT as e:  # a busy API server: the backoff retries, and status says so without Stalled
-        outcome, read, rendered = Outcome(problem=problems.api_server_unavailable(e), applied=full, error=e), None, None
+        target, probe = _redis_as_last_seen(p)
+        outcome = Outcome(target, problems.api_server_unavailable(e), probe, applied=full, error=e)
+        read, rendered = None, None
     except Exception as e:  # noqa: BLE001 - the boundary: nothing escapes to the loop
         outcome, read, rendered = Outcome(problem=problems.unexpected(e), applied=full, error=e), None, None
     clean = full and outcome.problem is None
     return Result(outcome, read if clean else None, rendered if clean else None)
 
 
+def _redis_as_last_seen(p: Pass) -> tuple[RedisTarget | None, ProbeResult | None]:
+    """For a pass the API server did not answer: the Redis the spec names, and what this pass's
+    probe found, else the last probe of that same Redis, kept (not new: the dedup history is not
+    assessed again). A request the API server left unanswered says nothing of Redis, so
+    RedisReachable, and ExactlyOnceAdmission with it, hold instead of flipping to Unknown."""
+    checked = p.seen.checked
+    if checked is None or checked.generation != p.body["metadata"].get("generation") or checked.target is None:
+        return None, None
+    if p.probe is not None:   # probed before the API server fell silent
+        return checked.target, p.probe
+    last = p.seen.probe
+    if last is None or p.seen.probed != checked.target:
+        return checked.target, None
+    return checked.target, last if last.reused else dataclasses.replace(last, reused=True)

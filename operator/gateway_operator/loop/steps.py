@@ -26,6 +26,7 @@ from kubernetes.client.rest import ApiException
 
 from gateway_operator import api
 from gateway_operator.api import GatewaySpec
+from gateway_operator.api.redis_target import RedisTarget
 from gateway_operator.api.tenancy import Claim, claim_of, claimed_elsewhere
 from gateway_operator.clients import apply, redis_probe
 from gateway_operator.clients.kube import Kube, NotOwned, NotServed
@@ -65,6 +66,7 @@ class Observation(NamedTuple):
     host_claims: Mapping[str, Sequence[Claim]] = {}  # every known claimant of each host spec.expose names
     checked: Checked | None = None  # the spec as checked for its generation (inputs.check)
     probe: ProbeResult | None = None  # the last pass's Redis probe
+    probed: RedisTarget | None = None  # ... of which target
     probe_connection: KeptConnection | None = None  # the GatewayDeployment's own, for observation probes
     leaving: tuple[str, ...] = ()  # replicas gone with a journal: their stop's word is read (unrecorded.Leaving)
     rendered: Rendered | None = None  # the last full pass's render, if its objects were all found in place
