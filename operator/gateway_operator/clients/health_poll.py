@@ -12,7 +12,6 @@ import time
 from typing import Iterable
 
 from gateway_operator.clients.fair_timeout import fair_timeout
-
 from gateway_operator.core.health import Idempotency, ReplicaHealth, Target, parse_answer
 
 log = logging.getLogger(__name__)

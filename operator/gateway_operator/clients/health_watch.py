@@ -21,7 +21,6 @@ from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
 from gateway_operator.clients.fair_timeout import fair_timeout
-
 from gateway_operator.clients.health_poll import _Exchange, _Failed, watch_request
 from gateway_operator.core import schedule
 from gateway_operator.core.health import Idempotency, ReplicaHealth, Target, parse_answer
