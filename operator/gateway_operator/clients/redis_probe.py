@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import ipaddress
+import logging
 import re
 import secrets
 import socket
@@ -40,6 +41,8 @@ from gateway_operator.clients import resp
 from gateway_operator.clients.fair_timeout import fair_timeout
 from gateway_operator.core.dedup_history import CANARY_KEY, CARRIED_KEY, MIGRATED_KEY, StoreFacts
 from gateway_operator.core.probe_result import ProbeResult, bound
+
+log = logging.getLogger(__name__)
 
 TIMEOUT_CEILING = 5.0      # whatever spec.health.timeoutSeconds says
 PER_NAMESPACE = 4          # probes in flight for one namespace
@@ -237,6 +240,9 @@ async def _round_trip(target: RedisTarget, host: str, credentials: Credentials, 
                              f"Redis at {target.endpoint} answered unexpectedly: {type(e).__name__}")
     if privileged or result.ok or result.reason == reasons.AUTHENTICATION_FAILED:
         return result
+    # the tenant's status says no more than the three outcomes; the operator's own log (debug)
+    # keeps what happened, for whoever runs the operator
+    log.debug("probe of %s for %s: %s", target.endpoint, host, result.message)
     if result.reason == reasons.CONNECTION_FAILED:
         return unreachable(target.endpoint, timeout)
     return unusable(target.endpoint)
