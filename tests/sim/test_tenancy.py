@@ -211,9 +211,34 @@ def test_a_namespace_whose_probes_keep_failing_is_probed_with_a_backoff() -> Non
         finally:
             redis_probe._exchange = real  # type: ignore[assignment]
     asyncio.run(run())
-    # one probe a second was asked for; failures in a row wait 10, 20, 40, 80 s ...
-    assert attempts[:5] == [0.0, 10.0, 30.0, 70.0, 150.0], attempts
-    assert len(attempts) == 6  # the five above and the bystander's
+    # one probe a second was asked for; from the third failure in a row on, they wait 10, 20, 40,
+    # 80 s ...
+    assert attempts[:7] == [0.0, 1.0, 2.0, 12.0, 32.0, 72.0, 152.0], attempts
+    assert len(attempts) == 8  # the seven above and the bystander's
+
+
+def test_one_failed_probe_is_not_an_outage_for_every_gateway_sharing_that_redis() -> None:
+    """Many GatewayDeployments of one namespace share one Redis (a real redis-server). One probe
+    fails (the server stopped for it), the others, right after, reach it: each reports its own
+    result, not the one failure; the namespace backs off only once failures come in a row."""
+    server = RedisServer(password="shared-redis-password").start()
+    try:
+        shared = RedisTarget("127.0.0.1", server.port, 0, False, "gwop:ns:bot:", None)
+
+        async def run() -> list[redis_probe.ProbeResult]:
+            prober = redis_probe.Prober()
+            server.pause()
+            try:
+                first = await prober.probe("shop", shared, server.password, 0.3)
+            finally:
+                server.resume()
+            return [first] + [await prober.probe("shop", shared, server.password, 1.0) for _ in range(20)]
+
+        first, *others = asyncio.run(run())
+    finally:
+        server.close()
+    assert first is not None and first.reason == reasons.CONNECTION_FAILED, first
+    assert all(r is not None and r.ok for r in others), [r.reason for r in others if r is not None]
 
 
 def test_another_gateways_managed_redis_is_never_connected_to() -> None:

@@ -47,8 +47,13 @@ log = logging.getLogger(__name__)
 TIMEOUT_CEILING = 5.0      # whatever spec.health.timeoutSeconds says
 PER_NAMESPACE = 4          # probes in flight for one namespace
 IN_FLIGHT = 64             # probes in flight in total
-# unprivileged targets: after the n-th failure in a row in one namespace, no probe there for
-# BACKOFF_BASE * 2**(n-1) seconds, at most BACKOFF_CEILING
+# unprivileged targets: after the n-th failure in a row in one namespace (n >= BACKOFF_AFTER),
+# no probe there for BACKOFF_BASE * 2**(n-BACKOFF_AFTER) seconds, at most BACKOFF_CEILING; meanwhile
+# every GatewayDeployment of the namespace is told the last failure. Not after the first: where many
+# GatewayDeployments share one Redis, one probe's fluke would be announced as an outage for all of
+# them (201 of them at once, at 3,000 x 2 in one namespace), while a Redis that is really down
+# fails the next probes too, within seconds
+BACKOFF_AFTER = 3
 BACKOFF_BASE = 10.0
 BACKOFF_CEILING = 300.0
 # is (namespace, name)'s target, by name or by one of its addresses, another GatewayDeployment's
@@ -185,7 +190,9 @@ class Prober:
             return result
         if result.reason != reasons.TARGET_NOT_ALLOWED:  # nothing was sent for that one
             backoff.failures += 1
-            backoff.until = self.clock() + min(BACKOFF_CEILING, BACKOFF_BASE * 2 ** (backoff.failures - 1))
+            if backoff.failures >= BACKOFF_AFTER:
+                backoff.until = self.clock() + min(BACKOFF_CEILING,
+                                                   BACKOFF_BASE * 2 ** (backoff.failures - BACKOFF_AFTER))
             backoff.last, backoff.last_endpoint = result, target.endpoint
         return result
 
