@@ -67,7 +67,7 @@ from gateway_operator.core.shards import shard_of
 from harness import audit
 from harness.cluster import REPO, Cluster
 from harness.gateways import reconcile_latency
-from harness.operator import IDENTITY, OperatorProcess, gateway_deployment, redis_store
+from harness.operator import IDENTITY, OperatorProcess, gateway_deployment, late_ticks, redis_store
 from harness.processes import rss_mib
 from harness.redis_server import RedisServer
 from harness.wait import WaitTimeout, until
@@ -126,12 +126,8 @@ def operator_polls(operator: OperatorProcess) -> float:
 
 
 def loop_lag(operator: OperatorProcess) -> tuple[float, float]:
-    """The operator's event-loop ticks so far, and those that woke over a second late
-    (gateway_operator_event_loop_lag_seconds)."""
-    buckets = {line.split('le="')[1].split('"')[0]: float(line.rsplit(" ", 1)[1])
-               for line in operator.metrics(timeout=60).splitlines()
-               if line.startswith("gateway_operator_event_loop_lag_seconds_bucket")}
-    return buckets.get("+Inf", 0.0), buckets.get("+Inf", 0.0) - buckets.get("1.0", 0.0)
+    """The operator's event-loop ticks so far, and those that woke over a second late."""
+    return late_ticks(operator.metrics(timeout=60))
 
 
 def lag_between(before: list[tuple[float, float]], after: list[tuple[float, float]]) -> list[float]:

@@ -190,3 +190,12 @@ def redis_store(config_extra: dict[str, Any] | None = None) -> dict[str, Any]:
     config = gateway_deployment("x")["spec"]["config"]
     config["hooks"] = {**config["hooks"], "idempotency": {"store_backend": "redis"}}
     return {**config, **(config_extra or {})}
+
+
+def late_ticks(metrics: str, over: float = 1.0) -> tuple[float, float]:
+    """From an operator's metrics text: its event-loop ticks so far, and those that woke more than
+    ``over`` seconds late (``over`` a bucket bound of gateway_operator_event_loop_lag_seconds)."""
+    buckets = {line.split('le="')[1].split('"')[0]: float(line.rsplit(" ", 1)[1])
+               for line in metrics.splitlines() if line.startswith("gateway_operator_event_loop_lag_seconds_bucket")}
+    total = buckets.get("+Inf", 0.0)
+    return total, total - buckets.get(repr(over), 0.0)

@@ -17,6 +17,7 @@ from gateway_operator.clients.health_poll import Poller
 from gateway_operator.clients.redis_probe import Prober
 from gateway_operator.core.health import Idempotency, Target
 from gateway_operator.loop import loop_lag
+from harness.operator import late_ticks
 from harness.redis_server import RedisServer
 
 TIMEOUT = 0.5
@@ -126,10 +127,7 @@ def test_a_redis_that_is_silent_is_unreachable_within_its_bound_while_the_loop_i
 
 def lag_ticks_over(seconds: float) -> float:
     """Ticks of gateway_operator_event_loop_lag_seconds later than ``seconds`` (a bucket bound)."""
-    buckets = {line.split('le="')[1].split('"')[0]: float(line.rsplit(" ", 1)[1])
-               for line in generate_latest(REGISTRY).decode().splitlines()
-               if line.startswith("gateway_operator_event_loop_lag_seconds_bucket")}
-    return buckets.get("+Inf", 0.0) - buckets.get(repr(seconds), 0.0)
+    return late_ticks(generate_latest(REGISTRY).decode(), seconds)[1]
 
 
 def test_an_event_loop_held_past_a_second_shows_in_the_lag_histogram() -> None:
