@@ -368,6 +368,32 @@ def test_a_namespace_being_deleted_is_no_problem_to_report() -> None:
     assert "being terminated" in result.outcome.problem.message
 
 
+class TerminatingApiStandIn(ApiStandIn):
+    """The stand-in once the namespace is being deleted: its generated Secrets already removed, and
+    every create refused (NamespaceTerminating)."""
+
+    def create_if_absent(self, manifest: Mapping[str, Any], owner_uid: str) -> tuple[bool, dict[str, Any] | None]:
+        if self.get(manifest["apiVersion"], manifest["kind"], manifest["metadata"]["namespace"],
+                    manifest["metadata"]["name"]) is None:
+            raise forbidden("NamespaceTerminating")
+        return super().create_if_absent(manifest, owner_uid)
+
+
+def test_the_passes_after_a_namespace_began_terminating_report_no_missing_secret() -> None:
+    """The namespace controller removed the generated Secret before the GatewayDeployment. The full
+    pass that may not create it again stays quiet, and so do the observation passes after it: they
+    keep the Secret inputs read before instead of reading the removed Secret (SecretNotFound)."""
+    kube = ApiStandIn()
+    first, _ = run(kube, gateway({}))
+    assert first.inputs is not None
+    terminating = TerminatingApiStandIn([o for o in kube.objects.values() if o["kind"] != "Secret"])
+    full, _ = run(terminating, gateway({}), seen=Observation(deployment=_watched(kube), inputs=first.inputs))
+    assert full.outcome.problem is None and full.inputs == first.inputs
+    observed, _ = run(terminating, gateway({}), full=False,
+                      seen=Observation(deployment=_watched(kube), inputs=full.inputs))
+    assert observed.outcome.problem is None, observed.outcome.problem
+
+
 def test_a_crash_looping_replica_is_reported_below_a_refused_write() -> None:
     crashing = [PodView("bot-1", "u", "198.18.0.9", False, False, waiting_reason="CrashLoopBackOff")]
     result, _ = run(ApiStandIn(), gateway({}), pods=crashing)

@@ -43,7 +43,11 @@ async def reconcile(kube: Kube, prober: Prober, settings: ReconcileSettings, bod
                           p.apply_due, exposure=p.exposure, migration=p.migration, rollout=p.rollout,
                           refused=tuple(compat.refusals(pods)),
                           carried=p.carried)
-        read, rendered = p.prepared.inputs, p.rendered
+        # a namespace being deleted refuses what a full pass would create (the generated Secrets
+        # first): the Secret inputs read before stay, so that the observation passes until the
+        # GatewayDeployment goes read no Secret the namespace controller removed
+        read = p.seen.inputs if p.terminating and p.prepared.inputs is None else p.prepared.inputs
+        rendered = p.rendered
     except SILENT as e:  # a busy API server: the backoff retries, and status says so without Stalled
         target, probe = _redis_as_last_seen(p)
         outcome = Outcome(target, problems.api_server_unavailable(e), probe, applied=full, error=e)
