@@ -248,18 +248,20 @@ class Kube:
     def create_if_absent(self, manifest: Manifest, owner_uid: str) -> tuple[bool, dict[str, Any] | None]:
         """For generated Secrets: created once, never overwritten (a new token would lock
         every client out). A same-named Secret of someone else raises NotOwned. Returns whether
-        this call created it, and the Secret as read (None when it was not there)."""
+        this call created it, and the Secret as read or as the create answered it, so that the pass
+        reads it no more (None when another create won in between)."""
         meta = manifest["metadata"]
         live = self.get(manifest["apiVersion"], manifest["kind"], meta["namespace"], meta["name"])
         if live is not None:  # a read, so that an idle reconcile sends no write at all
             if not controlled_by(live, owner_uid):
                 raise NotOwned(manifest["kind"], meta["namespace"], meta["name"])
             return False, live
+        resource = self._resource(manifest)
         self._fence()
         try:
-            self._resource(manifest).create(body=manifest, namespace=meta["namespace"],
-                                            _request_timeout=self.write_timeout)
-            return True, None
+            response = self.dynamic.request("post", resource.path(namespace=meta["namespace"]), body=manifest,
+                                            serialize=False, _request_timeout=self.write_timeout)
+            return True, json.loads(response.data)
         except ApiException as e:
             if e.status == 409:
                 return False, None
