@@ -18,7 +18,7 @@ from harness.cluster import REPO
 KEYS = {"gateways", "replicas", "floor_s", "operator_s", "ratio", "polls_demanded_per_s", "polls_achieved_per_s",
         "degraded_p50_s", "degraded_max_s", "interval_s", "timeout_s", "idle_writes", "rss_mib", "cpu_ms_per_poll",
         "kib_per_gateway", "shards", "floor_objects_per_gateway", "operator_objects_per_gateway",
-        "traced_kib_per_gateway", "kib_per_gateway_by_source"}
+        "traced_kib_per_gateway", "kib_per_gateway_by_source", "operator_requests_per_gateway_creating"}
 
 
 def test_the_benchmark_runs_and_reports_its_figures(tmp_path: Path) -> None:
@@ -37,6 +37,9 @@ def test_the_benchmark_runs_and_reports_its_figures(tmp_path: Path) -> None:
     # the ratio compares like with like: the floor creates what the operator creates, Secrets included
     assert figures["floor_objects_per_gateway"] == figures["operator_objects_per_gateway"], figures
     assert figures["operator_objects_per_gateway"].get("Secret", 0) >= 1
+    # what the ratio is made of: each Secret the operator generates was created once
+    made = figures["operator_requests_per_gateway_creating"]
+    assert made.get("create secrets") == figures["operator_objects_per_gateway"]["Secret"], made
     # what each KiB is: the operator's own modules among the sources of what 3 GatewayDeployments hold
     assert any(source.startswith("gateway_operator.") for source in figures["kib_per_gateway_by_source"])
     assert figures["idle_writes"] == 0, "an idle operator wrote to the API server"
@@ -74,3 +77,5 @@ def test_the_benchmark_runs_sharded_operators_and_times_a_killed_one(tmp_path: P
     assert figures["kill_shards"] and figures["kill_shards_moved_s"] < 15 + 10, figures
     # once held, the dead one's GatewayDeployments run on the survivor: a spec change is reconciled at once
     assert figures["kill_reconcile_latency_s"] < 10, figures
+    # ... and every one of them is observed by the survivor soon after (their loops start a few at a time)
+    assert figures["kill_all_started_s"] < figures["kill_shards_moved_s"] + 10, figures

@@ -98,6 +98,8 @@ class GatewayController:
     _pending: asyncio.Future[Passed] | None = None  # a pass that outlasted its step (it wakes the loop when it ends)
     _waking: bool = False                 # ... and it will
     _last: Passed | None = None           # the last pass, published again with each poll while the next runs
+    # called once when the first pass ends (supervisor.py: a loop found settled gives back its turn)
+    first_pass_ended: Callable[[], None] | None = None
     _gates: dict[str, tuple[bool, float]] = field(default_factory=dict)  # readiness gates written: by pod uid
     _gone: list[health.ReplicaHealth] = field(default_factory=list)  # last answers of replicas gone, until published
     # replicas gone while their last answer said webhooks journalled: waiting for their stop's word
@@ -186,6 +188,9 @@ class GatewayController:
         if self._pending is None:
             self._pending = asyncio.ensure_future(self._pass(body, checked, full,
                                                              spec.expose.hosts if spec else ()))
+            if self.first_pass_ended is not None:
+                ended, self.first_pass_ended = self.first_pass_ended, None
+                self._pending.add_done_callback(lambda _: ended())
         pending = self._pending
         # the poll runs beside the pass, and waits for no pass beyond the pass's own bound: a
         # full pass queued behind others for the API threads never delays what the replicas

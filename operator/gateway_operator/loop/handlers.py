@@ -303,7 +303,7 @@ async def owned_object_changed(namespace: str, labels: Any, memo: kopf.Memo, typ
     """Drift or progress of something the operator owns: reconcile its gateway soon."""
     _delivered(memo, type, body)
     if "supervisor" in memo:
-        memo.supervisor.nudge(namespace, labels.get(api.LABEL_INSTANCE))
+        memo.supervisor.nudge(namespace, labels.get(api.LABEL_INSTANCE), listed=type is None)
 
 
 def _delivered(memo: kopf.Memo, event_type: str | None, body: kopf.Body) -> None:

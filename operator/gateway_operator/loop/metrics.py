@@ -9,7 +9,7 @@ histogram.
 from __future__ import annotations
 
 import threading
-from typing import Any, Iterable, Iterator, Mapping
+from typing import Any, Callable, Iterable, Iterator, Mapping
 
 from prometheus_client.core import REGISTRY, CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.registry import Collector
@@ -45,6 +45,8 @@ _lock = threading.Lock()  # guards adding and removing records, not their values
 LAG_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, float("inf"))
 _lag = [0] * len(LAG_BUCKETS)   # non-cumulative counts of the event loop's ticks (loop_lag.py)
 _lag_sum = [0.0]
+# how many GatewayDeployments found settled wait for their loop to start (supervisor.py sets it)
+_waiting: list[Callable[[], int]] = [lambda: 0]
 
 
 def _of(namespace: str, name: str) -> _Series:
@@ -120,6 +122,11 @@ def _cumulative(bounds: Iterable[float], counts: Iterable[int]) -> list[tuple[st
     return cumulative
 
 
+def waiting_from(count: Callable[[], int]) -> None:
+    """Where the count of loops waiting their turn is read at each scrape."""
+    _waiting[0] = count
+
+
 def shards_held(shards: int, held: Iterable[int], members: int) -> None:
     mine = set(held)
     _shards.update({s: 1.0 if s in mine else 0.0 for s in range(shards)})
@@ -164,6 +171,9 @@ class _PerObjectCollector(Collector):
             if s.duration_count:
                 durations.add_metric(labels, _cumulative(BUCKETS, s.buckets), s.duration_sum)
         yield from (reconciles, errors, writes, polls, restarts, cut_offs, out_now, condition, durations)
+        yield GaugeMetricFamily("gateway_operator_loops_waiting", "GatewayDeployments found settled together (an "
+                                "operator start, a shard taken over) whose loop waits its turn to start; each "
+                                "starts at once on a change of its own.", value=float(_waiting[0]()))
         if any(_lag):
             lag = HistogramMetricFamily("gateway_operator_event_loop_lag_seconds",
                                         "How late the operator's event loop woke a tick due every 0.5 s: above a "

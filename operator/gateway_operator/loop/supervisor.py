@@ -8,6 +8,15 @@ With ``--shards`` (shard_holder.py) every operator replica sees every GatewayDep
 and keeps a loop only for those whose shard it holds (``owns``): a shard it takes has its objects
 listed and started (``adopt``), a shard it loses or gives up has its loops stopped, and awaited,
 before the holder lets another replica take it (``drop``).
+
+Loops found settled together (the first listing at an operator start, the objects of a shard just
+taken over: thousands at once) start ``ADOPTED_AT_ONCE`` at a time, the next as one's first pass
+ends. Started all at once, their first passes (Secret reads, a Redis probe, the replicas' health
+watches opened) held the event loop and the API threads for tens of seconds, and a spec change
+among them waited behind the wave (59.5 s from a SIGKILL to a reconciled spec change at 3,000 x 2,
+bench/results/n3000x2-2operators-8shards-kill-final-2026-12-06.json). Anything that is not such a
+listing (a spec change, a status written by someone, a nudge from an owned object) starts a
+waiting loop at once.
 """
 from __future__ import annotations
 
@@ -20,6 +29,7 @@ from typing import Any, Callable, Mapping, Sequence
 from gateway_operator.api.tenancy import Claim
 from gateway_operator.clients.kube import ACTING_FOR, Kube
 from gateway_operator.clients.redis_probe import Allowlist, ForeignCheck, Prober
+from gateway_operator.core.conditions import settled_at
 from gateway_operator.core.pods import LiveDeployment, PodView
 from gateway_operator.core.rollouts import RolloutGate
 from gateway_operator.core.settings import ControllerSettings
@@ -28,6 +38,10 @@ from gateway_operator.loop.controller import GatewayController
 
 log = logging.getLogger(__name__)
 Key = tuple[str, str]
+
+#: loops found settled whose first pass may run together: twice the API threads (handlers.configure),
+#: so that the threads stay busy while some of those passes wait on Redis or the event loop
+ADOPTED_AT_ONCE = 32
 
 
 async def _acting_for(uid: str, controller: GatewayController) -> None:
@@ -55,6 +69,11 @@ class Supervisor:
         # a watch event's context: kopf posts Events from a loop started in one (its event queue is
         # a context variable of each object's handler), so an adopted loop starts in a copy of it
         self._context: contextvars.Context | None = None
+        # loops found settled waiting for their turn (oldest first), and how many started loops'
+        # first passes still run
+        self._waiting: OrderedDict[Key, tuple[str, Mapping[str, Any], contextvars.Context | None]] = OrderedDict()
+        self._adopting = 0
+        metrics.waiting_from(lambda: len(self._waiting))
 
     def hosts_seen(self, key: Key, hosts: Sequence[str], deleted: bool) -> tuple[str, ...]:
         """Records the hosts ``key`` claims now; returns those and the ones it claimed before
@@ -83,16 +102,49 @@ class Supervisor:
             return
         entry = self._controllers.get(key)
         if entry is None or entry[0] != uid:  # new, or deleted and re-created
-            self.stop(key)
-            controller = GatewayController(self.kube, key[0], key[1], lambda: self.pods_of(key),
-                                           lambda: self.deployment_of(key), self.claims_of, self.settings,
-                                           self.prober, rollouts=self.rollouts)
-            task = asyncio.get_running_loop().create_task(_acting_for(uid, controller),
-                                                          name=f"gateway {key[0]}/{key[1]}", context=context)
-            task.add_done_callback(lambda _: self._finished(key, uid))
-            entry = (uid, controller, task)
-            self._controllers[key] = entry
+            listed = event_type is None and settled_at(body.get("status"), meta.get("generation"))
+            if listed and self._adopting >= ADOPTED_AT_ONCE:
+                self._waiting[key] = (uid, body, context)
+                return
+            self._waiting.pop(key, None)
+            entry = self._start(key, uid, context, adopted=listed)
         entry[1].update(body)
+
+    def _start(self, key: Key, uid: str, context: contextvars.Context | None,
+               adopted: bool) -> tuple[str, GatewayController, asyncio.Task[None]]:
+        self.stop(key)
+        controller = GatewayController(self.kube, key[0], key[1], lambda: self.pods_of(key),
+                                       lambda: self.deployment_of(key), self.claims_of, self.settings,
+                                       self.prober, rollouts=self.rollouts)
+        task = asyncio.get_running_loop().create_task(_acting_for(uid, controller),
+                                                      name=f"gateway {key[0]}/{key[1]}", context=context)
+        task.add_done_callback(lambda _: self._finished(key, uid))
+        if adopted:  # its turn ends with its first pass, or with its loop
+            controller.first_pass_ended = task_ended = self._turn()
+            task.add_done_callback(lambda _: task_ended())
+        entry = (uid, controller, task)
+        self._controllers[key] = entry
+        return entry
+
+    def _turn(self) -> Callable[[], None]:
+        """One of the ``ADOPTED_AT_ONCE`` turns taken; the callable gives it back (once)."""
+        self._adopting += 1
+        held = True
+
+        def give_back() -> None:
+            nonlocal held
+            if held:
+                held = False
+                self._adopting -= 1
+                self._start_waiting()
+        return give_back
+
+    def _start_waiting(self) -> None:
+        """The loops waiting their turn start while turns are free (those this replica still owns)."""
+        while self._waiting and self._adopting < ADOPTED_AT_ONCE:
+            key, (uid, body, context) = self._waiting.popitem(last=False)
+            if key not in self._controllers and uid not in self._deleted and self.owns(uid):
+                self._start(key, uid, context, adopted=True)[1].update(body)
 
     def _remember_deleted(self, uid: str) -> None:
         self._deleted[uid] = None
@@ -107,13 +159,23 @@ class Supervisor:
             self.kube.forget(uid)
             metrics.forget(*key)
 
-    def nudge(self, namespace: str, name: str | None) -> None:
-        entry = self._controllers.get((namespace, name or ""))
+    def nudge(self, namespace: str, name: str | None, listed: bool = False) -> None:
+        """An owned object changed (``listed``: only found by a watch's first listing)."""
+        key = (namespace, name or "")
+        waiting = None if listed else self._waiting.pop(key, None)
+        if waiting is not None:  # an owned object of a loop waiting its turn changed: it starts now
+            uid, body, context = waiting
+            if uid not in self._deleted and self.owns(uid):
+                self._start(key, uid, context, adopted=False)[1].update(body)
+        entry = self._controllers.get(key)
         if entry:
             entry[1].nudge()
 
     def stop(self, key: Key, uid: str | None = None) -> None:
         """Stop the loop for ``key`` (only if it serves ``uid``, when given)."""
+        waiting = self._waiting.get(key)
+        if waiting is not None and (uid is None or waiting[0] == uid):
+            self._waiting.pop(key)
         entry = self._controllers.get(key)
         if entry is None or (uid is not None and entry[0] != uid):
             return
@@ -124,8 +186,9 @@ class Supervisor:
         metrics.forget(*key)
 
     def adopt(self, bodies: Sequence[Mapping[str, Any]]) -> int:
-        """Starts the loops of the listed GatewayDeployments this replica now owns; how many.
-        Before the first watch event none: the watch's first listing then starts them itself."""
+        """Takes on the listed GatewayDeployments this replica now owns (their loops start, or wait
+        their turn); how many. Before the first watch event none: the watch's first listing then
+        starts them itself."""
         started = 0
         for body in bodies:
             meta = body.get("metadata") or {}
@@ -140,6 +203,8 @@ class Supervisor:
         end (a pass in flight is cancelled at its next await) for ``bound`` seconds at most; how
         many. A loop still running then writes nothing more: ``owned`` is what each of its writes
         asks before it is sent (clients/kube.py), so the shard may move on."""
+        for key in [key for key, (uid, _, _) in self._waiting.items() if not owned(uid)]:
+            self._waiting.pop(key)
         keys = [key for key, (uid, _, _) in self._controllers.items() if not owned(uid)]
         tasks = [self._controllers[key][2] for key in keys]
         for key in keys:
@@ -152,6 +217,7 @@ class Supervisor:
         return len(keys)
 
     async def stop_all(self) -> None:
+        self._waiting.clear()
         tasks = [entry[2] for entry in self._controllers.values()]
         self._controllers.clear()
         for task in tasks:
