@@ -68,6 +68,19 @@ def requests(cluster: Cluster, user: str, since: str = "") -> list[Request]:
     return out
 
 
+def holds_since(cluster: Cluster, since: str) -> bool:
+    """Does the log still hold everything from ``since`` on (the rotations have dropped none of it)?"""
+    if cluster.audit_log is None:
+        raise RuntimeError("the audit log exists only on the local control plane the session started")
+    files = sorted(cluster.audit_log.parent.glob("audit-*.log")) + [cluster.audit_log]
+    for f in (f for f in files if f.exists()):
+        with f.open() as lines:
+            first = lines.readline()
+        if first:
+            return json.loads(first)["stageTimestamp"] <= since
+    return True
+
+
 def writes(cluster: Cluster, user: str, since: str = "") -> list[Request]:
     """The completed writes of ``user`` from ``since`` on."""
     return completed(requests(cluster, user, since), WRITE_VERBS)
