@@ -13,9 +13,8 @@ Loops found settled together (the first listing at an operator start, the object
 taken over: thousands at once) start ``ADOPTED_AT_ONCE`` at a time, the next as one's first pass
 ends. Started all at once, their first passes (Secret reads, a Redis probe, the replicas' health
 watches opened) held the event loop and the API threads for tens of seconds, and a spec change
-among them waited behind the wave (59.5 s from a SIGKILL to a reconciled spec change at 3,000 x 2,
-bench/results/n3000x2-2operators-8shards-kill-final-2026-12-06.json). Anything that is not such a
-listing (a spec change, a status written by someone, a nudge from an owned object) starts a
+among them waited behind the wave (docs/development.md has the figures). Anything that is not such
+a listing (a spec change, a status written by someone, a nudge from an owned object) starts a
 waiting loop at once.
 """
 from __future__ import annotations
