@@ -119,18 +119,22 @@ def shards_held(operator: OperatorProcess) -> set[int]:
             if line.startswith("gateway_operator_shard_held{") and line.endswith(" 1.0")}
 
 
+def metric_sum(operator: OperatorProcess, prefix: str) -> float:
+    """The operator's series whose line starts with ``prefix``, summed. Bounded by a minute: at
+    1,500 GatewayDeployments a process on a saturated machine took over 5 s to render its metrics
+    (3,000 x 2 on 2 cores)."""
+    return sum(float(line.rsplit(" ", 1)[1]) for line in operator.metrics(timeout=60).splitlines()
+               if line.startswith(prefix))
+
+
 def loops_waiting(operator: OperatorProcess) -> float:
     """gateway_operator_loops_waiting: GatewayDeployments found settled whose loop waits its turn."""
-    return sum(float(line.rsplit(" ", 1)[1]) for line in operator.metrics(timeout=60).splitlines()
-               if line.startswith("gateway_operator_loops_waiting "))
+    return metric_sum(operator, "gateway_operator_loops_waiting ")
 
 
 def operator_polls(operator: OperatorProcess) -> float:
-    """gateway_operator_health_polls_total summed over every series, as the operator counts it.
-    Bounded by a minute: at 1,500 GatewayDeployments a process on a saturated machine took over
-    5 s to render its metrics (3,000 x 2 on 2 cores)."""
-    return sum(float(line.rsplit(" ", 1)[1]) for line in operator.metrics(timeout=60).splitlines()
-               if line.startswith("gateway_operator_health_polls_total{"))
+    """gateway_operator_health_polls_total summed over every series, as the operator counts it."""
+    return metric_sum(operator, "gateway_operator_health_polls_total{")
 
 
 def loop_lag(operator: OperatorProcess) -> tuple[float, float]:

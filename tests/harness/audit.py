@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from .cluster import Cluster
@@ -43,16 +44,19 @@ def now() -> str:
     return dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
+def _files(cluster: Cluster) -> list[Path]:
+    """The log's files, oldest first: the API server rotates it at --audit-log-maxsize into
+    audit-<time>.log (one backup kept), so that a window spanning a rotation misses nothing."""
+    if cluster.audit_log is None:
+        raise RuntimeError("the audit log exists only on the local control plane the session started")
+    return [f for f in sorted(cluster.audit_log.parent.glob("audit-*.log")) + [cluster.audit_log] if f.exists()]
+
+
 def requests(cluster: Cluster, user: str, since: str = "") -> list[Request]:
     """The requests of ``user`` the audit log holds from ``since`` on (its stages
     ResponseStarted, for watches, and ResponseComplete)."""
-    if cluster.audit_log is None:
-        raise RuntimeError("the audit log exists only on the local control plane the session started")
     out = []
-    # the API server rotates the log at --audit-log-maxsize into audit-<time>.log (one backup
-    # kept): read that first, so a window spanning a rotation misses nothing
-    files = sorted(cluster.audit_log.parent.glob("audit-*.log")) + [cluster.audit_log]
-    for line in (line for f in files if f.exists() for line in f.read_text().splitlines()):
+    for line in (line for f in _files(cluster) for line in f.read_text().splitlines()):
         if user not in line:  # cheap: most lines are someone else's
             continue
         event: dict[str, Any] = json.loads(line)
@@ -70,10 +74,7 @@ def requests(cluster: Cluster, user: str, since: str = "") -> list[Request]:
 
 def holds_since(cluster: Cluster, since: str) -> bool:
     """Does the log still hold everything from ``since`` on (the rotations have dropped none of it)?"""
-    if cluster.audit_log is None:
-        raise RuntimeError("the audit log exists only on the local control plane the session started")
-    files = sorted(cluster.audit_log.parent.glob("audit-*.log")) + [cluster.audit_log]
-    for f in (f for f in files if f.exists()):
+    for f in _files(cluster):
         with f.open() as lines:
             first = lines.readline()
         if first:

@@ -106,11 +106,13 @@ class Supervisor:
                 self._waiting[key] = (uid, body, context)
                 return
             self._waiting.pop(key, None)
-            entry = self._start(key, uid, context, adopted=listed)
+            self._start(key, uid, body, context, adopted=listed)
+            return
         entry[1].update(body)
 
-    def _start(self, key: Key, uid: str, context: contextvars.Context | None,
-               adopted: bool) -> tuple[str, GatewayController, asyncio.Task[None]]:
+    def _start(self, key: Key, uid: str, body: Mapping[str, Any], context: contextvars.Context | None,
+               adopted: bool) -> GatewayController:
+        """A loop for ``key`` (``adopted``: found settled, it takes a turn), fed ``body``."""
         self.stop(key)
         controller = GatewayController(self.kube, key[0], key[1], lambda: self.pods_of(key),
                                        lambda: self.deployment_of(key), self.claims_of, self.settings,
@@ -121,9 +123,9 @@ class Supervisor:
         if adopted:  # its turn ends with its first pass, or with its loop
             controller.first_pass_ended = task_ended = self._turn()
             task.add_done_callback(lambda _: task_ended())
-        entry = (uid, controller, task)
-        self._controllers[key] = entry
-        return entry
+        self._controllers[key] = (uid, controller, task)
+        controller.update(body)
+        return controller
 
     def _turn(self) -> Callable[[], None]:
         """One of the ``ADOPTED_AT_ONCE`` turns taken; the callable gives it back (once)."""
@@ -143,7 +145,7 @@ class Supervisor:
         while self._waiting and self._adopting < ADOPTED_AT_ONCE:
             key, (uid, body, context) = self._waiting.popitem(last=False)
             if key not in self._controllers and uid not in self._deleted and self.owns(uid):
-                self._start(key, uid, context, adopted=True)[1].update(body)
+                self._start(key, uid, body, context, adopted=True)
 
     def _remember_deleted(self, uid: str) -> None:
         self._deleted[uid] = None
@@ -165,7 +167,7 @@ class Supervisor:
         if waiting is not None:  # an owned object of a loop waiting its turn changed: it starts now
             uid, body, context = waiting
             if uid not in self._deleted and self.owns(uid):
-                self._start(key, uid, context, adopted=False)[1].update(body)
+                self._start(key, uid, body, context, adopted=False)
         entry = self._controllers.get(key)
         if entry:
             entry[1].nudge()
