@@ -126,6 +126,12 @@ class World:
     born: int = 0
     # a planted defect for the search to find: the renewal's time taken at its answer, not its start
     renewed_at_answer: bool = False
+    # a GatewayDeployment write's (connect, read) bound when sent at ``now`` on a renewal sent at
+    # ``at`` (clients/kube.py asks loop/shard_holder.write_bound): the operator's, or a planted defect
+    write_bound: Callable[[Timing, float, float], "tuple[float, float] | None"] = Timing.write_bound
+    # (replica, shard): the latest instant a write it sent while acting on the shard may land; a
+    # crashed replica's writes in flight land all the same
+    landing: dict[tuple[str, int], float] = field(default_factory=dict)
 
     def join(self) -> None:
         self.replicas.append(Replica(f"r{self.born}"))
@@ -156,6 +162,7 @@ class World:
         for shard in plan.give:   # stop acting at once; the cleared holder is sent after the drain
             r.observed.renewed_at.pop(shard, None)
             r.giving.add(shard)
+            self.drain(r, shard)
         for shard in (*[s for s in plan.renew if s not in renewed], *plan.take, *drained):
             name = f"shard-{shard}"
             held = by_name.get(name)
@@ -169,9 +176,16 @@ class World:
         clear every shard Lease that names this replica, and the member Lease."""
         r.observed.renewed_at.clear()
         leases = self.views()
+        for shard in range(SHARDS):
+            self.drain(r, shard)
         for lease in leases:
             if lease.holder == r.me:
                 r.queue.append(Request(lease.name, lease.shard, "", int(lease.version), self.now))
+
+    def drain(self, r: Replica, shard: int) -> None:
+        """A shard given up: its loops stopped and their writes already sent ended (loop/handlers.py's
+        ``lost``: clients/kube.wait_for_writes) before the holder is cleared, at once here."""
+        self.landing.pop((r.me, shard), None)
 
     def apply(self, r: Replica) -> None:
         pending = [q for q in r.queue if q.applied is None]
@@ -208,8 +222,17 @@ class World:
 
     def check(self) -> None:
         for shard in range(SHARDS):
-            acting = [r.me for r in self.replicas if r.acting(shard, self.now, self.timing)]
-            assert len(acting) <= 1, f"t={self.now - 1000:.1f}: shard {shard} acted on by {acting}"
+            acting = [r for r in self.replicas if r.acting(shard, self.now, self.timing)]
+            assert len(acting) <= 1, f"t={self.now - 1000:.1f}: shard {shard} acted on by {[r.me for r in acting]}"
+            for r in acting:   # a write sent now lands within its bound
+                bound = self.write_bound(self.timing, r.observed.renewed_at[shard], self.now)
+                assert bound is not None, f"t={self.now - 1000:.1f}: {r.me} acts on shard {shard} but may not write"
+                key = (r.me, shard)
+                self.landing[key] = max(self.landing.get(key, 0.0), self.now + sum(bound))
+            late = {me: at - 1000 for (me, s), at in self.landing.items()
+                    if s == shard and at > self.now and acting and me != acting[0].me}
+            assert not late, (f"t={self.now - 1000:.1f}: shard {shard}: a write of {late} may land "
+                              f"while {acting[0].me} acts on it")
 
 
 OPS = ("round", "tick", "apply", "answer", "lose", "advance", "crash", "join", "stop")
@@ -319,6 +342,31 @@ def test_the_exploration_finds_a_planted_defect() -> None:
     short = Timing()
     object.__setattr__(short, "lease_duration", 6.0)
     assert "acted on by" in _found(lambda: World(timing=short))
+
+
+def test_the_exploration_finds_a_write_bound_that_outlasts_the_lease() -> None:
+    """Planted: the holder's writes bounded as an unsharded operator's are (5 + 30 s). A write sent
+    while the holder acts may then land after a taker has started to act, and the search finds it."""
+    def unsharded(timing: Timing, at: float, now: float) -> tuple[float, float] | None:
+        return None if now >= at + timing.renew_deadline else (5.0, 30.0)
+    assert "may land while" in _found(lambda: World(write_bound=unsharded))
+
+
+@pytest.mark.parametrize("lease,renew", [(15, 10), (6, 3), (12, 10), (60, 40), (100, 10)])
+def test_a_write_has_what_is_left_of_the_renewal_and_lands_before_a_taker_may_act(lease: float, renew: float) -> None:
+    """Sent early in a renewal a write may take the rest of the renew deadline on top of the
+    margin's bound (a slow API server's Service create is waited for, not applied twice); sent at
+    any moment the holder acts, it lands before ``lease_duration`` after that renewal; past the
+    deadline it is not sent."""
+    timing = Timing(lease_duration=lease, renew_deadline=renew, retry_period=1)
+    at = 500.0
+    for used in (0.0, 0.5, renew / 2, renew - 0.01):
+        bound = timing.write_bound(at, at + used)
+        assert bound is not None
+        assert bound[0] == timing.write_timeout[0] and sum(bound) >= sum(timing.write_timeout)
+        assert at + used + sum(bound) < at + lease, (used, bound)
+    assert sum(timing.write_bound(at, at) or ()) == pytest.approx(renew + sum(timing.write_timeout))
+    assert timing.write_bound(at, at + renew) is None and timing.write_bound(at, at + lease) is None
 
 
 @pytest.mark.parametrize("at_answer", [False, True], ids=["deadline from the send", "planted: from the answer"])

@@ -5,12 +5,15 @@ handlers call it through ``asyncio.to_thread``.
 from __future__ import annotations
 
 import base64
+import collections
+import contextlib
 import contextvars
 import json
 import logging
+import threading
 import time
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping, NamedTuple, Sequence
+from typing import Any, Callable, Iterator, Mapping, NamedTuple, Sequence
 
 import urllib3
 from kubernetes import client, config
@@ -141,15 +144,22 @@ class Kube:
     def __init__(self, api_client: client.ApiClient, delivered: Delivered = lambda *_: None,
                  write_timeout: Timeout = REQUEST_TIMEOUT) -> None:
         self.api_client = api_client
-        # with --shards (loop/shard_holder.owns): whether this replica may write for a
-        # GatewayDeployment now, asked just before each write is sent. The holder's loop side may
-        # stop a lost shard's loops late on a busy event loop; its writes stop at the deadline.
-        self.may_act: Callable[[str], bool] = lambda _: True
+        # with --shards (loop/shard_holder.write_bound): by a GatewayDeployment's uid, asked just
+        # before each of its writes is sent, None when this replica may not write for it now, else
+        # the write's bound: what is left of its shard's renewal, so that a write in flight when
+        # the holder's deadline passes has landed or failed before another replica may take the
+        # shard. The holder's loop side may stop a lost shard's loops late on a busy event loop;
+        # their writes stop at the deadline.
+        self.write_bound: Callable[[str], Timeout | None] = lambda _: write_timeout
         self.delivered = delivered
-        # every write (apply, create, delete, status, pod condition); with --shards shorter than the
-        # Lease's margin (core/shards.Timing.write_timeout), so that a write in flight when the
-        # holder's deadline passes has landed or failed before another replica may take the shard
+        # a write of no GatewayDeployment's loop (ACTING_FOR unset): with --shards the bound of
+        # a write sent at a renew deadline (core/shards.Timing.write_timeout)
         self.write_timeout = write_timeout
+        # by a GatewayDeployment's uid: its writes sent and not yet answered or given up. A shard
+        # given up is handed over once its writes in flight have ended (``wait_for_writes``): a
+        # write already sent lands before the next holder acts, however long its bound
+        self._writing: collections.Counter[str] = collections.Counter()
+        self._written = threading.Condition()
         # by owner uid: what each of its objects was last verified to carry. An apply whose object
         # the watch shows unchanged since then reads nothing: a full pass of an idle
         # GatewayDeployment reads back only what no watch covers (issue 22: each read costs
@@ -160,10 +170,35 @@ class Kube:
         self.core = client.CoreV1Api(api_client)
         self.custom = client.CustomObjectsApi(api_client)
 
-    def _fence(self) -> None:
+    @contextlib.contextmanager
+    def _sending(self) -> Iterator[Timeout]:
+        """Around a write: its bound (never longer than an unsharded write's), the write counted
+        in flight for its GatewayDeployment until it ends; NotHeld, and nothing sent, when its
+        shard is not this replica's now. Counted before the shard is asked: a give-up that finds
+        none in flight has made every later ask say no."""
         uid = ACTING_FOR.get()
-        if uid and not self.may_act(uid):
-            raise NotHeld(uid)
+        if not uid:
+            yield self.write_timeout
+            return
+        with self._written:
+            self._writing[uid] += 1
+        try:
+            bound = self.write_bound(uid)
+            if bound is None:
+                raise NotHeld(uid)
+            yield min(bound[0], REQUEST_TIMEOUT[0]), min(bound[1], REQUEST_TIMEOUT[1])
+        finally:
+            with self._written:
+                self._writing[uid] -= 1
+                if not self._writing[uid]:
+                    del self._writing[uid]
+                self._written.notify_all()
+
+    def wait_for_writes(self, given_up: Callable[[str], bool], timeout: float) -> bool:
+        """Blocks until no write is in flight for a GatewayDeployment whose uid ``given_up`` names,
+        ``timeout`` seconds at most; whether none is."""
+        with self._written:
+            return self._written.wait_for(lambda: not any(given_up(uid) for uid in self._writing), timeout)
 
     def _resource(self, manifest: Mapping[str, Any]) -> Any:
         return self._kind(manifest["apiVersion"], manifest["kind"])
@@ -210,15 +245,15 @@ class Kube:
         if live is not None and is_subset(desired, live):
             return self._verify(owner_uid, key, fingerprint, live, written=False)
         resource = self._resource(manifest)
-        self._fence()
         # the apply body is YAML to the API server, whose decoder refuses the JSON surrogate
         # escapes json.dumps writes for characters outside the BMP (an emoji in an annotation):
         # send UTF-8 as it is
-        response = self.dynamic.request("patch", resource.path(name=meta["name"], namespace=meta["namespace"]),
-                                        body=json.dumps(desired, ensure_ascii=False).encode(),
-                                        content_type="application/apply-patch+yaml",
-                                        field_manager=api.FIELD_MANAGER, force_conflicts=live is not None,
-                                        serialize=False, _request_timeout=self.write_timeout)
+        with self._sending() as bound:
+            response = self.dynamic.request("patch", resource.path(name=meta["name"], namespace=meta["namespace"]),
+                                            body=json.dumps(desired, ensure_ascii=False).encode(),
+                                            content_type="application/apply-patch+yaml",
+                                            field_manager=api.FIELD_MANAGER, force_conflicts=live is not None,
+                                            serialize=False, _request_timeout=bound)
         log.info("applied %s %s/%s", manifest["kind"], meta["namespace"], meta["name"])
         return self._verify(owner_uid, key, fingerprint, json.loads(response.data), written=True)
 
@@ -257,10 +292,10 @@ class Kube:
                 raise NotOwned(manifest["kind"], meta["namespace"], meta["name"])
             return False, live
         resource = self._resource(manifest)
-        self._fence()
         try:
-            response = self.dynamic.request("post", resource.path(namespace=meta["namespace"]), body=manifest,
-                                            serialize=False, _request_timeout=self.write_timeout)
+            with self._sending() as bound:
+                response = self.dynamic.request("post", resource.path(namespace=meta["namespace"]), body=manifest,
+                                                serialize=False, _request_timeout=bound)
             return True, json.loads(response.data)
         except ApiException as e:
             if e.status == 409:
@@ -274,8 +309,8 @@ class Kube:
         if live is None or not controlled_by(live, owner_uid):
             return False
         resource = self._kind(api_version, kind)
-        self._fence()
-        resource.delete(name=name, namespace=namespace, _request_timeout=self.write_timeout)
+        with self._sending() as bound:
+            resource.delete(name=name, namespace=namespace, _request_timeout=bound)
         return True
 
     def secret_value(self, namespace: str, name: str, key: str,
@@ -338,23 +373,23 @@ class Kube:
         return items
 
     def patch_status(self, namespace: str, name: str, status: Mapping[str, Any]) -> dict[str, Any]:
-        self._fence()
-        return self.custom.patch_namespaced_custom_object_status(
-            api.GROUP, api.VERSION, namespace, api.PLURAL, name, {"status": status},
-            _request_timeout=self.write_timeout)
+        with self._sending() as bound:
+            return self.custom.patch_namespaced_custom_object_status(
+                api.GROUP, api.VERSION, namespace, api.PLURAL, name, {"status": status},
+                _request_timeout=bound)
 
     def delete_pod(self, namespace: str, name: str, uid: str) -> None:
-        self._fence()
-        self.core.delete_namespaced_pod(
-            name, namespace, body=client.V1DeleteOptions(preconditions=client.V1Preconditions(uid=uid)),
-            _request_timeout=self.write_timeout)
+        with self._sending() as bound:
+            self.core.delete_namespaced_pod(
+                name, namespace, body=client.V1DeleteOptions(preconditions=client.V1Preconditions(uid=uid)),
+                _request_timeout=bound)
 
     def set_pod_condition(self, namespace: str, name: str, uid: str, condition: Mapping[str, str]) -> None:
         """One condition of a pod's status (merged by type), on that pod only (its uid)."""
-        self._fence()
-        self.core.patch_namespaced_pod_status(
-            name, namespace, {"metadata": {"uid": uid}, "status": {"conditions": [dict(condition)]}},
-            _content_type="application/strategic-merge-patch+json", _request_timeout=self.write_timeout)
+        with self._sending() as bound:
+            self.core.patch_namespaced_pod_status(
+                name, namespace, {"metadata": {"uid": uid}, "status": {"conditions": [dict(condition)]}},
+                _content_type="application/strategic-merge-patch+json", _request_timeout=bound)
 
     def pods(self, namespace: str, selector: Mapping[str, str]) -> list[dict[str, Any]]:
         label_selector = ",".join(f"{k}={v}" for k, v in selector.items())

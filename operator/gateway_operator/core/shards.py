@@ -145,6 +145,20 @@ class Timing:
         connect = min(2.0, margin / 4)
         return connect, margin * 0.8 - connect
 
+    def write_bound(self, renewed_at: float, now: float) -> tuple[float, float] | None:
+        """(connect, read) seconds for a write sent at ``now`` on a shard whose last renewal was
+        sent at ``renewed_at``; None at or past its renew deadline (the write is not sent). The
+        write lands, or is given up, by the instant ``write_timeout`` bounds a write sent at the
+        deadline itself: ``renew_deadline`` plus four fifths of the margin after the renewal. A
+        write sent early in a renewal has the rest of the deadline on top, so that an API server
+        slow to commit (a Service create allocating its ClusterIP on a saturated machine) is
+        waited for instead of given up and applied again."""
+        left = renewed_at + self.renew_deadline - now
+        if left <= 0:
+            return None
+        connect, read = self.write_timeout
+        return connect, read + left
+
 
 def holds(observed: Observed, shard: int, now: float, timing: Timing) -> bool:
     """Whether this replica may act on ``shard``'s GatewayDeployments at ``now``."""

@@ -87,7 +87,7 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, gateway_po
         # each replica's writes name it in the API server's audit log (its userAgent)
         kube.api_client.user_agent = f"gateway-operator ({sharding.identity})"
         holder = _shard_holder(memo, kube, sharding, check.namespaces)
-        kube.may_act = holder.owns   # each write of a loop, just before it is sent
+        kube.write_bound = holder.write_bound   # each write of a loop, just before it is sent
     memo.supervisor = Supervisor(kube, memo.get("controller_settings") or ControllerSettings(), indices.pods_of,
                                  indices.deployment_of, indices.claims_of, indices.foreign_managed_redis,
                                  owns=holder.owns if holder else (lambda _: True))
@@ -131,7 +131,14 @@ def _shard_holder(memo: kopf.Memo, kube: Kube, sharding: ShardSettings, namespac
         task.add_done_callback(adopting.discard)
 
     async def lost(_: frozenset[int]) -> None:
-        await memo.supervisor.drop(memo.shard_holder.owns, sharding.timing.renew_deadline)
+        """Drain, then hand over: the loops stopped, then their writes already sent ended (each
+        within its bound, at most a renew deadline and the margin's), so that none lands after
+        the next holder has started."""
+        holder, timing = memo.shard_holder, sharding.timing
+        await memo.supervisor.drop(holder.owns, timing.renew_deadline)
+        if not await asyncio.to_thread(kube.wait_for_writes, lambda uid: not holder.owns(uid),
+                                       timing.renew_deadline + sum(timing.write_timeout)):
+            logging.getLogger(__name__).warning("a write of a shard given up outlasted its bound")
 
     leases = ShardLeases(kube.api_client, sharding.namespace, sharding.group)
     return ShardHolder(leases, sharding.shards, sharding.identity, sharding.timing, gained, lost)

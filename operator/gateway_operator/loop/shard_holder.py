@@ -17,8 +17,10 @@ Two sides, so that a busy event loop never costs a shard:
 A shard counts as held from the *start* of the write that renewed or took it until
 ``renew_deadline`` later (``holds``). The loop side may notice that late on a busy event loop,
 but nothing is written on a shard past it: every API write of a GatewayDeployment's loop asks
-``owns`` just before it is sent (clients/kube.py, ``ACTING_FOR``), and is bounded by the margin
-before another replica may take the shard (``Timing.write_timeout``).
+``write_bound`` just before it is sent (clients/kube.py, ``ACTING_FOR``), and is bounded so that
+it lands before another replica may take the shard (``Timing.write_bound``: what is left of the
+renewal it is sent under, plus the margin's share). A shard given up is handed over once the
+writes already sent for it have ended (loop/handlers.py's ``lost``).
 
 On shutdown the thread ends, every loop is stopped, then each shard's holder is cleared and the
 member Lease deleted, so another replica takes over at its next tick instead of after the Lease
@@ -72,6 +74,16 @@ class ShardHolder:
         """Whether this replica may act on the GatewayDeployment with ``uid`` now (any thread)."""
         shard = S.shard_of(uid, self.shards)
         return shard in self.held and self.holds(shard)
+
+    def write_bound(self, uid: str) -> tuple[float, float] | None:
+        """(connect, read) seconds for a write sent now for the GatewayDeployment with ``uid``
+        (``Timing.write_bound`` from its shard's last renewal); None when this replica may not
+        act on it (any thread: asked just before each write is sent)."""
+        shard = S.shard_of(uid, self.shards)
+        at = self.observed.renewed_at.get(shard)
+        if shard not in self.held or at is None:
+            return None
+        return self.timing.write_bound(at, self.clock())
 
     # -- the Lease side (its own thread) ---------------------------------------------------------
 
