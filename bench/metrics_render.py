@@ -1,7 +1,8 @@
-"""How long one scrape of the operator's metrics takes to render, and how much of it holds the
-interpreter: ``--gateways`` GatewayDeployments' series as a settled loop leaves them (every
-condition observed, two replicas' polls counted, reconciles timed), rendered by the exposition
-the operator serves (prometheus_client's, in its HTTP thread) ``--scrapes`` times.
+"""How long one scrape of the operator's metrics takes to render: ``--gateways`` GatewayDeployments'
+series as a settled loop leaves them (every condition observed, two replicas' polls counted,
+reconciles timed), rendered ``--scrapes`` times as the operator serves them (``served``:
+prometheus_client's families, then loop/metrics.per_object_text) and as prometheus_client wrote
+all of them from metric families before (``families``: tests/unit/test_metrics.py's reference).
 
 A render runs on the scrape's thread while the event loop waits for the GIL: at 1,500
 GatewayDeployments a process, a benchmark scrape took over 5 s on a saturated machine, and the
@@ -15,9 +16,11 @@ import argparse
 import json
 import random
 import statistics
+import sys
 import time
+from pathlib import Path
 
-from prometheus_client import REGISTRY, generate_latest
+from prometheus_client import REGISTRY, CollectorRegistry, generate_latest
 
 from gateway_operator.core import conditions as C
 from gateway_operator.loop import metrics
@@ -43,18 +46,24 @@ def main() -> None:
     parser.add_argument("--json", help="write the figures here")
     args = parser.parse_args()
     populate(args.gateways)
-    walls, cpus, size, lines = [], [], 0, 0
-    for _ in range(args.scrapes):
-        wall, cpu = time.monotonic(), time.process_time()
-        text = generate_latest(REGISTRY)
-        walls.append(time.monotonic() - wall)
-        cpus.append(time.process_time() - cpu)
-        size, lines = len(text), text.count(b"\n")
-    out = {"gateways": args.gateways, "scrapes": args.scrapes, "lines": lines,
-           "lines_per_gateway": round(lines / args.gateways, 1), "kib": round(size / 1024, 1),
-           "render_cpu_s_median": round(statistics.median(cpus), 3), "render_cpu_s_max": round(max(cpus), 3),
-           "render_wall_s_median": round(statistics.median(walls), 3),
-           "render_cpu_us_per_gateway": round(1e6 * statistics.median(cpus) / args.gateways, 1)}
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests/unit"))
+    from test_metrics import _Reference   # the former collector, kept by its test as the reference
+    reference = CollectorRegistry()
+    reference.register(_Reference())
+    out: dict[str, object] = {"gateways": args.gateways, "scrapes": args.scrapes}
+    for name, render in (("families", lambda: generate_latest(REGISTRY) + generate_latest(reference)),
+                         ("served", lambda: generate_latest(REGISTRY) + metrics.per_object_text().encode())):
+        walls, cpus, text = [], [], b""
+        for _ in range(args.scrapes):
+            wall, cpu = time.monotonic(), time.process_time()
+            text = render()
+            walls.append(time.monotonic() - wall)
+            cpus.append(time.process_time() - cpu)
+        out.update({f"{name}_lines": text.count(b"\n"), f"{name}_kib": round(len(text) / 1024, 1),
+                    f"{name}_cpu_s_median": round(statistics.median(cpus), 3),
+                    f"{name}_cpu_s_max": round(max(cpus), 3),
+                    f"{name}_wall_s_median": round(statistics.median(walls), 3),
+                    f"{name}_cpu_us_per_gateway": round(1e6 * statistics.median(cpus) / args.gateways, 1)})
     print(json.dumps(out, indent=2))
     if args.json:
         with open(args.json, "w") as f:

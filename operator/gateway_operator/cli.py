@@ -203,7 +203,6 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.kubeconfig:  # kopf's login reads the standard variable, at import time
         os.environ["KUBECONFIG"] = args.kubeconfig
     import kopf
-    import prometheus_client
 
     from gateway_operator.core.render import OperatorIdentity
     from gateway_operator.core.schedule import Timing
@@ -225,7 +224,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     # the kubelet's /healthz probes every few seconds are access lines: only with --verbose
     logging.getLogger("aiohttp.access").setLevel(logging.DEBUG if args.verbose else logging.WARNING)
     if args.metrics_port:
-        prometheus_client.start_http_server(args.metrics_port, addr=args.bind_address)
+        from gateway_operator.loop import metrics
+        metrics.serve(args.metrics_port, args.bind_address)
     reconcile_settings = ReconcileSettings(timing=Timing(resync_seconds=args.resync_seconds), operator=OperatorIdentity(
         args.operator_namespace, args.operator_instance, args.managed_redis_image))
     from gateway_operator.api.tenancy import TenancyPolicy
