@@ -21,7 +21,6 @@ from prometheus_client import generate_latest
 from prometheus_client.core import REGISTRY, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.registry import Collector
 
-_LABELS = ["namespace", "name"]
 # prometheus_client's default buckets (seconds)
 BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, float("inf"))
 _STATUSES = ("True", "False", "Unknown")
@@ -177,9 +176,8 @@ def _label(value: str) -> str:
 
 def per_object_text() -> str:
     """The per-GatewayDeployment families in the text exposition format, as prometheus_client
-    would write them from metric families (labels sorted by name), written directly: at 1,500
-    GatewayDeployments a process the families took 0.6 s of CPU to render (85,557 lines,
-    ``bench/metrics_render.py``) on the scrape's thread, with the event loop waiting for the GIL."""
+    would write them from metric families (labels sorted by name), written directly (the module's
+    docstring says why)."""
     with _lock:
         snapshot = list(_series.items())
     labels = [f'name="{_label(name)}",namespace="{_label(namespace)}"' for (namespace, name), _ in snapshot]
@@ -190,18 +188,19 @@ def per_object_text() -> str:
         name, kind, help_ = FAMILIES[index]
         out.append(f"# HELP {name} {help_}\n# TYPE {name} {kind}\n")
 
-    for index, field in enumerate(("reconciles", "errors", "writes")):
+    def one_each(index: int, field: str) -> None:   # a family of one series per GatewayDeployment
         family(index)
         name = FAMILIES[index][0]
         out.extend(f"{name}{{{label}}} {_number(getattr(s, field))}\n" for label, s in zip(labels, records))
+
+    for index, field in enumerate(("reconciles", "errors", "writes")):
+        one_each(index, field)
     family(3)
     for label, s in zip(labels, records):
         out.extend(f'gateway_operator_health_polls_total{{{label},result="{_label(result)}"}} {_number(count)}\n'
                    for result, count in list(s.polls.items()))
     for index, field in ((4, "restarts"), (5, "cut_offs"), (6, "out_of_traffic")):
-        family(index)
-        name = FAMILIES[index][0]
-        out.extend(f"{name}{{{label}}} {_number(getattr(s, field))}\n" for label, s in zip(labels, records))
+        one_each(index, field)
     family(7)
     for label, s in zip(labels, records):
         for type_, current in s.conditions:
