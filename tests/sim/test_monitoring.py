@@ -160,12 +160,10 @@ def test_the_service_monitor_keeps_the_gateway_namespace_on_the_series() -> None
     namespace label (the operator's) collides with it. Through the chart's ServiceMonitor
     (honorLabels) Prometheus keeps the series' one; without it, the panels' and the alerts'
     namespace would be the operator's, the gateway's moved to exported_namespace."""
-    from prometheus_client import start_http_server
-
     from gateway_operator.loop import metrics
     metrics.observe_conditions("shop", "support-bot", [{"type": "Ready", "status": "True"}])
     port = free_port()
-    server, _ = start_http_server(port, addr="127.0.0.1")  # the operator's metrics, as it serves them
+    server = metrics.serve(port, "127.0.0.1")  # the operator's metrics, as it serves them
     monitoring = render_monitoring(RELEASE, SYSTEM_NAMESPACE, "--set", "metrics.serviceMonitor.interval=1s")
     chart = scrape_job(monitoring["ServiceMonitor"], monitoring["Service"], f"127.0.0.1:{port}", pod="chart")
     plain = copy.deepcopy(chart)
@@ -559,6 +557,8 @@ def test_dashboard_picture_of_the_scenario(live: Live, tmp_path: Path) -> None:
         path = REPO / path
     written = dashboard_figure(live, path)
     data = written.read_bytes()
-    assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) < 150_000, len(data)
+    # the picture is committed (make dashboard-png); its size follows the scenario's timing
+    # (145-151 KB seen on this machine), so the bound leaves it room and still catches a blow-up
+    assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) < 200_000, len(data)
     print(f"\nwrote {written} ({len(data) // 1024} KiB); phases: "
           + json.dumps([(round(a - live.start), round(b - live.start), label) for a, b, label in live.phases]))
