@@ -20,6 +20,7 @@ from typing import Any, Callable, Iterable, Iterator, Mapping
 from prometheus_client import generate_latest
 from prometheus_client.core import REGISTRY, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.registry import Collector
+from prometheus_client.utils import floatToGoString as _number   # a sample value, as generate_latest writes it
 
 # prometheus_client's default buckets (seconds)
 BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, float("inf"))
@@ -156,18 +157,6 @@ FAMILIES = (
     ("gateway_operator_reconcile_duration_seconds", "histogram", "Duration of full reconciles."),
 )
 _LE = tuple("+Inf" if bound == float("inf") else repr(bound) for bound in BUCKETS)
-
-
-def _number(value: float) -> str:
-    """As prometheus_client writes a sample's value (floatToGoString) for the values kept here:
-    counts and sums, never negative, never NaN."""
-    if value == float("inf"):
-        return "+Inf"
-    text = repr(float(value))
-    dot = text.find(".")
-    if value > 0 and dot > 6 and "e" not in text:   # Go switches to exponents sooner than Python
-        return f"{text[0]}.{text[1:dot]}{text[dot + 1:]}".rstrip("0.") + f"e+{dot - 1:02d}"
-    return text
 
 
 def _label(value: str) -> str:

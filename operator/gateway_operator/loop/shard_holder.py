@@ -72,8 +72,7 @@ class ShardHolder:
 
     def owns(self, uid: str) -> bool:
         """Whether this replica may act on the GatewayDeployment with ``uid`` now (any thread)."""
-        shard = S.shard_of(uid, self.shards)
-        return shard in self.held and self.holds(shard)
+        return self.write_bound(uid) is not None
 
     def write_bound(self, uid: str) -> tuple[float, float] | None:
         """(connect, read) seconds for a write sent now for the GatewayDeployment with ``uid``
