@@ -31,6 +31,7 @@ from gateway_operator.core.conditions import Problem, Transition
 from gateway_operator.core.pods import PodView
 from gateway_operator.core.probe_result import ProbeResult
 from gateway_operator.core.rollouts import RolloutGate, RolloutState
+from gateway_operator.core.schedule import PassKind
 from gateway_operator.core.settings import ReconcileSettings
 from gateway_operator.loop.reconcile import Observation, reconcile
 from gateway_operator.loop.reconcile import Result as ReconcileResult
@@ -161,11 +162,11 @@ REDIS_SPEC = {"replicas": 3, "redis": {"url": "redis://redis.example:6379/0",
 PROBE_OK = ProbeResult(True, R.PROBE_SUCCEEDED, "ok")
 
 
-def run(kube: ApiStandIn, body: Mapping[str, Any], full: bool = True, probe: ProbeResult = PROBE_OK,
+def run(kube: ApiStandIn, body: Mapping[str, Any], kind: PassKind = PassKind.FULL, probe: ProbeResult = PROBE_OK,
         pods: list[PodView] = (), seen: Observation = Observation(),  # type: ignore[assignment]
         rollouts: RolloutGate | None = None):
     prober = ProbeStandIn(probe)
-    result = asyncio.run(reconcile(kube, prober, ReconcileSettings(), body, list(pods), full,  # type: ignore[arg-type]
+    result = asyncio.run(reconcile(kube, prober, ReconcileSettings(), body, list(pods), kind,  # type: ignore[arg-type]
                                    seen, rollouts))
     return result, prober
 
@@ -200,7 +201,7 @@ def test_an_observation_pass_reads_nothing_from_the_api_server() -> None:
     first, _ = run(kube, gateway(REDIS_SPEC))
     kube.calls.clear()
     seen = Observation(deployment=_watched(kube), inputs=first.inputs)
-    result, prober = run(kube, gateway(REDIS_SPEC), full=False, seen=seen)
+    result, prober = run(kube, gateway(REDIS_SPEC), kind=PassKind.OBSERVE, seen=seen)
     assert kube.calls == [] and prober.calls == 1
     assert not result.outcome.applied and result.outcome.observed.running == 3
 
@@ -278,6 +279,28 @@ def test_a_full_pass_whose_inputs_and_objects_are_unchanged_renders_and_applies_
     assert "apply Deployment/bot" in applied()
 
 
+def test_a_re_apply_puts_drift_back_with_the_last_inputs_and_reads_no_secret() -> None:
+    """A pod turning Ready or a Deployment's status moving nudged a full pass that read every Secret
+    again (6 Secret reads per GatewayDeployment created, three passes of two). A nudge is a re-apply
+    now: drift is put back with the Secret inputs the last full pass read; without any, it reads
+    them as a full pass would."""
+    kube = ApiStandIn([secret("redis-auth", password="pw")])
+    kube.watching = True
+    first, _ = run(kube, gateway(REDIS_SPEC))
+    kube.calls.clear()
+    kube.drift("ConfigMap", "bot-gateway-config")
+    seen = Observation(deployment=_watched(kube), inputs=first.inputs, rendered=first.rendered, probe=PROBE_OK)
+    result, prober = run(kube, gateway(REDIS_SPEC), kind=PassKind.REAPPLY, seen=seen)
+    assert result.outcome.applied and result.outcome.problem is None, result.outcome
+    assert "apply ConfigMap/bot-gateway-config" in kube.calls
+    assert not [c for c in kube.calls if c.startswith(("get Secret/", "create Secret/"))], kube.calls
+    assert result.inputs == first.inputs
+    kube.calls.clear()
+    run(kube, gateway(REDIS_SPEC), kind=PassKind.REAPPLY, seen=seen._replace(inputs=None))   # none kept
+    assert sorted(c for c in kube.calls if c.startswith("get Secret/")) == [
+        "get Secret/bot-gateway-auth", "get Secret/bot-session-key", "get Secret/redis-auth"], kube.calls
+
+
 class BusyProber:
     """REDIS PROBE STAND-IN whose namespace has every probe slot taken: None unless told to wait."""
 
@@ -297,12 +320,12 @@ def test_an_observation_pass_keeps_the_last_probe_rather_than_queue_for_a_slot()
     first, _ = run(kube, gateway(REDIS_SPEC))
     seen = Observation(deployment=_watched(kube), inputs=first.inputs, probe=PROBE_OK)
     prober = BusyProber()
-    result = asyncio.run(reconcile(kube, prober, ReconcileSettings(), gateway(REDIS_SPEC), [], False,  # type: ignore[arg-type]
+    result = asyncio.run(reconcile(kube, prober, ReconcileSettings(), gateway(REDIS_SPEC), [], PassKind.OBSERVE,  # type: ignore[arg-type]
                                    seen, None))
     assert prober.waited == 0 and result.outcome.problem is None
     assert result.outcome.probe == dataclasses.replace(PROBE_OK, reused=True)
-    for full, last in ((True, PROBE_OK), (False, None)):
-        result = asyncio.run(reconcile(kube, prober, ReconcileSettings(), gateway(REDIS_SPEC), [], full,  # type: ignore[arg-type]
+    for kind, last in ((PassKind.FULL, PROBE_OK), (PassKind.OBSERVE, None)):
+        result = asyncio.run(reconcile(kube, prober, ReconcileSettings(), gateway(REDIS_SPEC), [], kind,  # type: ignore[arg-type]
                                        seen._replace(probe=last), None))
         assert result.outcome.probe is not None and result.outcome.probe.message == "waited"
     assert prober.waited == 2
@@ -320,11 +343,11 @@ def test_a_kept_probe_result_is_not_taken_for_a_redis_that_forgot() -> None:
                   "canary": "c-1", "runId": "run-1"}
     body = gateway(REDIS_SPEC, redis=remembered)
     seen = Observation(deployment=_watched(kube), inputs=first.inputs, probe=created)
-    result = asyncio.run(reconcile(kube, BusyProber(), ReconcileSettings(), body, [], False, seen, None))  # type: ignore[arg-type]
+    result = asyncio.run(reconcile(kube, BusyProber(), ReconcileSettings(), body, [], PassKind.OBSERVE, seen, None))  # type: ignore[arg-type]
     assert result.outcome.probe is not None and result.outcome.probe.reused
     facts = status_facts.gather(body, GatewaySpec.parse(body["spec"]), result.outcome, [], time.time())
     assert facts.dedup.lost_at is None
-    fresh = asyncio.run(reconcile(kube, ProbeStandIn(created), ReconcileSettings(), body, [], False,  # type: ignore[arg-type]
+    fresh = asyncio.run(reconcile(kube, ProbeStandIn(created), ReconcileSettings(), body, [], PassKind.OBSERVE,  # type: ignore[arg-type]
                                   seen._replace(probe=None), None))
     assert status_facts.gather(body, GatewaySpec.parse(body["spec"]), fresh.outcome, [], time.time()).dedup.lost_at
 
@@ -405,7 +428,7 @@ def test_the_passes_after_a_namespace_began_terminating_report_no_missing_secret
     terminating = TerminatingApiStandIn([o for o in kube.objects.values() if o["kind"] != "Secret"])
     full, _ = run(terminating, gateway({}), seen=Observation(deployment=_watched(kube), inputs=first.inputs))
     assert full.outcome.problem is None and full.inputs == first.inputs
-    observed, _ = run(terminating, gateway({}), full=False,
+    observed, _ = run(terminating, gateway({}), kind=PassKind.OBSERVE,
                       seen=Observation(deployment=_watched(kube), inputs=full.inputs))
     assert observed.outcome.problem is None, observed.outcome.problem
 
@@ -507,12 +530,12 @@ def test_a_slot_is_taken_then_given_back_once_the_new_template_is_ready() -> Non
     assert not gate.admit(("other", "gw"), time.monotonic())  # the next one waits
     # the watch still shows the Deployment as it was before the apply: not done yet
     stale = _watched(kube)._replace(observed=_watched(kube).observed._replace(generation=1))
-    result, _ = run(kube, reconciled, full=False, rollouts=gate, seen=Observation(deployment=stale))
+    result, _ = run(kube, reconciled, kind=PassKind.OBSERVE, rollouts=gate, seen=Observation(deployment=stale))
     assert result.outcome.rollout is RolloutState.OPERATOR and gate.holds(key)
     d = kube.deployment()
     d["status"] = {"observedGeneration": d["metadata"]["generation"], "replicas": 3, "readyReplicas": 3,
                    "updatedReplicas": 3}
-    result, _ = run(kube, reconciled, full=False, rollouts=gate, seen=Observation(deployment=_watched(kube)))
+    result, _ = run(kube, reconciled, kind=PassKind.OBSERVE, rollouts=gate, seen=Observation(deployment=_watched(kube)))
     assert result.outcome.rollout is RolloutState.NONE and not gate.holds(key)
     assert gate.admit(("other", "gw"), time.monotonic())
 
@@ -527,7 +550,7 @@ def test_a_queued_rollout_says_so_between_full_passes_and_looks_again_soon() -> 
     reconciled = gateway(REDIS_SPEC, observedGeneration=1)
     result, _ = run(kube, reconciled, rollouts=gate)
     assert result.outcome.rollout is RolloutState.QUEUED
-    observed, _ = run(kube, reconciled, full=False, rollouts=gate, seen=Observation(deployment=_watched(kube)))
+    observed, _ = run(kube, reconciled, kind=PassKind.OBSERVE, rollouts=gate, seen=Observation(deployment=_watched(kube)))
     assert observed.outcome.rollout is RolloutState.QUEUED
     reconciling = _reconciling(reconciled, observed.outcome)
     assert (reconciling.status, reconciling.reason) == ("True", R.OPERATOR_UPGRADE_QUEUED)
@@ -543,12 +566,12 @@ def test_the_slot_is_held_until_no_old_replica_is_left() -> None:
     d = kube.deployment()
     d["status"] = {"observedGeneration": d["metadata"]["generation"], "replicas": 4, "readyReplicas": 4,
                    "updatedReplicas": 3}
-    result, _ = run(kube, reconciled, full=False, rollouts=gate, seen=Observation(deployment=_watched(kube)))
+    result, _ = run(kube, reconciled, kind=PassKind.OBSERVE, rollouts=gate, seen=Observation(deployment=_watched(kube)))
     assert result.outcome.rollout is RolloutState.OPERATOR and gate.holds(key)
     reconciling = _reconciling(reconciled, result.outcome)
     assert (reconciling.status, reconciling.reason) == ("True", R.ROLLING_OUT)
     d["status"]["replicas"] = 3
-    result, _ = run(kube, reconciled, full=False, rollouts=gate, seen=Observation(deployment=_watched(kube)))
+    result, _ = run(kube, reconciled, kind=PassKind.OBSERVE, rollouts=gate, seen=Observation(deployment=_watched(kube)))
     assert result.outcome.rollout is RolloutState.NONE and not gate.holds(key)
 
 

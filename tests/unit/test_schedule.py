@@ -9,7 +9,7 @@ from gateway_operator.core import schedule
 from gateway_operator.core.conditions import Problem, settled_at
 from gateway_operator.core.outcome import Outcome
 from gateway_operator.core.rollouts import RolloutState
-from gateway_operator.core.schedule import Schedule, Timing
+from gateway_operator.core.schedule import PassKind, Schedule, Timing
 
 INTERVAL = 10.0
 APPLY = Problem(reasons.APPLY_FAILED, "the API server refused a change")
@@ -17,28 +17,29 @@ REDIS = Problem(reasons.REDIS_TARGET_NOT_ALLOWED, "outside the allowlist")
 
 
 def ended(s: Schedule, now: float, applied: bool, generation: int, problem: Problem | None = None,
-          jitter: float = 0.0, rollout: RolloutState = RolloutState.NONE) -> Problem | None:
-    """A pass ended at ``now`` with this outcome: what status shows."""
-    return s.settled(now, Outcome(problem=problem, applied=applied, rollout=rollout), generation, jitter)
+          jitter: float = 0.0, rollout: RolloutState = RolloutState.NONE,
+          kind: PassKind = PassKind.FULL) -> Problem | None:
+    """A pass of ``kind`` ended at ``now`` with this outcome: what status shows."""
+    return s.settled(now, Outcome(problem=problem, applied=applied, rollout=rollout), generation, jitter, kind)
 
 
 def test_the_first_pass_is_full_and_the_next_full_one_comes_at_the_resync() -> None:
     s, now = Schedule(Timing(resync_seconds=60.0)), 1000.0
-    assert s.begin(now, INTERVAL, 0.5)[0]
+    assert s.begin(now, INTERVAL, 0.5)[0] is PassKind.FULL
     assert ended(s, now, True, 1, jitter=0.5) is None
-    assert not s.dirty and s.failures == 0 and s.next_full == now + 33   # the first: 0.1-1.0 of the period
-    assert not s.begin(now + 30, INTERVAL, 0.5)[0]   # an observation pass
-    assert s.begin(now + 33, INTERVAL, 0.5)[0]       # the resync is due
+    assert s.dirty is PassKind.OBSERVE and s.failures == 0 and s.next_full == now + 33   # the first: 0.1-1.0 of the period
+    assert s.begin(now + 30, INTERVAL, 0.5)[0] is PassKind.OBSERVE   # an observation pass
+    assert s.begin(now + 33, INTERVAL, 0.5)[0] is PassKind.FULL      # the resync is due
     ended(s, now + 33, True, 1)
     assert s.next_full == now + 93                   # then the whole period (less up to 10%: jitter 0)
-    assert not s.begin(now + 61, INTERVAL, 0.5)[0]
-    s.nudge()                                     # an owned object changed
-    assert s.begin(now + 61, INTERVAL, 0.5)[0]
+    assert s.begin(now + 61, INTERVAL, 0.5)[0] is PassKind.OBSERVE
+    s.nudge()                                     # an owned object changed: it is applied again
+    assert s.begin(now + 61, INTERVAL, 0.5)[0] is PassKind.REAPPLY
 
 
 def test_polls_keep_a_fixed_cadence_after_a_jittered_second_one() -> None:
     s = Schedule()
-    assert s.begin(100.0, INTERVAL, 0.7) == (True, True)
+    assert s.begin(100.0, INTERVAL, 0.7) == (PassKind.FULL, True)
     assert s.next_poll == 107.0                   # 0.7 of an interval after the first
     assert s.begin(107.0, INTERVAL, 0.7)[1]
     assert s.next_poll == 117.0                   # then one interval after the last was due
@@ -54,9 +55,9 @@ def test_a_step_between_polls_does_not_poll_and_a_late_poll_keeps_the_cadence() 
     s = Schedule(Timing(resync_seconds=5.0))
     s.begin(0.0, INTERVAL, 1.0)                   # the first poll; the next due at 10
     ended(s, 0.0, True, 1, jitter=0.999)          # the first resync at 4.9955
-    assert s.begin(5.0, INTERVAL, 1.0) == (True, False)   # the resync: a full pass, no poll
+    assert s.begin(5.0, INTERVAL, 1.0) == (PassKind.FULL, False)   # the resync: a full pass, no poll
     s.nudge()
-    assert s.begin(7.0, INTERVAL, 1.0) == (True, False)   # a nudge: the same
+    assert s.begin(7.0, INTERVAL, 1.0) == (PassKind.FULL, False)   # a nudge before it settled: the same
     assert s.begin(9.95, INTERVAL, 1.0)[1]        # within POLL_SLACK of due: polls now
     assert s.next_poll == 20.0
     assert s.begin(20.8, INTERVAL, 1.0)[1]        # late by 0.8 s (a busy loop) ...
@@ -70,14 +71,14 @@ def test_a_step_between_polls_does_not_poll_and_a_late_poll_keeps_the_cadence() 
 def test_a_persisting_problem_backs_off_and_a_spec_change_retries_at_once() -> None:
     s, now, waits = Schedule(), 0.0, []
     for _ in range(8):
-        assert s.begin(now, INTERVAL, 1.0)[0]
+        assert s.begin(now, INTERVAL, 1.0)[0] is PassKind.FULL
         assert ended(s, now, True, 1, REDIS) == REDIS
         waits.append(s.next_full - now)
         now = s.next_full
     assert waits == [2, 4, 8, 16, 30, 60, 60, 60]
     assert not s.spec_changed(1)                  # the same generation: a status write's echo
-    assert s.spec_changed(2) and s.dirty and s.failures == 0
-    assert s.begin(now - 59, INTERVAL, 1.0)[0]       # not waiting out the backoff
+    assert s.spec_changed(2) and s.dirty is PassKind.FULL and s.failures == 0
+    assert s.begin(now - 59, INTERVAL, 1.0)[0] is PassKind.FULL   # not waiting out the backoff
 
 
 def test_an_observation_pass_sees_a_problem_only_sooner_and_keeps_a_sticky_one() -> None:
@@ -133,7 +134,7 @@ def test_while_a_full_pass_runs_the_loop_polls_and_starts_no_other_pass() -> Non
     s = Schedule()
     s.begin(0.0, INTERVAL, 1.0)                   # the first poll; the next due at 10
     s.nudge()                                     # a full pass is due ...
-    assert s.begin(10.0, INTERVAL, 1.0, passing=True) == (False, True)  # ... but one runs: poll only
+    assert s.begin(10.0, INTERVAL, 1.0, passing=True) == (PassKind.OBSERVE, True)  # ... but one runs: poll only
     assert s.sleep_for(10.0, passing=True) == 10.0   # until the next poll, not a busy loop on the due pass
     assert s.sleep_for(10.0) == schedule.MIN_SLEEP
 
@@ -144,9 +145,30 @@ def test_a_spec_that_changed_while_its_pass_ran_is_still_due() -> None:
     s.begin(0.0, INTERVAL, 1.0)
     s.spec_changed(2)                             # a watch event while generation 1's pass runs
     ended(s, 5.0, True, 1)                        # that pass ends, having applied generation 1
-    assert s.begin(5.0, INTERVAL, 1.0)[0], "generation 2 is applied next, not at the resync"
+    assert s.begin(5.0, INTERVAL, 1.0)[0] is PassKind.FULL, "generation 2 is applied next, not at the resync"
     ended(s, 6.0, True, 2)
-    assert not s.begin(7.0, INTERVAL, 1.0)[0]
+    assert s.begin(7.0, INTERVAL, 1.0)[0] is PassKind.OBSERVE
+
+
+def test_re_applies_never_put_off_the_resync_that_reads_the_secrets_again() -> None:
+    """An owned object's change (a pod turning Ready, a Deployment's status) is applied again
+    with the Secret inputs the last full pass read; Secrets have no watch, so only the resync sees
+    a rotated one. A GatewayDeployment whose pods keep changing is still resynced on time."""
+    s = Schedule(Timing(resync_seconds=60.0))
+    ended(s, 0.0, True, 1)                        # the first full pass: the first resync at 6
+    ended(s, 6.0, True, 1)                        # the resync: the next one due at 66
+    for t in range(10, 66, 5):                    # a pod flaps every 5 s
+        s.nudge()
+        assert s.begin(float(t), INTERVAL, 1.0)[0] is PassKind.REAPPLY
+        ended(s, float(t), True, 1, kind=PassKind.REAPPLY)
+        assert s.next_full == 66.0
+    assert s.begin(66.0, INTERVAL, 1.0)[0] is PassKind.FULL
+    s.nudge()
+    s.spec_changed(2)                             # a new spec outranks a nudge
+    assert s.begin(67.0, INTERVAL, 1.0)[0] is PassKind.FULL
+    ended(s, 68.0, True, 2)
+    ended(s, 69.0, True, 2, REDIS, kind=PassKind.REAPPLY)   # a re-apply that meets a problem backs off
+    assert s.next_full == 69.0 + schedule.backoff(0)
 
 
 def test_a_rollout_waiting_for_its_slot_looks_again_within_seconds() -> None:
@@ -172,21 +194,21 @@ def test_a_step_waits_for_its_pass_at_most_until_the_next_poll_or_the_probe_boun
 def test_a_loop_adopted_on_a_settled_status_observes_first_and_resyncs_within_the_period() -> None:
     """An operator start or a shard taken over: the loop of an object whose status says its
     generation is settled observes at its first step, and its first full pass comes within the
-    resync period; a newer generation (or a nudge) makes the next pass full at once."""
+    resync period; a newer generation makes the next pass full at once, a nudge a re-apply."""
     s = Schedule(Timing(resync_seconds=60.0))
     s.adopt(100.0, 4, 0.0)
     assert not s.spec_changed(4)                       # the same generation: nothing due
-    assert s.begin(100.0, INTERVAL, 1.0) == (False, True)   # observation, with the first poll
-    assert s.begin(105.9, INTERVAL, 1.0)[0] is False
-    assert s.begin(106.0, INTERVAL, 1.0)[0] is True         # resync_after(60, 0, first): a tenth
+    assert s.begin(100.0, INTERVAL, 1.0) == (PassKind.OBSERVE, True)   # observation, with the first poll
+    assert s.begin(105.9, INTERVAL, 1.0)[0] is PassKind.OBSERVE
+    assert s.begin(106.0, INTERVAL, 1.0)[0] is PassKind.FULL         # resync_after(60, 0, first): a tenth
     late = Schedule(Timing(resync_seconds=60.0))
     late.adopt(0.0, 4, 0.99)
     assert late.spec_changed(5)                        # the spec changed while nobody reconciled it
-    assert late.begin(0.0, INTERVAL, 1.0)[0] is True
+    assert late.begin(0.0, INTERVAL, 1.0)[0] is PassKind.FULL
     nudged = Schedule()
     nudged.adopt(0.0, 4, 0.5)
     nudged.nudge()
-    assert nudged.begin(0.0, INTERVAL, 1.0)[0] is True
+    assert nudged.begin(0.0, INTERVAL, 1.0)[0] is PassKind.REAPPLY
 
 
 def test_only_a_status_that_says_settled_at_the_generation_adopts() -> None:

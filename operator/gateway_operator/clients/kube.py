@@ -134,6 +134,26 @@ class Verified(NamedTuple):
     version: int
     fingerprint: str
     generation: int
+    keys: tuple[tuple[str, ...], tuple[str, ...]] = ((), ())  # the label and annotation keys the manifest sets
+    metadata: int = 0  # metadata_seen(its metadata, keys) as verified
+
+
+#: kinds whose every spec change bumps metadata.generation, and whose status their controllers
+#: move (a Deployment's a dozen times while its pods start, a PodDisruptionBudget's as they turn
+#: Ready): a watch event of one at the generation and with the metadata it was verified at moved
+#: only its status, so the verification carries over (``status_moved``) and the next pass reads
+#: it no more. Other kinds have no generation (a ConfigMap's change is a new resourceVersion only).
+STATUS_MOVES = frozenset({"Deployment", "PodDisruptionBudget"})
+_KEYS: dict[tuple[tuple[str, ...], tuple[str, ...]], tuple[tuple[str, ...], tuple[str, ...]]] = {}
+
+
+def metadata_seen(meta: Mapping[str, Any], keys: tuple[tuple[str, ...], tuple[str, ...]]) -> int:
+    """What of an object's metadata decides whether it still carries an apply: the values of the
+    labels and annotations the manifest sets (``keys``), its owners, and whether it is being deleted.
+    Another manager's label or a controller's annotation (a Deployment's revision) is not in it."""
+    labels, annotations = meta.get("labels") or {}, meta.get("annotations") or {}
+    return hash((tuple(labels.get(k) for k in keys[0]), tuple(annotations.get(k) for k in keys[1]),
+                 json.dumps(meta.get("ownerReferences"), sort_keys=True), meta.get("deletionTimestamp")))
 
 
 #: (kind, namespace, name) -> the resourceVersion the watch last delivered of it (None: not watched, or gone)
@@ -165,6 +185,7 @@ class Kube:
         # GatewayDeployment reads back only what no watch covers (issue 22: each read costs
         # about 0.5 ms of CPU in the client, and a resync wave queued them behind each other)
         self._verified: dict[str, dict[tuple[str, str, str], Verified]] = {}
+        self._verifying = threading.Lock()  # a pass's thread verifies, the watch's events carry over
         self._not_served: dict[tuple[str, str], float] = {}  # optional kinds found not served, and when
         self.dynamic = DynamicClient(api_client)
         self.core = client.CoreV1Api(api_client)
@@ -243,7 +264,7 @@ class Kube:
         if live is not None and not controlled_by(live, owner_uid):
             raise NotOwned(manifest["kind"], meta["namespace"], meta["name"])
         if live is not None and is_subset(desired, live):
-            return self._verify(owner_uid, key, fingerprint, live, written=False)
+            return self._verify(owner_uid, key, desired, live, written=False)
         resource = self._resource(manifest)
         # the apply body is YAML to the API server, whose decoder refuses the JSON surrogate
         # escapes json.dumps writes for characters outside the BMP (an emoji in an annotation):
@@ -255,18 +276,41 @@ class Kube:
                                             field_manager=api.FIELD_MANAGER, force_conflicts=live is not None,
                                             serialize=False, _request_timeout=bound)
         log.info("applied %s %s/%s", manifest["kind"], meta["namespace"], meta["name"])
-        return self._verify(owner_uid, key, fingerprint, json.loads(response.data), written=True)
+        return self._verify(owner_uid, key, desired, json.loads(response.data), written=True)
 
-    def _verify(self, owner_uid: str, key: tuple[str, str, str], fingerprint: str, live: dict[str, Any],
+    def _verify(self, owner_uid: str, key: tuple[str, str, str], desired: Mapping[str, Any], live: dict[str, Any],
                 written: bool) -> ApplyResult:
-        meta = live.get("metadata") or {}
+        meta, wanted = live.get("metadata") or {}, desired["metadata"]
         generation = int(meta.get("generation") or 0)
-        try:
-            self._verified.setdefault(owner_uid, {})[key] = Verified(int(meta["resourceVersion"]), fingerprint,
-                                                                     generation)
-        except (KeyError, TypeError, ValueError):  # resource versions are opaque: none to compare
-            self._verified.get(owner_uid, {}).pop(key, None)
+        keys = (tuple(sorted(wanted.get("labels") or ())), tuple(sorted(wanted.get("annotations") or ())))
+        keys = _KEYS.setdefault(keys, keys)  # one tuple per manifest shape, however many objects
+        with self._verifying:
+            try:
+                self._verified.setdefault(owner_uid, {})[key] = Verified(
+                    int(meta["resourceVersion"]), wanted["annotations"][api.ANNOTATION_APPLIED_HASH], generation,
+                    keys, metadata_seen(meta, keys))
+            except (KeyError, TypeError, ValueError):  # resource versions are opaque: none to compare
+                self._verified.get(owner_uid, {}).pop(key, None)
         return ApplyResult(key[0], key[2], written=written, live=live, generation=generation)
+
+    def status_moved(self, owner_uid: str, body: Mapping[str, Any]) -> None:
+        """A watch event of an object of ``owner_uid`` (a kind of STATUS_MOVES): when it is at the
+        generation and carries the metadata it was verified at, only its status moved, and the
+        verification carries over to its resourceVersion. Called before the event's version is
+        recorded as delivered (a pass in between reads the object once more, as before)."""
+        meta = body.get("metadata") or {}
+        key = (body.get("kind", ""), meta.get("namespace") or "", meta.get("name") or "")
+        if key[0] not in STATUS_MOVES:
+            return
+        with self._verifying:
+            known = self._verified.get(owner_uid, {}).get(key)
+            try:
+                version, generation = int(meta["resourceVersion"]), int(meta["generation"])
+            except (KeyError, TypeError, ValueError):
+                return
+            if known is not None and version > known.version and generation == known.generation and \
+                    metadata_seen(meta, known.keys) == known.metadata:
+                self._verified[owner_uid][key] = known._replace(version=version)
 
     def unchanged(self, owner_uid: str, objects: Sequence[tuple[str, str, str]],
                   absent: Sequence[tuple[str, str, str]] = ()) -> bool:

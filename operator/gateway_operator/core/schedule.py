@@ -8,12 +8,13 @@ before publishing without it, the stale-replica restart's cooldown, and the heal
 how long its answer stands in for a poll, and when a step publishes what it brought. As controller-runtime's
 queue owns the backoff and the reconciler only returns what happened, the pass (reconcile.py)
 returns an ``Outcome`` and ``settled`` decides from it when the next full pass is due. The loop
-(controller.py) asks ``begin`` at each step whether this pass is a full one (apply) or an
-observation pass, tells ``settled`` (or ``errored``) how it ended, and sleeps ``sleep_for``
+(controller.py) asks ``begin`` at each step which kind of pass this one is (``PassKind``: observe,
+re-apply, or full), tells ``settled`` (or ``errored``) how it ended, and sleeps ``sleep_for``
 unless woken.
 """
 from __future__ import annotations
 
+import enum
 from dataclasses import dataclass, field
 
 from gateway_operator.api import reasons
@@ -44,6 +45,25 @@ NEWS_GAP_S = 1.0
 #: a duration a replica reports crosses a bound the operator acts on this long after the long-poll
 #: that asks for it: its answer rounds to a tenth, and the tick that reads it is 0.2 s
 CROSSING_SLACK_S = 0.3
+
+
+class PassKind(enum.Enum):
+    """What a pass does, the least first (a step runs the most that is due)."""
+
+    OBSERVE = 1  # probe over the kept connection, read the Deployment as watched; no apply
+    # an owned object changed (drift, a rollout's or a pod's progress): apply, against the Secret
+    # inputs and the probe the last full pass left. Secrets have no watch, so a Secret's change is
+    # the next full pass's to notice, as between observation passes; a re-apply never moves it
+    REAPPLY = 2
+    FULL = 3     # the spec changed, the resync, a retry after a problem: read the Secrets afresh, probe whole, apply
+
+    @property
+    def applies(self) -> bool:
+        return self is not PassKind.OBSERVE
+
+
+def _most(a: PassKind, b: PassKind) -> PassKind:
+    return a if a.value >= b.value else b
 
 
 @dataclass(frozen=True)
@@ -132,7 +152,8 @@ def watch_stands(answered_at: float, now: float, interval: float, timeout: float
 @dataclass
 class Schedule:
     timing: Timing = field(default_factory=Timing)
-    dirty: bool = True                   # the spec changed, or an owned object did: a full pass is due
+    # the spec changed (FULL), or an owned object did (REAPPLY): such a pass is due
+    dirty: PassKind = PassKind.FULL
     reconciled_generation: int | None = None
     latest_generation: object = None     # the newest generation a watch event showed
     next_full: float = 0.0
@@ -163,11 +184,11 @@ class Schedule:
         self.latest_generation = generation
         if generation == self.reconciled_generation:
             return False
-        self.dirty, self.failures = True, 0
+        self.dirty, self.failures = PassKind.FULL, 0
         return True
 
     def nudge(self) -> None:
-        self.dirty = True
+        self.dirty = _most(self.dirty, PassKind.REAPPLY)
 
     def adopt(self, now: float, generation: object, jitter: float) -> None:
         """The loop starts on an object whose status says a pass reconciled ``generation`` and left
@@ -175,15 +196,15 @@ class Schedule:
         that died): its first passes observe, and its first full pass comes anywhere in the
         resync period (``resync_after``'s first), so that the loops found together cost an
         observation pass each instead of a wave of full passes, and a spec change among them is
-        not queued behind that wave. A newer generation or a nudge still makes the next pass full."""
+        not queued behind that wave. A newer generation still makes the next pass full, a nudge a re-apply."""
         self.reconciled_generation = self.latest_generation = generation
-        self.dirty = False
+        self.dirty = PassKind.OBSERVE
         self.next_full = now + resync_after(self.timing.resync_seconds, jitter, first=True)
 
     def begin(self, now: float, poll_interval: float, first_poll_jitter: float,
-              passing: bool = False) -> tuple[bool, bool]:
-        """A step starts: (is this pass a full one, is a /health poll due); ``passing``: a full
-        pass of an earlier step still runs (the step only polls, so no new pass). Polls keep a fixed
+              passing: bool = False) -> tuple[PassKind, bool]:
+        """A step starts: (which kind of pass it runs, is a /health poll due); ``passing``: a
+        pass of an earlier step still runs (the step only polls: OBSERVE, and no new pass). Polls keep a fixed
         cadence, one interval apart whatever else wakes the loop (a resync, a nudge, a spec change
         reuse the last answers), so every ready replica is polled once per interval, no more. The
         second poll comes ``first_poll_jitter`` (0.5-1.0) of an interval after the first, so that
@@ -196,17 +217,23 @@ class Schedule:
                 self.next_poll += poll_interval  # late by a little: the next one keeps the cadence
             else:
                 self.next_poll = now + poll_interval  # late by more than an interval: no catching up
-        return not passing and (self.dirty or now >= self.next_full), poll
+        if passing:
+            return PassKind.OBSERVE, poll
+        return (PassKind.FULL if now >= self.next_full else self.dirty), poll
 
-    def settled(self, now: float, outcome: Outcome, generation: object, jitter: float) -> Problem | None:
-        """A pass ended with ``outcome`` (``jitter`` in [0, 1) spreads the resync); returns the
-        problem status shows (a sticky one survives observation passes)."""
+    def settled(self, now: float, outcome: Outcome, generation: object, jitter: float,
+                kind: PassKind = PassKind.FULL) -> Problem | None:
+        """A pass of ``kind`` ended with ``outcome`` (``jitter`` in [0, 1) spreads the resync);
+        returns the problem status shows (a sticky one survives observation passes). Only a full
+        pass, or a problem, sets the next full pass: re-applies as often as owned objects change
+        never put off the resync that reads the Secrets again."""
         applied, problem = outcome.applied, outcome.problem
         requeue = requeue_after(self.timing, outcome, self.failures, self.reconciled_generation is None, jitter)
         if applied:  # a newer spec that came while it ran is still due
-            self.dirty = self.latest_generation is not None and generation != self.latest_generation
+            newer = self.latest_generation is not None and generation != self.latest_generation
+            self.dirty = PassKind.FULL if newer else PassKind.OBSERVE
             self.reconciled_generation = generation
-            self.next_full = now + requeue
+            self.next_full = now + requeue if kind is PassKind.FULL or problem else min(self.next_full, now + requeue)
             self.failures = self.failures + 1 if problem else 0
             self.sticky = problem if problem and problem.reason in STICKY else None
             return problem

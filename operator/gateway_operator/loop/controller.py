@@ -38,7 +38,7 @@ from gateway_operator.core.probe_result import ProbeResult
 from gateway_operator.core.probe_result import bound as probe_bound
 from gateway_operator.core.replicas import out_of_traffic, stale_replica
 from gateway_operator.core.rollouts import RolloutGate
-from gateway_operator.core.schedule import Schedule
+from gateway_operator.core.schedule import PassKind, Schedule
 from gateway_operator.core.settings import ControllerSettings
 from gateway_operator.loop import inputs, metrics, threads
 from gateway_operator.loop.inputs import Checked, SecretInputs, kept, resource_version
@@ -137,7 +137,7 @@ class GatewayController:
             self.wake.set()  # a new spec deserves a prompt first try
 
     def nudge(self) -> None:
-        """An owned object changed (drift, rollout progress): reconcile soon."""
+        """An owned object changed (drift, rollout progress): re-apply soon (schedule.PassKind)."""
         self.schedule.nudge()
         self.wake.set()
 
@@ -182,11 +182,11 @@ class GatewayController:
         spec = checked.spec if checked else None
         health_spec = spec.health if spec else HealthSpec()
         started = time.monotonic()
-        full, poll_due = self.schedule.begin(started, health_spec.interval_seconds, random.uniform(0.5, 1.0),
+        kind, poll_due = self.schedule.begin(started, health_spec.interval_seconds, random.uniform(0.5, 1.0),
                                              passing=self._pending is not None)
         news = self.schedule.take_news(started)  # what a health watch brought: published in this step
         if self._pending is None:
-            self._pending = asyncio.ensure_future(self._pass(body, checked, full,
+            self._pending = asyncio.ensure_future(self._pass(body, checked, kind,
                                                              spec.expose.hosts if spec else ()))
             if self.first_pass_ended is not None:
                 ended, self.first_pass_ended = self.first_pass_ended, None
@@ -255,18 +255,18 @@ class GatewayController:
             self._checked = kept_one
         return kept_one
 
-    async def _pass(self, body: Mapping[str, Any], checked: Checked | None, full: bool,
+    async def _pass(self, body: Mapping[str, Any], checked: Checked | None, kind: PassKind,
                     hosts: Sequence[str]) -> Passed:
         """The pass, then what it leaves for the next ones: the Secret inputs and the exposure
         it read, and the schedule (the next full pass; a sticky problem survives observation)."""
         started = time.monotonic()
         # a spec not reconciled yet (a user waits on it) takes the prompt threads (threads.py);
         # this task's own context: the loop's next passes decide again
-        threads.PROMPT.set(full and body["metadata"].get("generation") != self.schedule.reconciled_generation)
+        threads.PROMPT.set(kind.applies and body["metadata"].get("generation") != self.schedule.reconciled_generation)
         seen = Observation(self.deployment(), self._inputs, self._exposure, self.claims(hosts), checked,
                            self._probe, self._probed, self._probe_connection, tuple(self._leaving), self._rendered)
         result = await reconcile(self.kube, self.prober, self.settings.reconcile, body, list(self.pods()),
-                                 full, seen, self.rollouts)
+                                 kind, seen, self.rollouts)
         outcome = result.outcome
         self._probe, self._probed = outcome.probe, outcome.target if outcome.probe is not None else None
         self._carried |= outcome.carried
@@ -277,7 +277,8 @@ class GatewayController:
             self._rendered = result.rendered  # None after a problem: the next full pass renders and reads
             metrics.reconcile_took(self.namespace, self.name, time.monotonic() - started)
             metrics.reconciled(self.namespace, self.name, outcome.writes)
-        shown = self.schedule.settled(time.monotonic(), outcome, body["metadata"].get("generation"), random.random())
+        shown = self.schedule.settled(time.monotonic(), outcome, body["metadata"].get("generation"), random.random(),
+                                      kind)
         outcome = outcome._replace(problem=shown)
         if outcome.error is not None:
             metrics.reconcile_failed(self.namespace, self.name)

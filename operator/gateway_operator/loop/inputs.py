@@ -97,21 +97,21 @@ def check(owner: render.Owner, raw_spec: Mapping[str, Any], generation: object,
         return Checked(generation, spec, problem=Problem(reasons.INVALID_REDIS_URL, str(e)))
 
 
-def reads_the_api(checked: Checked, full: bool, cached: SecretInputs | None) -> bool:
-    """Whether ``prepare`` calls the API server (the loop runs it in a thread then): a full
-    pass, Secrets not read yet, or a managed Redis whose pod address is looked up."""
-    return checked.problem is None and (full or cached is None or bool(checked.target and checked.target.managed))
+def reads_the_api(checked: Checked, fresh: bool, cached: SecretInputs | None) -> bool:
+    """Whether ``prepare`` calls the API server (the loop runs it in a thread then): Secrets
+    read afresh or not read yet, or a managed Redis whose pod address is looked up."""
+    return checked.problem is None and (fresh or cached is None or bool(checked.target and checked.target.managed))
 
 
-def prepare(kube: Kube, owner: render.Owner, checked: Checked, full: bool, cached: SecretInputs | None) -> Prepared:
-    """Create the generated Secrets (full passes), read the ones the pods use (unless
-    ``cached`` holds what the last full pass read) and the managed Redis's address."""
+def prepare(kube: Kube, owner: render.Owner, checked: Checked, fresh: bool, cached: SecretInputs | None) -> Prepared:
+    """``fresh`` (a full pass): create the generated Secrets when absent. Read the Secrets the
+    pods use (unless ``cached`` holds what the last full pass read) and the managed Redis's address."""
     if checked.problem is not None or checked.spec is None:
         return Prepared(owner, problem=checked.problem)
     spec, target = checked.spec, checked.target
     read: dict[str, dict[str, Any]] = {}  # the Secrets this pass read, by name: each read once
     try:
-        writes = _ensure_generated_secrets(kube, owner, spec, read) if full else 0
+        writes = _ensure_generated_secrets(kube, owner, spec, read) if fresh else 0
         inputs = cached or _secret_inputs(kube, owner, spec, target, read)
         managed_ip = _managed_redis_ip(kube, owner, target) if target is not None else None
     except NotOwned as e:

@@ -17,6 +17,7 @@ from gateway_operator.core.outcome import Outcome
 from gateway_operator.core.pods import PodView
 from gateway_operator.core.probe_result import ProbeResult
 from gateway_operator.core.rollouts import RolloutGate
+from gateway_operator.core.schedule import PassKind
 from gateway_operator.core.settings import ReconcileSettings
 from gateway_operator.loop.inputs import SecretInputs
 from gateway_operator.loop.steps import STEPS, Observation, Pass, Rendered
@@ -29,12 +30,14 @@ class Result(NamedTuple):
 
 
 async def reconcile(kube: Kube, prober: Prober, settings: ReconcileSettings, body: Mapping[str, Any],
-                    pods: Sequence[PodView], full: bool, seen: Observation = Observation(),
+                    pods: Sequence[PodView], kind: PassKind, seen: Observation = Observation(),
                     rollouts: RolloutGate | None = None) -> Result:
-    """``full=False`` only observes: the cheap pass run every health interval between full ones.
+    """``kind`` OBSERVE only observes: the cheap pass run every health interval between full ones.
     It reads nothing from the API server when ``seen`` has the Deployment's watched state and
-    the last full pass's Secret inputs, so a Secret's change is noticed by the next full pass."""
-    p = Pass(kube, prober, settings, body, pods, full, seen, rollouts=rollouts)
+    the last full pass's Secret inputs, so a Secret's change is noticed by the next full pass.
+    REAPPLY applies with those inputs; FULL reads them afresh first."""
+    p = Pass(kube, prober, settings, body, pods, kind, seen, rollouts=rollouts)
+    full = kind.applies
     try:
         for step in STEPS:
             if not await step(p):

@@ -38,6 +38,7 @@ from gateway_operator.core.pods import LiveDeployment, Observed, PodView, live_d
 from gateway_operator.core.probe_result import ProbeResult
 from gateway_operator.core.replicas import Migration, migration_state, reads_the_claim, replicas_to_run
 from gateway_operator.core.rollouts import RolloutGate, RolloutState
+from gateway_operator.core.schedule import PassKind
 from gateway_operator.core.settings import ReconcileSettings
 from gateway_operator.loop import inputs, threads
 from gateway_operator.loop.inputs import Checked, Prepared, SecretInputs
@@ -79,7 +80,7 @@ class Pass:
     settings: ReconcileSettings
     body: Mapping[str, Any]
     pods: Sequence[PodView]
-    full: bool               # apply; False: an observation pass (probe, the Deployment's status)
+    kind: PassKind           # observe (probe, the Deployment's status), re-apply, or full (schedule.PassKind)
     seen: Observation
     prepared: Prepared = None  # type: ignore[assignment]  # read_inputs sets it first
     observed: Observed = Observed()
@@ -101,6 +102,10 @@ class Pass:
     rendered: Rendered | None = None  # this full pass's render, for the next one (write)
 
     @property
+    def applies(self) -> bool:
+        return self.kind.applies
+
+    @property
     def spec(self) -> GatewaySpec:
         """The parsed spec: read_inputs ends the pass when there is none."""
         assert self.prepared.spec is not None
@@ -117,14 +122,17 @@ async def read_inputs(p: Pass) -> bool:
     checked = p.seen.checked
     if checked is None or generation is None or checked.generation != generation:
         checked = inputs.check(p.owner, p.body.get("spec") or {}, generation, p.settings.tenancy)
-    cached = None if p.full else p.seen.inputs
-    if inputs.reads_the_api(checked, p.full, cached):
-        p.prepared = await threads.run(inputs.prepare, p.kube, p.owner, checked, p.full, cached)
+    # a full pass reads the Secrets afresh (and creates the generated ones); a re-apply too when
+    # the last full pass left no inputs (an adopted loop, a problem since)
+    fresh = p.kind is PassKind.FULL or (p.kind is PassKind.REAPPLY and p.seen.inputs is None)
+    cached = None if fresh else p.seen.inputs
+    if inputs.reads_the_api(checked, fresh, cached):
+        p.prepared = await threads.run(inputs.prepare, p.kube, p.owner, checked, fresh, cached)
     else:  # nothing to read: no thread (an observation pass, every interval, of every object)
-        p.prepared = inputs.prepare(p.kube, p.owner, checked, p.full, cached)
-    p.writes, p.apply_due = p.prepared.writes, p.full
+        p.prepared = inputs.prepare(p.kube, p.owner, checked, fresh, cached)
+    p.writes, p.apply_due = p.prepared.writes, p.applies
     watched = p.seen.deployment
-    if watched is None or (p.full and watched.controller_uid is None):
+    if watched is None or (p.applies and watched.controller_uid is None):
         p.live = await threads.run(inputs.observe, p.kube, p.owner)  # none watched: one of someone else's?
     else:  # as the watch delivered it, as controller-runtime's reads come from its informer's cache
         p.live = watched
@@ -139,13 +147,13 @@ async def probe(p: Pass) -> bool:
     if target is not None:
         # an observation pass does not queue for a probe slot (many gateways in one namespace):
         # it keeps the last result, so that its step, and the next /health poll, are not held up
-        # a full pass probes afresh and whole; an observation pass over the kept connection, and
-        # only what can change between full passes (redis_probe.KeptConnection)
-        last = p.seen.probe
-        base = last.store if not p.full and last is not None and last.ok else None
+        # a full pass probes afresh and whole; an observation pass or a re-apply over the kept
+        # connection, and only what can change between full passes (redis_probe.KeptConnection)
+        last, whole = p.seen.probe, p.kind is PassKind.FULL
+        base = last.store if not whole and last is not None and last.ok else None
         p.probe = await p.prober.probe(p.owner.namespace, target, p.prepared.credentials,
                                        spec.health.timeout_seconds, p.prepared.managed_ip, p.owner.name,
-                                       wait=p.full or last is None, kept=p.seen.probe_connection, base=base)
+                                       wait=whole or last is None, kept=p.seen.probe_connection, base=base)
         if p.probe is None and last is not None:
             p.probe = dataclasses.replace(last, reused=True)
         if p.seen.leaving and p.probe is not None and p.probe.ok and not p.probe.reused:
@@ -174,7 +182,7 @@ async def decide(p: Pass) -> bool:
                                  compatibility.compatible)
     # the scale-out gate just opened: grow now rather than at the next full pass (only a
     # Deployment that exists grows this way; creating one waits for a full pass and its backoff)
-    p.apply_due = p.full or (p.observed.running > 0 and p.replicas > p.observed.running)
+    p.apply_due = p.applies or (p.observed.running > 0 and p.replicas > p.observed.running)
     p.applying = p.apply_due and problems.applies_despite(problems.winner(p.problems))
     return True
 
@@ -256,7 +264,7 @@ async def read_exposure(p: Pass) -> bool:
                           await threads.run(apply.exposure, p.kube, p.owner, spec, p.routes))
         except (NotServed, ApiException) as e:
             p.problems.append(_write_problem(e))
-    elif not p.applying and not p.full and spec.expose.enabled and not p.claimed and \
+    elif not p.applying and not p.applies and spec.expose.enabled and not p.claimed and \
             not (p.seen.exposure and p.seen.exposure.address):
         try:  # waiting for the controller to publish an address: a look each observation pass
             p.exposure = await threads.run(apply.exposure, p.kube, p.owner, spec)
