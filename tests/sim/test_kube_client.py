@@ -73,7 +73,7 @@ def test_an_object_whose_status_alone_moved_is_not_read_back_and_one_that_drifte
     def event() -> None:
         """The watch delivers the object as it is now."""
         body = cluster.get_json("-n", namespace, "poddisruptionbudget", key[2])
-        kube.status_moved(uid, body)
+        kube.status_moved(body)
         delivered[key] = int(body["metadata"]["resourceVersion"])
 
     def applied() -> bool:

@@ -293,14 +293,15 @@ class Kube:
                 self._verified.get(owner_uid, {}).pop(key, None)
         return ApplyResult(key[0], key[2], written=written, live=live, generation=generation)
 
-    def status_moved(self, owner_uid: str, body: Mapping[str, Any]) -> None:
-        """A watch event of an object of ``owner_uid`` (a kind of STATUS_MOVES): when it is at the
-        generation and carries the metadata it was verified at, only its status moved, and the
-        verification carries over to its resourceVersion. Called before the event's version is
+    def status_moved(self, body: Mapping[str, Any]) -> None:
+        """A watch event of an owned object (a kind of STATUS_MOVES): when it is at the generation
+        and carries the metadata it was verified at for its controller, only its status moved, and
+        the verification carries over to its resourceVersion. Called before the event's version is
         recorded as delivered (a pass in between reads the object once more, as before)."""
         meta = body.get("metadata") or {}
         key = (body.get("kind", ""), meta.get("namespace") or "", meta.get("name") or "")
-        if key[0] not in STATUS_MOVES:
+        owner_uid = next((r.get("uid") for r in meta.get("ownerReferences") or () if r.get("controller")), None)
+        if key[0] not in STATUS_MOVES or owner_uid is None:
             return
         with self._verifying:
             known = self._verified.get(owner_uid, {}).get(key)

@@ -308,11 +308,8 @@ def _nudge_claimants(memo: kopf.Memo, hosts: Any, own: tuple[str, str] | None) -
 async def owned_object_changed(namespace: str, labels: Any, memo: kopf.Memo, type: str | None, body: kopf.Body,
                                **_: Any) -> None:
     """Drift or progress of something the operator owns: reconcile its gateway soon."""
-    if "supervisor" in memo and type is not None and type != "DELETED":
-        owner = next((r.get("uid") for r in body.get("metadata", {}).get("ownerReferences") or []
-                      if r.get("controller")), None)
-        if owner:  # only its status moved: the next pass reads it no more (Kube.status_moved)
-            memo.supervisor.kube.status_moved(owner, body)
+    if "supervisor" in memo and type not in (None, "DELETED"):
+        memo.supervisor.kube.status_moved(body)   # only its status moved: the next pass reads it no more
     _delivered(memo, type, body)
     if "supervisor" in memo:
         memo.supervisor.nudge(namespace, labels.get(api.LABEL_INSTANCE), listed=type is None)
