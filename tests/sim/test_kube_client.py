@@ -49,7 +49,7 @@ def test_a_generated_secret_is_created_once_and_its_create_answers_what_a_read_w
 
 def test_an_object_whose_status_alone_moved_is_not_read_back_and_one_that_drifted_is(cluster: Cluster,
                                                                                    namespace: str) -> None:
-    """A Deployment's status moves a dozen times while its pods start, a PodDisruptionBudget's as
+    """A Deployment's status moves several times while its pods start, a PodDisruptionBudget's as
     they turn Ready: each move was a new resourceVersion, so the next pass read the object back
     (3 Deployment and 2 PodDisruptionBudget reads per GatewayDeployment created, where one each
     is the apply's own). A watch event at the generation and with the metadata the object was

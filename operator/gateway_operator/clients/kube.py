@@ -139,7 +139,7 @@ class Verified(NamedTuple):
 
 
 #: kinds whose every spec change bumps metadata.generation, and whose status their controllers
-#: move (a Deployment's a dozen times while its pods start, a PodDisruptionBudget's as they turn
+#: move (a Deployment's several times while its pods start, a PodDisruptionBudget's as they turn
 #: Ready): a watch event of one at the generation and with the metadata it was verified at moved
 #: only its status, so the verification carries over (``status_moved``) and the next pass reads
 #: it no more. Other kinds have no generation (a ConfigMap's change is a new resourceVersion only).
