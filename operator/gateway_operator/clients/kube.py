@@ -23,6 +23,7 @@ from kubernetes.dynamic.exceptions import NotFoundError, ResourceNotFoundError
 from kubernetes.utils import parse_quantity
 
 from gateway_operator import api
+from gateway_operator.core.pods import controller_of
 from gateway_operator.core.render import POD_MONITOR_API, Manifest, applied_hash
 
 log = logging.getLogger(__name__)
@@ -300,15 +301,15 @@ class Kube:
         recorded as delivered (a pass in between reads the object once more, as before)."""
         meta = body.get("metadata") or {}
         key = (body.get("kind", ""), meta.get("namespace") or "", meta.get("name") or "")
-        owner_uid = next((r.get("uid") for r in meta.get("ownerReferences") or () if r.get("controller")), None)
+        owner_uid = controller_of(body)
         if key[0] not in STATUS_MOVES or owner_uid is None:
+            return
+        try:
+            version, generation = int(meta["resourceVersion"]), int(meta["generation"])
+        except (KeyError, TypeError, ValueError):
             return
         with self._verifying:
             known = self._verified.get(owner_uid, {}).get(key)
-            try:
-                version, generation = int(meta["resourceVersion"]), int(meta["generation"])
-            except (KeyError, TypeError, ValueError):
-                return
             if known is not None and version > known.version and generation == known.generation and \
                     metadata_seen(meta, known.keys) == known.metadata:
                 self._verified[owner_uid][key] = known._replace(version=version)

@@ -121,9 +121,14 @@ class LiveDeployment(NamedTuple):
     config_hash: str = ""       # the template's: the ConfigMap its pods read
 
 
+def controller_of(obj: Mapping[str, Any]) -> str | None:
+    """The uid of the object's controller (its ownerReference marked controller), if any."""
+    return next((r.get("uid") for r in (obj.get("metadata") or {}).get("ownerReferences") or []
+                 if r.get("controller")), None)
+
+
 def live_deployment(deployment: Mapping[str, Any]) -> LiveDeployment:
-    owner = next((r.get("uid") for r in deployment["metadata"].get("ownerReferences") or []
-                  if r.get("controller")), None)
+    owner = controller_of(deployment)
     status = deployment.get("status") or {}
     pod_annotations = (((deployment.get("spec") or {}).get("template") or {}).get("metadata") or {}).get(
         "annotations") or {}

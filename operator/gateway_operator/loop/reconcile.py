@@ -37,7 +37,7 @@ async def reconcile(kube: Kube, prober: Prober, settings: ReconcileSettings, bod
     the last full pass's Secret inputs, so a Secret's change is noticed by the next full pass.
     REAPPLY applies with those inputs; FULL reads them afresh first."""
     p = Pass(kube, prober, settings, body, pods, kind, seen, rollouts=rollouts)
-    full = kind.applies
+    applies = kind.applies
     try:
         for step in STEPS:
             if not await step(p):
@@ -53,11 +53,11 @@ async def reconcile(kube: Kube, prober: Prober, settings: ReconcileSettings, bod
         rendered = p.rendered
     except SILENT as e:  # a busy API server: the backoff retries, and status says so without Stalled
         target, probe = _redis_as_last_seen(p)
-        outcome = Outcome(target, problems.api_server_unavailable(e), probe, applied=full, error=e)
+        outcome = Outcome(target, problems.api_server_unavailable(e), probe, applied=applies, error=e)
         read, rendered = None, None
     except Exception as e:  # noqa: BLE001 - the boundary: nothing escapes to the loop
-        outcome, read, rendered = Outcome(problem=problems.unexpected(e), applied=full, error=e), None, None
-    clean = full and outcome.problem is None
+        outcome, read, rendered = Outcome(problem=problems.unexpected(e), applied=applies, error=e), None, None
+    clean = applies and outcome.problem is None
     return Result(outcome, read if clean else None, rendered if clean else None)
 
 
