@@ -943,8 +943,8 @@ def test_a_replica_killed_mid_turn_has_its_claims_released_by_the_next_process_i
         first.proc.wait(10)
     flight["thread"].join(10)
     assert "answer" not in flight
-    stuck = [k for k in real_redis.client().keys(f"{PREFIX}hookidem:*") if real_redis.client().get(k) ==
-             real_redis.client().get(owner)]
+    stuck = [k for k in real_redis.client().keys(f"{PREFIX}hookidem:*")  # its claims' tokens start with it
+             if str(real_redis.client().get(k)).startswith(real_redis.client().get(owner))]
     assert len(stuck) == 1, stuck  # the killed turn's claim, as 0.1.16 leaves it
     again = LaunchedGateway(run_launcher(tmp_path, "pod", documented_config(real_redis), llm, port, env), port,
                             tmp_path / "pod/launcher.log")
@@ -1170,7 +1170,8 @@ def _plants() -> List[Tuple[str, Callable[[pytest.MonkeyPatch], None]]]:
         ("WebSocketGateway._server (uvicorn.Server)", gateway_init_without_server),
         ("RedisIdempotencyStore._client/_prefix/_token/_ttl_ms/_inflight_ms", store_without_token),
         ("RedisIdempotencyStore._redis_key", lambda mp: mp.delattr(Store, "_redis_key")),
-        ("RedisIdempotencyStore._RECORD_LUA/_RECORDED", lambda mp: mp.delattr(Store, "_RECORD_LUA")),
+        ("RedisIdempotencyStore._RECORD_LUA/_RELEASE_LUA/_RECORDED", lambda mp: mp.delattr(Store, "_RECORD_LUA")),
+        ("RedisIdempotencyStore._RECORD_LUA/_RELEASE_LUA/_RECORDED", lambda mp: mp.delattr(Store, "_RELEASE_LUA")),
         ("RedisIdempotencyStore(client, prefix=, ttl_seconds=)", store_ttl_renamed),
         ("RedisIdempotencyStore._mark_runtime_degraded(op, error) / _runtime_degraded", degraded_renamed),
         ("RedisIdempotencyStore._mark_runtime_degraded(op, error) / _runtime_degraded", degraded_signature),
@@ -1232,7 +1233,7 @@ def test_a_gateway_that_moved_a_private_name_exits_78_naming_it_and_the_versions
     assert proc.returncode == 78, proc.stderr
     assert lines == [
         f"gateway-launcher: unsupported gateway: this gateway ({RUNNING_LINE}) lacks "
-        "what the launcher relies on: RedisIdempotencyStore._RECORD_LUA/_RECORDED (written for praisonai-bot 0.1.16, "
+        "what the launcher relies on: RedisIdempotencyStore._RECORD_LUA/_RELEASE_LUA/_RECORDED (written for praisonai-bot 0.1.16, "
         "praisonaiagents 1.7.17); refusing to start rather than run without exactly-once"], proc.stderr
 
 
@@ -1398,3 +1399,134 @@ def test_without_one_command_the_gateway_fails_open_and_the_probe_names_it(
         "testns", target, Credentials(REDIS_PASSWORD, ACL_USER, acl_redis.tls.ca_pem), 2.0))
     assert (result.ok, result.reason) == (False, reasons.COMMAND_NOT_PERMITTED), result.message
     assert "refused EVAL to the user" in result.message and ACL_USER not in result.message
+
+
+# --------------------------------------------------------------------------
+# Claims fenced to their turn (issue 56)
+# --------------------------------------------------------------------------
+
+
+def _answered(llm: StandInLLM, msg: str) -> int:
+    return [t["msg"] for t in llm.turns if t["answered"]].count(msg)
+
+
+def test_a_turn_admitted_around_an_outage_keeps_its_claim_after_redis_answers(
+        launch, real_redis: RedisServer, llm: StandInLLM) -> None:
+    """Hole 1 of issue 56. A delivery held by the fail-closed window leaves a claim queued in a paused
+    Redis; its retry to the same replica after the window is admitted best-effort and its turn runs
+    on. When Redis answers, the queued claim lands; the journal must make the running turn's claim
+    its own (held and renewed) instead of writing nothing and then releasing the held delivery's
+    claim, which left the key free while the turn ran: a redelivery to another replica ran it again."""
+    from gateway_operator.core.render import REDIS_CLIENT_OPTIONS
+    guard = {"fail_closed_seconds": 2, "claim_lease_seconds": 10}
+    documented = documented_config(real_redis, guard=guard)
+    documented["push"]["redis"]["url"] += f"?{REDIS_CLIENT_OPTIONS}"
+    a = launch("around", documented, {"HOSTNAME": "eo-bot-around"})
+    b = launch("elsewhere", documented_config(real_redis, guard=guard), {"HOSTNAME": "eo-bot-elsewhere"})
+    assert a.webhook({"id": "warm", "text": "msg=warm"})[0] == 200  # the store is built
+    real_redis.pause()
+    try:
+        status, body = a.webhook({"id": "around", "text": "msg=around"})
+        assert status == 503 and body.get("retry") is True, body  # held: its SET waits in the paused Redis
+        time.sleep(2.5)  # past the window
+        flight = _turn_in_flight(a, llm, "around", 18)  # admitted best-effort, journalled
+    finally:
+        real_redis.resume()
+    client = real_redis.client()
+    claim = lambda: {k: client.get(k) for k in client.keys(f"{PREFIX}hookidem:*")}  # noqa: E731 - for the message
+    _wait_until(lambda: a.health()["gateway_operator"]["idempotency"]["claims_held"] == 1, 10,
+                "the running turn's claim written and held once Redis answers")
+    for _ in range(2):  # at once, and past a whole lease (renewed meanwhile)
+        status, body = b.webhook({"id": "around", "text": "msg=around delay=0"})
+        assert status == 503 and body.get("in_progress") is True, (body, claim())
+        time.sleep(11)
+    flight["thread"].join(30)
+    assert flight["answer"][0] == 200, flight
+    assert b.webhook({"id": "around", "text": "msg=around delay=0"}) == (200, {"ok": True, "deduplicated": True})
+    assert _answered(llm, "around") == 1
+    own = a.health()["gateway_operator"]["idempotency"]
+    assert own["leases_lost"] == 0 and own["claims_held"] == 0, own
+
+
+def test_a_holder_cut_off_from_redis_past_its_lease_is_fenced_and_says_so_first(
+        launch, real_redis: RedisServer, llm: StandInLLM) -> None:
+    """Hole 2 of issue 56. A replica cut off from Redis (packets dropped) while its turn runs cannot
+    renew its claim. Its /health says so at the first failed renewal (the operator reads that, and
+    announces that exactly-once is not held, while the claim is still valid); before the claim can
+    expire, the turn is stopped and the provider answered 503, so when the other replica admits the
+    retry after the lease, the message is answered once."""
+    from harness.tcp_cut import TcpCut
+    guard = {"claim_lease_seconds": 10}
+    proxy = TcpCut(real_redis.port)
+    documented = documented_config(real_redis, guard=guard)
+    documented["push"]["redis"]["url"] = f"redis://127.0.0.1:{proxy.port}/0"
+    try:
+        a = launch("cutoff", documented, {"HOSTNAME": "eo-bot-cutoff"})
+        b = launch("reaching", documented_config(real_redis, guard=guard), {"HOSTNAME": "eo-bot-reaching"})
+        flight = _turn_in_flight(a, llm, "cut-turn", 40)
+        own = lambda: a.health()["gateway_operator"]["idempotency"]  # noqa: E731
+        proxy.cut()
+        cut = time.monotonic()
+        _wait_until(lambda: own()["claims_unrenewed"] == 1, 8, "the failed renewal said in /health")
+        said = time.monotonic() - cut
+        seen = own()
+        assert seen["claims_held"] == 1 and seen["claims_expire_in_s"] > 0, seen  # said while still valid
+        flight["thread"].join(15)
+        fenced = time.monotonic() - cut
+        assert flight.get("answer", (None,))[0] == 503 and flight["answer"][1].get("retry") is True, flight
+        assert own()["fenced"] == 1, own()
+
+        def retried() -> bool:
+            answer = b.webhook({"id": "cut-turn", "text": "msg=cut-turn delay=0"})
+            assert answer[0] in (200, 503), answer
+            return answer[0] == 200 and answer[1].get("action") == "agent"
+        _wait_until(retried, 20, "the retry run on the replica that reaches Redis")
+        ran_again = time.monotonic() - cut
+        print(f"cut off: said in /health after {said:.1f} s, fenced after {fenced:.1f} s, "
+              f"run elsewhere after {ran_again:.1f} s (lease 10 s)")
+        assert said < fenced < ran_again
+        assert _answered(llm, "cut-turn") == 1, llm.turns
+        assert "a webhook turn was stopped before its claim could expire" in a.output(), a.output()
+    finally:
+        proxy.heal()
+        proxy.close()
+
+
+def test_renewals_keep_a_claim_while_the_default_executor_is_busy(real_redis: RedisServer) -> None:
+    """Hole 3 of issue 56: renewals ran through the event loop's default executor, which the agent
+    framework fills with its blocking work; a busy pool let a claim expire under its turn. They run
+    on a thread of their own now: with every default-executor worker blocked for longer than the
+    lease, the claim is still renewed and never counted lost."""
+    import asyncio as aio
+    import threading
+    from harness import pod_code
+    pod_code.importable()
+    import gwop_leases
+    import gwop_upstream
+    from praisonai_bot.bots._idempotency import RedisIdempotencyStore
+
+    client = real_redis.client()
+    gateway = type("G", (), {})()
+    gateway._hook_idem = RedisIdempotencyStore(client, prefix=f"{PREFIX}hookidem:")
+    redis = {"host": "127.0.0.1", "port": real_redis.port, "password": REDIS_PASSWORD}
+    leases = gwop_leases.Leases(gateway, 10, "eo-bot-busy", redis)
+    store = gwop_upstream.redis_store(gateway)
+    token = leases.new_token()
+    assert client.set(store.key("busy"), token, nx=True, px=leases.lease_ms)
+    leases.hold("busy", token, leases.clock())
+    release = threading.Event()
+
+    async def starve() -> None:
+        loop = aio.get_running_loop()
+        workers = [loop.run_in_executor(None, release.wait, 30) for _ in range(64)]
+        await aio.sleep(14)   # past the 10 s lease
+        release.set()
+        await aio.gather(*workers)
+    leases.run_thread()
+    try:
+        aio.run(starve())
+    finally:
+        leases.stop()
+    assert client.get(store.key("busy")) == token
+    assert client.pttl(store.key("busy")) > 5_000
+    assert leases.lost == 0 and leases.view()["claims_unrenewed"] == 0

@@ -528,7 +528,7 @@ def test_a_waiting_pod_is_a_stalled_reason_with_the_kubelets_words(reason: str, 
 
 
 REFUSAL = ("gateway-launcher: unsupported gateway: this gateway (praisonai-bot 0.1.17, praisonaiagents 1.7.17) "
-           "lacks what the launcher relies on: RedisIdempotencyStore._RECORD_LUA/_RECORDED (written for "
+           "lacks what the launcher relies on: RedisIdempotencyStore._RECORD_LUA/_RELEASE_LUA/_RECORDED (written for "
            "praisonai-bot 0.1.16, praisonaiagents 1.7.17); refusing to start rather than run without exactly-once")
 
 

@@ -30,7 +30,7 @@ COMMANDS: Mapping[str, str] = {
     "zremrangebyscore": "the index of session histories: entries older than spec.sessions.ttlSeconds",
     "zcard": "the index of session histories: how many there are",
     "zpopmin": "the index of session histories: the least recently used, deleted past maxSessions",
-    "eval": "records, releases and renewals (four scripts; EVALSHA is never sent)",
+    "eval": "records, releases, renewals and the journal's claim of a running turn (EVALSHA is never sent)",
     "scan": "releasing a stopped or killed replica's unfinished claims (MATCH <prefix>hookidem:*)",
 }
 #: optional, and when

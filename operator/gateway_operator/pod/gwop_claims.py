@@ -1,20 +1,27 @@
 """The webhook claims this replica holds in the gateway's Redis store: a duplicate of a turn still in
 flight is told to retry (503), not that it was deduplicated; a turn cut by the drain's end releases
-its claim before the provider is answered; the claims left by a stopped or killed process of this
-pod are released (owner-checked) so the provider's retry runs them on another replica."""
+its claim before the provider is answered, unless its agent had already answered (then it is
+recorded: a retry must not run it again); a turn the fence stopped (gwop_leases) is answered 503
+without touching Redis; the claims left by a stopped or killed process of this pod are released
+(owner-checked) so the provider's retry runs them on another replica."""
 
 from __future__ import annotations
 
 import asyncio
-from typing import Any, List, Mapping, Optional
+from typing import TYPE_CHECKING, Any, List, Mapping, Optional
 
 import gwop_upstream as upstream
 from gwop_log import say
 from gwop_redis import release_claims_of, redis_client, store_client
 
-# {push prefix}hookidem-owner:<pod> holds the owner token of the pod's running gateway process, so
-# that the next process in the same pod (a container restarted after SIGKILL, OOM or a liveness
-# kill: nothing ran to release its claims) releases what its predecessor still held
+if TYPE_CHECKING:  # the claims' holder; gwop_leases imports this module
+    from gwop_leases import Leases
+
+# {push prefix}hookidem-owner:<pod> holds the token prefix of the pod's running gateway process
+# (every claim it writes starts with it), so that the next process in the same pod (a container
+# restarted after SIGKILL, OOM or a liveness kill: nothing ran to release its claims) releases what
+# its predecessor still held. It lives two leases and is refreshed at each renewal round: a pod
+# that is gone leaves no key behind, and its claims are gone by then anyway
 OWNER_KEY = "hookidem-owner:"
 STORE_SUFFIX = "hookidem:"  # the store's prefix is push.redis.prefix + this
 HOLD_RETRY_AFTER_SECONDS = 2  # a delivery held by the fail-closed window: retry soon (another replica may answer)
@@ -36,15 +43,21 @@ def build_store(gateway: Any, redis: Optional[Mapping[str, Any]]) -> None:
             "(held, then best-effort, until Redis answers), not a per-replica store for the life of the process")
 
 
-def release_unfinished_claims(store: Optional[upstream.RedisStore]) -> int:
-    """Release, owner-checked, the in-flight claims this replica still holds once the server has
-    stopped: a turn cut by the drain's end (a cancelled handler never releases its claim in 0.1.16)
-    would otherwise answer the provider's retries for the whole in-flight lease, and the message
-    would never be answered. 0.1.16 keeps no list of its claims, so the store's keys are scanned for
-    its owner token and deleted only while they still hold it. Any other store (SQLite) is left."""
-    if store is None:
-        return 0
-    return release_claims_of(store.client, store.prefix, store.token)
+def release_unfinished_claims(leases: "Leases", journal: Any) -> int:
+    """Release, owner-checked, the claims this process still holds once the server has stopped: a
+    turn cut by the drain's end (a cancelled handler never releases its claim in 0.1.16) would
+    otherwise answer the provider's retries "in progress" for its lease, and what a held delivery
+    may have left in Redis (``journal.maybe_claimed``). Each by its own token: nothing else is
+    touched."""
+    released = leases.release_all()
+    store = upstream.redis_store(leases.gateway)
+    if store is not None:
+        for key, token in list(journal.maybe_claimed.items()):
+            try:
+                released += int(store.release(key, token))
+            except Exception:  # noqa: BLE001 - Redis unusable: their lease ends them
+                break
+    return released
 
 
 def release_predecessor_claims(redis: Optional[Mapping[str, Any]], backend: Optional[str], pod: str) -> int:
@@ -64,22 +77,24 @@ def release_predecessor_claims(redis: Optional[Mapping[str, Any]], backend: Opti
     return released
 
 
-async def record_owner(gateway: Any, start: "asyncio.Future[Any]", pod: str) -> None:
+async def record_owner(gateway: Any, start: "asyncio.Future[Any]", pod: str, leases: "Leases") -> None:
     """Once the gateway's idempotency store is built (0.1.16 builds it on the first webhook: building
-    it earlier, before a new Redis answers, would fall back to SQLite), record the store's owner
-    token under this pod's name (OWNER_KEY)."""
+    it earlier, before a new Redis answers, would fall back to SQLite), record this process's token
+    prefix under this pod's name (OWNER_KEY), for two leases; the renewal rounds refresh it."""
     while upstream.idempotency_store(gateway) is None and not start.done():
         await asyncio.sleep(0.2)
     store = upstream.redis_store(gateway)
     if store is None or not pod or not store.prefix.endswith(STORE_SUFFIX):
         return
+    key = f"{store.prefix[:-len(STORE_SUFFIX)]}{OWNER_KEY}{pod}"
+    leases.owner_key = key
     try:
-        store.client.set(f"{store.prefix[:-len(STORE_SUFFIX)]}{OWNER_KEY}{pod}", store.token)
+        await asyncio.to_thread(store.client.set, key, leases.process, px=2 * leases.lease_ms)
     except Exception as exc:  # noqa: BLE001 - the lease still ends a dead process's claims
         say(f"recording the store's owner failed: {type(exc).__name__}")
 
 
-def answer_inflight_duplicates(gateway: Any, journal: Any) -> bool:
+def answer_inflight_duplicates(gateway: Any, journal: Any, leases: "Leases") -> bool:
     """A delivery whose key another request still holds in flight is answered 503 with
     Retry-After, not 0.1.16's 200 ``deduplicated``: a 2xx makes the provider stop retrying, and if
     the turn in flight then fails or its pod stops, the message is never answered (found by the
@@ -97,7 +112,27 @@ def answer_inflight_duplicates(gateway: Any, journal: Any) -> bool:
         return False
     in_flight: "contextvars.ContextVar[bool]" = contextvars.ContextVar("gwop_in_flight", default=False)
     claimed: "contextvars.ContextVar[List[str]]" = contextvars.ContextVar("gwop_claimed")
+    # the agent has answered this request's turn: what follows (0.1.16 delivering the reply to
+    # deliver_to) may still fail or be cut by the drain, and 0.1.16 then releases the key, so that
+    # the provider's retry runs the agent again; the turn is recorded instead (the reply that did
+    # not go out is said in the log: a second agent run would be the worse outcome)
+    answered: "contextvars.ContextVar[bool]" = contextvars.ContextVar("gwop_answered", default=False)
     calls, endpoint = upstream.claim_calls(gateway), route.endpoint
+    run_hook, dispatch = upstream.turn_calls(gateway)
+
+    async def dispatch_noted(*args: Any, **kwargs: Any) -> Any:
+        reply = await dispatch(*args, **kwargs)
+        answered.set(True)   # awaited in the request's own task (no task between): its context
+        return reply
+
+    def release_unless_answered(key: str) -> None:
+        if answered.get():
+            say("a webhook turn's agent answered but what followed failed (its reply's delivery, or the drain "
+                "cut it): recorded, not released, so that a retry does not run the agent again; its reply is "
+                "not delivered")
+            calls.record(key)
+        else:
+            calls.release(key)
 
     def reserve_or_note(key: str) -> bool:
         if calls.reserve(key):
@@ -117,6 +152,7 @@ def answer_inflight_duplicates(gateway: Any, journal: Any) -> bool:
 
     async def hook_endpoint(request: Any) -> Any:
         marker, held, holding = in_flight.set(False), claimed.set([]), journal.holding.set(False)
+        ran = answered.set(False)
         try:
             response = await endpoint(request)
             if journal.holding.get():
@@ -129,9 +165,22 @@ def answer_inflight_duplicates(gateway: Any, journal: Any) -> bool:
                                     status_code=503, headers={"Retry-After": "10"})
             return response
         except asyncio.CancelledError:
+            if leases.fenced_of(claimed.get()):
+                # the fence stopped this turn: its claim could expire before the turn ended, and
+                # Redis has not confirmed it for most of a lease (asking it again here would hold
+                # the event loop); the claim expires, and the provider's retry runs the message once
+                for key in claimed.get():
+                    leases.drop(key)
+                return JSONResponse({"ok": False, "retry": True, "error": "this replica could not keep its claim "
+                                     "on this delivery; retry (another replica runs it)"}, status_code=503,
+                                    headers={"Retry-After": "5"})
             # the drain ended with this turn still running (uvicorn cancels it): release its claim
             # (owner-checked) before anything answers the provider, so that a retry sent the moment
             # it sees the answer already finds the key free, then say so; 0.1.16 releases nothing
+            if answered.get():  # ... unless its agent had answered: recorded, the provider told so
+                for key in claimed.get():
+                    upstream.claim_calls(gateway).record(key)
+                return JSONResponse({"ok": True, "action": "agent", "stopped_after_answer": True}, status_code=200)
             for key in claimed.get():
                 upstream.claim_calls(gateway).release(key)
             if claimed.get():
@@ -144,7 +193,9 @@ def answer_inflight_duplicates(gateway: Any, journal: Any) -> bool:
             in_flight.reset(marker)
             claimed.reset(held)
             journal.holding.reset(holding)
+            answered.reset(ran)
 
-    upstream.set_claim_calls(gateway, upstream.ClaimCalls(reserve_or_note, calls.record, calls.release))
+    upstream.set_claim_calls(gateway, upstream.ClaimCalls(reserve_or_note, calls.record, release_unless_answered))
+    upstream.set_turn_calls(gateway, run_hook, dispatch_noted)
     route.endpoint, route.app = hook_endpoint, request_response(hook_endpoint)
     return True

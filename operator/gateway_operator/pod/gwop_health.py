@@ -1,7 +1,9 @@
 """What the launcher adds to the gateway's own ``GET /health``: a ``gateway_operator`` section with the
 gateway's versions and this replica's own view of its idempotency store: whether it can ask Redis,
 what Redis refused, whether it holds deliveries (the fail-closed window), and what it admitted
-without Redis since it started. 0.1.16's keys are left as they are; the operator reads what it
+without Redis since it started, and the claims it holds: how many, how many its last renewal
+round did not reach, when the first could expire, how long renewals have failed, how many turns
+the fence stopped (gwop_leases). 0.1.16's keys are left as they are; the operator reads what it
 knows of the section and ignores the rest."""
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ def section(gateway: Any, journal: OutageJournal, leases: Leases, versions: Mapp
     # journal dropped it, or its lease was lost while the turn ran): the operator keeps the window
     last = max((t for t in (journal.dropped_at, leases.lost_at) if t is not None), default=None)
     return {"versions": dict(versions), "idempotency": {"store": store, **view(journal, reach, time.monotonic()),
-                                                        "claims_held": len(leases.held), "leases_lost": leases.lost,
+                                                        **leases.view(),
                                                         "last_unrecorded_at": None if last is None else round(last, 1)}}
 
 

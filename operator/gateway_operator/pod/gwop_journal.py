@@ -11,12 +11,13 @@ import collections
 import contextvars
 import threading
 import time
-from typing import Any, Dict, Optional, Set
+from typing import Any, Callable, Dict, Optional, Set
 
 import gwop_upstream as upstream
 from gwop_log import say
-from gwop_redis import RELEASE_LUA
 
+
+NO_CLAIM = "-"  # the token a record is written under for a turn that held no claim (matches none)
 
 # A Redis that answers but refuses writes (redis-py's exception for each refusal) and what /health
 # then says after 0.1.16's own text, so that the operator can name it (health.py maps the text)
@@ -45,22 +46,36 @@ class OutageJournal:
     attempt every second, and before the next reservation) each key is written as the store
     writes it: ``recorded`` with the TTL left (the store's own owner-checked record: over nothing,
     this replica's claim or a record; a paused Redis runs the commands it had queued when it
-    resumes, so a claim that timed out can appear then), or this replica's in-flight claim
-    (``SET NX``), so what another replica wrote is kept. A redelivery to *another* replica during the outage
-    still runs (announced: RedisReachable=False)."""
+    resumes, so a claim that timed out can appear then), or, for a turn still running, a claim of
+    its own that the leases then hold and renew until the turn ends (``adopt``: where nothing is, or
+    over what this replica's held delivery of the key may have left), so what another replica wrote
+    is kept. A redelivery to *another* replica during the outage still runs (announced:
+    RedisReachable=False)."""
 
     MAX_KEYS = 100_000
 
-    def __init__(self, gateway: Any, fail_closed_seconds: float = 0.0) -> None:
+    def __init__(self, gateway: Any, fail_closed_seconds: float = 0.0,
+                 adopt: Optional[Callable[[str, float, Optional[str]], bool]] = None) -> None:
         self.gateway = gateway
+        # writes, holds and renews the claim of a turn admitted while Redis could not be asked, once
+        # it answers (gwop_leases.Leases.adopt: key, unix time admitted, the token of a claim this
+        # replica's held delivery of it may have left -> written)
+        self.adopt = adopt
         # the fail-closed window: from the first failed call, new deliveries are held (503) this long
         self.fail_closed = float(fail_closed_seconds)
         self.broken_since: Optional[float] = None   # monotonic, while broken
         self.answers_since = time.monotonic()        # monotonic: the start, or when Redis last answered again
         self.holding: "contextvars.ContextVar[bool]" = contextvars.ContextVar("gwop_holding", default=False)
-        # keys whose reserve failed and was held: its SET may still have reached Redis (a stall that
-        # outlasted the client's timeout), so this replica's claim is released once Redis answers
-        self.maybe_claimed: Set[str] = set()
+        # keys whose reserve failed and was held, with the token that reserve was made under: its SET
+        # may still have reached Redis (a stall that outlasted the client's timeout), so that claim,
+        # and only that one, is released once Redis answers (a later turn of the same key, admitted
+        # meanwhile, holds a claim of its own token)
+        self.maybe_claimed: Dict[str, str] = {}
+        # turns admitted while Redis could not be asked whose claim the flush then wrote (adopt): no
+        # longer journalled, still running; a redelivery of them to this replica is not run again
+        self.running: Set[str] = set()
+        # the claim token of each journalled record's turn: its record is written over that claim
+        self.tokens: Dict[str, str] = {}
         self.admitted: "collections.OrderedDict[str, float]" = collections.OrderedDict()  # in flight
         self.done: "collections.OrderedDict[str, float]" = collections.OrderedDict()      # ran, not recorded
         # ran, and its record met another replica's claim (this one's had expired: a lease lost while
@@ -114,8 +129,8 @@ class OutageJournal:
             store = self._store()
             if store is None:
                 return reserve(key)
-            if key in self.admitted or key in self.done or key in self.contested:
-                return False  # this replica ran it and Redis has no record of it yet: not again
+            if key in self.admitted or key in self.done or key in self.contested or key in self.running:
+                return False  # this replica runs or ran it and Redis has no record of it yet: not again
             if store.degraded():  # known unusable before this call (built while Redis did not answer)
                 self._break()
             if self.broken:
@@ -130,7 +145,7 @@ class OutageJournal:
                 self._break()
                 if self._closed():
                     if admitted:
-                        self.maybe_claimed.add(key)
+                        self.maybe_claimed[key] = store.token
                     return self._hold()
                 if admitted:
                     self._keep(self.admitted, key)
@@ -143,8 +158,10 @@ class OutageJournal:
                 record(key)
             with self._lock:
                 self.admitted.pop(key, None)
+                self.running.discard(key)
             if store is not None and (self.broken or store.degraded()):
                 self._break()
+                self.tokens[key] = store.token  # the turn's claim, if it had one (gwop_leases)
                 self._keep(self.done, key)
             elif store is not None:
                 self._verify(store, key)
@@ -153,6 +170,7 @@ class OutageJournal:
             journalled = key in self.admitted
             with self._lock:
                 self.admitted.pop(key, None)
+                self.running.discard(key)
             if not (self.broken and journalled):
                 release(key)
 
@@ -164,9 +182,11 @@ class OutageJournal:
         whether it took; when not, the key is kept (``contested``) and written later."""
         try:
             if not store.is_recorded(key):
+                self.tokens[key] = store.token
                 self._keep(self.contested, key)
         except Exception:  # noqa: BLE001 - Redis went meanwhile: kept, as a record that failed
             self._break()
+            self.tokens[key] = store.token
             self._keep(self.done, key)
 
     def settle_contested(self) -> int:
@@ -180,12 +200,18 @@ class OutageJournal:
         settled, now = 0, time.time()
         for key, at in pending:
             left = store.ttl_ms - int((now - at) * 1000)
-            if left > 0 and not store.record(key, left):
+            if left > 0 and not store.record(key, left, self.tokens.get(key, NO_CLAIM)):
                 continue  # still another replica's claim: the next round
             with self._lock:
                 self.contested.pop(key, None)
+                self.tokens.pop(key, None)
             settled += 1
         return settled
+
+    def note_unusable(self) -> None:
+        """Something other than a webhook's call found Redis unusable (a claim renewal round): the
+        breaker opens as for a failed call, and the next tick asks Redis whether it answers."""
+        self._break()
 
     def _break(self) -> None:
         if not self.broken:
@@ -217,9 +243,9 @@ class OutageJournal:
         store = self._store()
         if store is None:
             return
-        for key in list(self.maybe_claimed):
-            store.client.eval(RELEASE_LUA, 1, store.key(key), store.token)
-            self.maybe_claimed.discard(key)
+        for key, token in list(self.maybe_claimed.items()):
+            store.release(key, token)
+            self.maybe_claimed.pop(key, None)
 
     def flush(self, limit: Optional[int] = None) -> int:
         """Write what is journalled to Redis (SET NX); stop at the first failure. Returns the
@@ -230,21 +256,25 @@ class OutageJournal:
         with self._lock:
             pending = [(k, at, True) for k, at in self.done.items()] + [(k, at, False) for k, at in self.admitted.items()]
         written, now = 0, time.time()
-        ttl_ms, inflight_ms = store.ttl_ms, store.inflight_ms
         for key, at, ran in pending[:limit]:
-            left = (ttl_ms if ran else inflight_ms) - int((now - at) * 1000)
+            left = store.ttl_ms - int((now - at) * 1000)
             try:
-                # the store's own owner-checked record: over nothing, our claim or a record
-                contested = left > 0 and ran and not store.record(key, left)
-                if left > 0 and not ran:
-                    store.claim(key, left)
+                # a finished turn: the store's own owner-checked record (over nothing, its claim or a
+                # record); a running one: its claim, held and renewed from now until the turn ends
+                contested = ran and left > 0 and not store.record(key, left, self.tokens.get(key, NO_CLAIM))
+                if not ran and self.adopt is not None and self.adopt(key, at, self.maybe_claimed.get(key)):
+                    self.maybe_claimed.pop(key, None)  # its held delivery's claim, if any, is the turn's now
             except Exception as exc:  # noqa: BLE001 - still down: the next attempt
                 self.refusal = refusal_of(exc)
                 break
             with self._lock:
                 (self.done if ran else self.admitted).pop(key, None)
+                if not ran:
+                    self.running.add(key)
                 if contested:  # another replica's claim holds it: written once that goes
                     self.contested[key] = at
+                else:
+                    self.tokens.pop(key, None)
             written += 1
         return written
 
@@ -255,7 +285,7 @@ class OutageJournal:
         writes: out of memory, a read-only replica, a missing ACL grant)."""
         store = self._store()
         try:
-            return store is not None and bool(store.client.set(store.key(self.PROBE_KEY), store.token, px=1000))
+            return store is not None and bool(store.client.set(store.key(self.PROBE_KEY), "probe", px=1000))
         except Exception as exc:  # noqa: BLE001 - still down, or refusing
             self.refusal = refusal_of(exc)
             return False

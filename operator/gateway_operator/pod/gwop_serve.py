@@ -81,8 +81,11 @@ async def serve(gateway: Any, config_path: str, drain: float, guard: Mapping[str
         loop.add_signal_handler(sig, stop_requested.set)
     stopper = asyncio.ensure_future(_stop_when_requested(gateway, start, stop_requested, drain))
     pod = os.environ.get("HOSTNAME", "")
-    journal = OutageJournal(gateway, guard["fail_closed_seconds"])
     leases = Leases(gateway, guard["claim_lease_seconds"], pod, store_redis)
+    journal = OutageJournal(gateway, guard["fail_closed_seconds"], adopt=leases.adopt)
+    # a renewal round that fails is an outage of Redis for this replica at once: new deliveries are
+    # held (the fail-closed window) until the journal's own attempt finds Redis answering again
+    leases.on_failure = lambda: loop.call_soon_threadsafe(journal.note_unusable)
     if sessions is not None:
         sessions.other_window = lambda: journal.broken_since
     guarding = asyncio.ensure_future(guard_webhooks(gateway, start, pod, journal, leases, reach, watch_port))
@@ -94,7 +97,8 @@ async def serve(gateway: Any, config_path: str, drain: float, guard: Mapping[str
         guarding.cancel()
         if await asyncio.to_thread(carry, journal, sessions, CARRY_BUDGET_SECONDS) and store_redis and pod:
             await asyncio.to_thread(say_carried, store_redis, pod)
-        released = release_unfinished_claims(upstream.redis_store(gateway))
+        leases.stop()
+        released = await asyncio.to_thread(release_unfinished_claims, leases, journal)
         if released:
             say(f"released {released} unfinished webhook claim(s): a provider's retry runs them on another replica")
     return 0
@@ -137,7 +141,8 @@ def carry(journal: OutageJournal, sessions: Optional[SharedSessions], budget: fl
 async def guard_webhooks(gateway: Any, start: "asyncio.Future[Any]", pod: str, journal: OutageJournal,
                          leases: Leases, reach: Optional[Reach] = None, watch_port: Optional[int] = None) -> None:
     """Once the gateway runs: the fail-closed window and the outage journal around its claim calls,
-    the claims' short leases, in-flight duplicates answered 503, the long-poll /health on
+    the claims' short leases (renewed on their own thread, fenced on the event loop), in-flight
+    duplicates answered 503, the long-poll /health on
     ``watch_port`` (its body is /health's, section included), and (once the store is built) the
     store's owner recorded under this pod."""
     while not (gateway.is_running or start.done()):
@@ -145,17 +150,18 @@ async def guard_webhooks(gateway: Any, start: "asyncio.Future[Any]", pod: str, j
     try:
         journal.wrap()
         leases.wrap()
-        answer_inflight_duplicates(gateway, journal)
+        answer_inflight_duplicates(gateway, journal, leases)
         extend_health(gateway, journal, leases, upstream.versions(), reach)
     except Exception as exc:  # noqa: BLE001 - 0.1.16's own answer stays
         say(f"wrapping the webhook path failed: {type(exc).__name__}")
-    tasks = [asyncio.ensure_future(journal.run()), asyncio.ensure_future(leases.run())]
+    leases.run_thread()  # renewals on a thread of their own, never behind the agent's work
+    tasks = [asyncio.ensure_future(journal.run()), asyncio.ensure_future(leases.fence())]
     if reach is not None:
         tasks.append(asyncio.ensure_future(reach.run()))
     if watch_port:
         tasks.append(asyncio.ensure_future(serve_watch(watch_port, upstream.health_call(gateway))))
     try:
-        await record_owner(gateway, start, pod)
+        await record_owner(gateway, start, pod, leases)
         await asyncio.gather(*tasks)
     finally:
         for task in tasks:

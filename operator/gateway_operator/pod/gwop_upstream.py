@@ -14,10 +14,11 @@ praisonaiagents 1.7.17.
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import re
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Tuple
 
 # what the names below were read from (the gateway image's release)
 WRITTEN_FOR = {"praisonai-bot": "0.1.16", "praisonaiagents": "1.7.17"}
@@ -122,8 +123,10 @@ REQUIREMENTS: Tuple[Requirement, ...] = (
                 "claims released by owner, the journal's records",
                 _store_state_present),
     Requirement("RedisIdempotencyStore._redis_key", "the journal's records", lambda: _callable(_redis_store_class, "_redis_key")),
-    Requirement("RedisIdempotencyStore._RECORD_LUA/_RECORDED", "the journal's owner-checked records",
-                lambda: isinstance(_redis_store_class()._RECORD_LUA, str) and _redis_store_class()._RECORDED == "recorded"),
+    Requirement("RedisIdempotencyStore._RECORD_LUA/_RELEASE_LUA/_RECORDED",
+                "the journal's owner-checked records, each claim released by its own token",
+                lambda: isinstance(_redis_store_class()._RECORD_LUA, str) and isinstance(_redis_store_class()._RELEASE_LUA, str)
+                and _redis_store_class()._RECORDED == "recorded"),
     Requirement("RedisIdempotencyStore(client, prefix=, ttl_seconds=)",
                 "a store built while Redis did not answer is the Redis one",
                 lambda: _redis_store_class()(object(), prefix="p:", ttl_seconds=5)._ttl_ms == 5000),
@@ -353,19 +356,30 @@ class RedisStore:
     def key(self, key: str) -> str:
         return self.store._redis_key(key)
 
-    def record(self, key: str, left_ms: int) -> bool:
-        """The store's own owner-checked record: over nothing, this replica's claim or a record.
-        False when another replica's claim holds the key (nothing written)."""
-        return bool(self.client.eval(self.store._RECORD_LUA, 1, self.key(key), self.token, self.store._RECORDED,
-                                     left_ms))
+    def record(self, key: str, left_ms: int, token: str) -> bool:
+        """The store's own owner-checked record: over nothing, the claim ``token`` names, or a record.
+        False when another claim holds the key (nothing written)."""
+        return bool(self.client.eval(self.store._RECORD_LUA, 1, self.key(key), token, self.store._RECORDED, left_ms))
 
-    def claim(self, key: str, left_ms: int) -> None:
-        """This replica's in-flight claim, only where nothing is (SET NX)."""
-        self.client.set(self.key(key), self.token, nx=True, px=left_ms)
+    def release(self, key: str, token: str) -> bool:
+        """The store's own compare-and-delete of the claim ``token`` names."""
+        return bool(self.client.eval(self.store._RELEASE_LUA, 1, self.key(key), token))
 
-    def lease(self, token: str, inflight_ms: int) -> None:
-        """Before its first claim: the owner token its claims carry and their in-flight lease."""
-        self.store._token, self.store._inflight_ms = token, int(inflight_ms)
+    @contextlib.contextmanager
+    def acting_as(self, token: str) -> Iterator[None]:
+        """The store's own reserve/record/release, for the one synchronous call inside, under
+        ``token`` (0.1.16 has one token per store; the launcher gives each claim its own). The
+        gateway makes those calls on the event loop's thread, one at a time, so the swap is
+        seen by that call alone."""
+        saved, self.store._token = self.store._token, token
+        try:
+            yield
+        finally:
+            self.store._token = saved
+
+    def lease(self, inflight_ms: int) -> None:
+        """Before its first claim: the in-flight lease its claims carry."""
+        self.store._inflight_ms = int(inflight_ms)
 
     def is_recorded(self, key: str) -> bool:
         return self.client.get(self.key(key)) in (b"recorded", "recorded")
