@@ -69,6 +69,7 @@ HOLDER_DEATHS = ("kill_pod", "force_delete")
 # socket timeout), the 5 s it must have been cut off, the operator's next poll (2 s) and its timeout
 # (1 s), then the gate's write and the EndpointSlice (about 1 s): 11.3 s
 PARTITION_IN_TRAFFIC_BOUND_S = 12.0
+PARTITIONS = ("replica_partition", "long_partition")   # one replica cut off from Redis: measured against it
 ORPHANED_CLAIM_BOUND_S = 90.0  # a dead holder's claim is gone within one lease (60 s) and the retry's backoff
 # faults after which the shared history starts empty: the switch from one SQLite replica (whose
 # session history was in its memory) to Redis
@@ -322,7 +323,7 @@ def classify(deliveries: Iterable[Delivery], turns: Iterable[Turn], samples: Ite
         # the longest a replica cut off from Redis took traffic (a partition it never left counts whole)
         "partition_in_traffic_max_s": max((f.ended - f.started if f.left_traffic_after_s is None
                                            else f.left_traffic_after_s for f in faults
-                                           if f.kind == "replica_partition"), default=None),
+                                           if f.kind in PARTITIONS), default=None),
         # coalesced_stop: refused under Refuse, warned under Warn (None when not checked)
         "coalesce_refused": _all(f.refused for f in faults if f.kind == "coalesced_stop"),
         "coalesce_warned": _all(f.warned for f in faults if f.kind == "coalesced_stop"),
@@ -474,7 +475,7 @@ def _fault_lag(fault: Fault, timeline: Timeline) -> dict[str, Any]:
                            "detail": fault.detail, "expected": None, "clears": False,
                            "announced_after_s": None, "cleared_after_s": None}
     row["bound_s"] = None if fault.expect is None else fault.expect.within
-    if fault.kind == "replica_partition":
+    if fault.kind in PARTITIONS:
         row.update(left_traffic_after_s=fault.left_traffic_after_s, back_after_s=fault.back_after_s)
     if fault.kind == "coalesced_stop":
         row.update(refused=fault.refused, warned=fault.warned)

@@ -745,7 +745,7 @@ def test_a_partition_counts_how_long_the_cut_off_replica_took_traffic() -> None:
 def claims_at_risk(shown_after: float, within: float | None = 10.0) -> dict:
     """A holder cut off past the lease at T0+20: ExactlyOnceAdmission False ``shown_after`` s later."""
     fault = Fault("long_partition", T0 + 20.0, T0 + 95.0, "gw-1", Expectation(
-        "ExactlyOnceAdmission", "False", clears=False, within=within))
+        "ExactlyOnceAdmission", "False", clears=False, within=within), left_traffic_after_s=6.0)
     samples = steady(T0 + 20.0) + [no_admission(T0 + 20.0 + shown_after), held(T0 + 100.0)]
     return run(samples=samples, faults=[fault], lag=4.0)
 
@@ -789,3 +789,11 @@ def test_a_saved_report_with_the_new_faults_is_classified_again() -> None:
                                                "faults": [asdict(f) for f in faults]}}))
     again = reclassify(saved)
     assert again == report and (again["announced_late_duplicates"], again["coalesce_refused"]) == (1, True)
+
+
+def test_a_long_partition_is_held_to_the_partition_bound_too() -> None:
+    cut = Fault("long_partition", T0, T0 + 75, "gw-1", left_traffic_after_s=7.5, back_after_s=3.0)
+    assert run(faults=[cut])["partition_in_traffic_max_s"] == 7.5
+    assert run(faults=[cut])["faults"][0]["left_traffic_after_s"] == 7.5
+    stayed = Fault("long_partition", T0, T0 + 75, "gw-1", left_traffic_after_s=None)
+    assert targets_met(run(faults=[stayed])) is False   # in the traffic for all 75 s
