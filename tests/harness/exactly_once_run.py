@@ -957,9 +957,10 @@ def picture(report: dict[str, Any], path: str) -> Path:
             x += step
     bucket = 10.0
     marks = {}
-    for name, key in (("announced duplicates", "announced"), ("silent duplicates", "silent")):
+    for name, key in (("announced duplicates", "announced"), ("silent duplicates", "silent"),
+                      ("excused duplicates (a forgetting fault)", "excused")):
         counts = [0] * (int((end - t0) // bucket) + 1)
-        for at in report["duplicates_at"][key]:
+        for at in report["duplicates_at"].get(key, []):   # a report before issue 56 has no "excused"
             counts[min(len(counts) - 1, max(0, int((at - t0) // bucket)))] += 1
         marks[name] = [(i * bucket, float(n)) for i, n in enumerate(counts)]
     return write_figure(path, [
