@@ -14,8 +14,9 @@ plus the **faults** the nemesis caused, each with a start and an end.
 ``classify`` then says, per message: a **duplicate** is a message whose turn was answered more
 than once; it is **announced** when a condition said exactly-once was not held (``ExactlyOnceAdmission``
 not True, or ``IdempotencyDegraded`` True) in the watch's samples at the moment of its second
-admission and still in force then: when the delivery that ran its second answered turn was sent
-(the gateway admitted it then; the turn may start long after, queued on its session's lock). An
+admission and still in force then: the second in time of the moments its answered turns were
+admitted, each when the delivery that ran it was sent (the gateway admitted it then; the turn may
+start long after, queued on its session's lock). An
 announcement that comes after, however soon, is too late: a user could not have known before the
 message ran again (issue 56); such duplicates are **silent** and also counted as
 ``announced_late_duplicates``. One exception: a fault that makes Redis forget (FORGETTING) cannot
@@ -235,16 +236,18 @@ def classify(deliveries: Iterable[Delivery], turns: Iterable[Turn], samples: Ite
         ran = answered.get(msg, [])
         if len(ran) > 1:
             at = ran[1].started
-            # it was admitted when the delivery that ran it arrived: before its turn started, and
-            # a turn may wait (its session's lock) long after that
-            since = admitted(sent, every[msg]).get(id(ran[1]), at)
+            # a turn was admitted when the delivery that ran it arrived: before it started, and a
+            # turn may wait (its session's lock) long after that; the second admission is the later
+            # of the first two in time (a delivery that waited may carry the turn that started second)
+            when = admitted(sent, every[msg])
+            first, since = sorted(when.get(id(t), t.started) for t in ran)[:2]
             row = {"msg": msg, "turns": len(ran), "at": at, "admitted_after": round(since, 3)}
             if not timeline.held_at(since):
                 announced.append(row)   # the announcement was in force when it was admitted
             else:
-                # the first run before the forgetting ended (its record was what Redis forgot), the
-                # re-run admitted from the fault's start until its condition showed
-                fault = next((f for f, a, b in excusing if a <= since <= b and ran[0].started <= f.ended), None)
+                # the first run admitted before the forgetting ended (its claim or record was what
+                # Redis forgot), the re-run admitted from the fault's start until its condition showed
+                fault = next((f for f, a, b in excusing if a <= since <= b and first <= f.ended), None)
                 if fault is not None:
                     excused.append({**row, "fault": fault.kind, "fault_started": fault.started})
                 else:
@@ -257,7 +260,11 @@ def classify(deliveries: Iterable[Delivery], turns: Iterable[Turn], samples: Ite
             # not have run it, whatever was announced
             recorded = [d.done for d in sent if d.ok and not d.deduplicated and d.done + RECORD_SLACK_S < since
                         and not any(a <= d.done <= b for a, b in unrecorded)]
-            if recorded and not any(min(recorded) <= end and start <= since for start, end in forgetting):
+            # a forgetting fault from the message's first turn on: one while that turn ran took its
+            # claim too, so another replica could claim the message, and the record then written over
+            # that claim did not take (an owner-checked record is a no-op over another's claim)
+            first_turn = every[msg][0].started
+            if recorded and not any(first_turn <= end and start <= since for start, end in forgetting):
                 avoidable.append({**row, "recorded_at": round(min(recorded), 3)})
         first_sent = min(d.sent for d in sent)
         if not ran or ran[0].started > first_sent + horizon:
@@ -359,19 +366,25 @@ def reclassify(report: Mapping[str, Any]) -> dict[str, Any]:
 
 def admitted(deliveries: Sequence[Delivery], turns: Sequence[Turn]) -> dict[int, float]:
     """When each turn of one message was admitted (by ``id`` of the turn): the ``sent`` of the
-    delivery that carried it. The turns, in the order they started, each take the earliest delivery
-    not taken yet that was open when the turn started (sent before, answered after: the gateway
-    answers a webhook after its turn), or, failing that, the earliest one not taken yet that got no
-    answer (reset, timed out: it may have been admitted all the same). A turn left without one (a
-    history with no such delivery) is not in the answer: its start is the latest it could have been
-    admitted. So a turn still running while another replica admits a redelivery keeps its own
-    delivery, and the redelivery is the second admission (not the earlier, still open, first one)."""
+    delivery that carried it. The turns, in the order they started, each take a delivery not taken
+    yet that was open when the turn started (sent before, answered after: the gateway answers a
+    webhook after its turn), the one answered closest to the turn's end (a delivery that waited
+    long, for a lock or a switch, carries a later turn than one sent just before this turn; the
+    earliest sent when the turn has no end), or, failing that, the earliest one not taken yet that
+    got no answer (reset, timed out: it may have been admitted all the same). A turn left without
+    one (a history with no such delivery) is not in the answer: its start is the latest it could
+    have been admitted. So a turn still running while another replica admits a redelivery keeps
+    its own delivery, and the redelivery is the second admission (not the earlier, still open, first one)."""
     taken: set[int] = set()
     found: dict[int, float] = {}
     for t in sorted(turns, key=lambda t: t.started):
         open_ = [i for i, d in enumerate(deliveries) if i not in taken and d.sent <= t.started <= d.done]
         unanswered = [i for i, d in enumerate(deliveries) if i not in taken and d.sent <= t.started and d.status is None]
-        pick = min(open_ or unanswered, key=lambda i: deliveries[i].sent, default=None)
+        end = t.ended
+        pick = min(open_, key=lambda i: (0.0 if end is None else abs(deliveries[i].done - end), deliveries[i].sent),
+                   default=None)
+        if pick is None:
+            pick = min(unanswered, key=lambda i: deliveries[i].sent, default=None)
         if pick is not None:
             taken.add(pick)
             found[id(t)] = deliveries[pick].sent

@@ -797,3 +797,48 @@ def test_a_long_partition_is_held_to_the_partition_bound_too() -> None:
     assert run(faults=[cut])["faults"][0]["left_traffic_after_s"] == 7.5
     stayed = Fault("long_partition", T0, T0 + 75, "gw-1", left_traffic_after_s=None)
     assert targets_met(run(faults=[stayed])) is False   # in the traffic for all 75 s
+
+
+# -- matching turns to deliveries: shapes from saved runs (seeds 53 and 71) ---------------------
+
+def test_a_delivery_that_waited_carries_the_turn_that_ended_as_it_was_answered() -> None:
+    """Seed 71's m71-00067: the first delivery waited 15 s (the switch) and carried the turn that
+    started second; a delivery sent just before the first turn carried it. Each turn takes the
+    open delivery answered closest to its end."""
+    waited = Delivery("m1", 0, "service", T0 + 17.3, T0 + 32.3, 200)
+    quick = Delivery("m1", 21, "pod:b", T0 + 29.0, T0 + 29.2, 200)
+    first, second = turn("m1", T0 + 29.1, ended=T0 + 29.15), turn("m1", T0 + 32.2, ended=T0 + 32.25)
+    found = admitted([waited, quick], [first, second])
+    assert (found[id(first)], found[id(second)]) == (T0 + 29.0, T0 + 17.3)
+
+
+def test_the_second_admission_is_the_later_of_the_first_two_in_time() -> None:
+    """Seed 71's m71-00036: admitted at T0+18 (it waited for its turn until T0+32.4) and again at
+    T0+29.4, just after a flush at T0+28.6 that took its claim, shown at T0+30.7: the second
+    admission (T0+29.4) came before the flush could be shown, so it is excused, though the turn
+    that started second is the one admitted first."""
+    flush = Fault("redis_flush", T0 + 28.6, T0 + 28.6, expect=Expectation("IdempotencyDegraded", "True",
+                                                                           "DedupHistoryLost", clears=False))
+    deliveries = [Delivery("m1", 0, "pod:a", T0 + 18.1, T0 + 32.4, 200), Delivery("m1", 21, "pod:b", T0 + 29.4, T0 + 31.7, 200)]
+    turns = [turn("m1", T0 + 31.6, ended=T0 + 31.65), turn("m1", T0 + 32.4, ended=T0 + 32.41)]
+    samples = steady(T0 + 30.0) + [degraded(T0 + 30.7)]
+    report = run(deliveries, turns, samples, [flush])
+    assert (report["silent_duplicates"], report["excused_duplicates"]) == (0, 1)
+    assert report["examples"]["excused_duplicates"][0]["admitted_after"] == T0 + 29.4
+
+
+def test_a_record_written_after_a_flush_took_the_running_turns_claim_is_not_trusted() -> None:
+    """Seed 53's m53-00002: a flush while the first turn ran took its claim; another replica claimed
+    the message (its holder then force-deleted), so the first turn's record, written after, did
+    not take; when the dead holder's claim expired a retry ran it again. Not avoidable (Redis did
+    not hold the record); a record written before the flush would have been gone too."""
+    flush = Fault("redis_flush", T0 + 29.0, T0 + 29.0, expect=Expectation("IdempotencyDegraded", "True",
+                                                                           "DedupHistoryLost", clears=False))
+    deliveries = [Delivery("m1", 0, "pod:a", T0, T0 + 36.7, 200),
+                  Delivery("m1", 10, "pod:b", T0 + 30.0, T0 + 54.6, None, error="RemoteDisconnected"),
+                  Delivery("m1", 16, "pod:a", T0 + 115.6, T0 + 152.4, 200)]
+    turns = [turn("m1", T0 + 0.01, ended=T0 + 36.7), turn("m1", T0 + 30.0, answered=False, ended=T0 + 54.6),
+             turn("m1", T0 + 115.7, ended=T0 + 152.3)]
+    report = run(deliveries, turns, steady(T0 + 200.0), [flush])
+    assert report["avoidable_duplicates"] == 0
+    assert run(deliveries, turns, steady(T0 + 200.0))["avoidable_duplicates"] == 1   # without the flush: avoidable
