@@ -9,13 +9,15 @@ prints the table (harness.exactly_once.table). Settings come from the environmen
     VERIFY_JSON           write the report there as JSON
     VERIFY_PNG            write the timeline picture there (faults, conditions, duplicates)
     VERIFY_MESSAGES (1250), VERIFY_COPIES (4), VERIFY_SPREAD_S (400), VERIFY_FAULTS (all kinds,
-    comma-separated; "none" for none), VERIFY_FAULT_GAP_S (25)
+    exactly_once_run.FAULT_KINDS, issue 56's long_partition, holder_pause and coalesced_stop
+    included; comma-separated; "none" for none), VERIFY_FAULT_GAP_S (25)
     VERIFY_OPERATOR_SHARDS (0)  the operator's replicas share the work in this many shards for the
                         run (chart sharding.shards; operator_kill SIGKILLs the holder of the
                         GatewayDeployment's shard), then the chart's default is installed again
 
-Exit status 1 when a target is missed: a silent duplicate, a lost message, a split, or a fault
-not announced within its bound. Run with the dev venv's python (`make verify-exactly-once`): it
+Exit status 1 when a target is missed: a silent duplicate (one whose announcement was not in
+force at its second admission), an avoidable one, a lost message, a split, a fault not announced
+within its bound, or a coalesced hook on more than one replica not refused (coalesce_refused). Run with the dev venv's python (`make verify-exactly-once`): it
 imports the harness (tests/harness) installed there by hack/venv.sh.
 """
 from __future__ import annotations

@@ -13,10 +13,16 @@ plus the **faults** the nemesis caused, each with a start and an end.
 
 ``classify`` then says, per message: a **duplicate** is a message whose turn was answered more
 than once; it is **announced** when a condition said exactly-once was not held (``ExactlyOnceAdmission``
-not True, or ``IdempotencyDegraded`` True) at some moment from ``lag`` seconds before the
-delivery that ran its second answered turn arrived (the gateway admitted it then; the turn may
-start long after, queued on its session's lock) to ``lag`` seconds after that turn started, and
-**silent** otherwise. A duplicate is also **avoidable** when Redis held the message's record as the
+not True, or ``IdempotencyDegraded`` True) in the watch's samples at the moment of its second
+admission and still in force then: the second in time of the moments its answered turns were
+admitted, each when the delivery that ran it was sent (the gateway admitted it then; the turn may
+start long after, queued on its session's lock). An
+announcement that comes after, however soon, is too late: a user could not have known before the
+message ran again (issue 56); such duplicates are **silent** and also counted as
+``announced_late_duplicates``. One exception: a fault that makes Redis forget (FORGETTING) cannot
+be announced before it happens, so a duplicate admitted from such a fault's start until its
+expected condition showed (on time, within ``lag``) is **excused** (``excused_duplicates``, each
+naming its fault), neither silent nor announced. A duplicate is also **avoidable** when Redis held the message's record as the
 re-run was admitted (an earlier run answered 2xx outside every fault that keeps a replica from
 writing to Redis, and no fault that makes Redis forget since): a replica that asked Redis would
 have answered ``deduplicated``, so no announcement excuses it. A message is **lost** when no turn of it was answered
@@ -48,8 +54,14 @@ HISTORY_UNWRITABLE = (*OUTAGES, "redis_refuses_writes")
 # faults after which Redis may no longer hold a record it held before: a flush, a restart (with AOF
 # the last second may be lost), a recreated Redis, the switch from SQLite (records migrated)
 FORGETTING = ("redis_flush", "redis_restart", "redis_persistence_flip", "sqlite_to_redis")
-# faults during which some replica may not reach Redis to record what it answered
-UNRECORDED = (*OUTAGES, "redis_latency", "replica_partition", "stop_during_outage", "redis_refuses_writes")
+# faults during which some replica may not reach Redis to record what it answered (a replica cut off
+# past the lease, or paused past it, may answer 2xx after its claim expired: its record did not take)
+UNRECORDED = (*OUTAGES, "redis_latency", "replica_partition", "stop_during_outage", "redis_refuses_writes",
+              "long_partition", "holder_pause")
+# a holder that cannot renew its claims (cut off, paused) must be announced (ExactlyOnceAdmission not
+# True) within this of the fault, well within the claim lease, so before another replica could admit
+# its message (the operator's rule, issue 56: target <= 10 s)
+CLAIMS_AT_RISK_BOUND_S = 10.0
 RECORD_SLACK_S = 2.0  # a 2xx answer reaches the provider just after its record is written
 RETRY_HORIZON_S = 300.0  # a provider gives a message up this long after its first delivery
 # faults that end a claim's holder without its drain (nothing of it releases what it held)
@@ -58,6 +70,7 @@ HOLDER_DEATHS = ("kill_pod", "force_delete")
 # socket timeout), the 5 s it must have been cut off, the operator's next poll (2 s) and its timeout
 # (1 s), then the gate's write and the EndpointSlice (about 1 s): 11.3 s
 PARTITION_IN_TRAFFIC_BOUND_S = 12.0
+PARTITIONS = ("replica_partition", "long_partition")   # one replica cut off from Redis: measured against it
 ORPHANED_CLAIM_BOUND_S = 90.0  # a dead holder's claim is gone within one lease (60 s) and the retry's backoff
 # faults after which the shared history starts empty: the switch from one SQLite replica (whose
 # session history was in its memory) to Redis
@@ -120,13 +133,17 @@ class Expectation:
     """What a fault must show: condition ``type`` at ``status`` (with ``reason`` when given);
     ``clears``: it must go back after the fault ends (a lost dedup history stays for its TTL);
     ``since_end``: the fact exists only once the fault is over (a Redis restarted or recreated
-    forgot its records when it answers again, not before), so its lag counts from the end."""
+    forgot its records when it answers again, not before), so its lag counts from the end;
+    ``within``: the fault's own bound on that lag (a holder at risk: CLAIMS_AT_RISK_BOUND_S), else
+    the run's lag bound."""
 
     type: str
     status: str
     reason: str | None = None
     clears: bool = True
     since_end: bool = False
+    # the fault's own bound on when it must show (None: the run's lag bound)
+    within: float | None = None
 
     def met(self, sample: Sample) -> bool:
         status, reason = sample.conditions.get(self.type, ("Unknown", ""))
@@ -145,6 +162,11 @@ class Fault:
     # the heal until it was Ready again
     left_traffic_after_s: float | None = None
     back_after_s: float | None = None
+    # coalesced_stop: the API server refused a coalesced hook on more than one replica under
+    # replicaPolicy Refuse with a message naming coalesce, and accepted it with such a warning under
+    # Warn (None: not checked)
+    refused: bool | None = None
+    warned: bool | None = None
 
 
 @dataclass
@@ -161,6 +183,12 @@ class Timeline:
     def at(self, t: float) -> Sample | None:
         i = bisect.bisect_right(self._times, t) - 1
         return self.samples[i] if i >= 0 else None
+
+    def held_at(self, t: float) -> bool:
+        """The state in force at ``t`` (a sample at ``t`` counts) held exactly-once; before the
+        watch's first sample nothing was announced."""
+        current = self.at(t)
+        return current is None or current.state == HELD
 
     def held_throughout(self, start: float, end: float) -> bool:
         """No sample in force said otherwise (before the watch's first sample nothing was
@@ -193,31 +221,50 @@ def classify(deliveries: Iterable[Delivery], turns: Iterable[Turn], samples: Ite
         by_msg.setdefault(d.msg, []).append(d)
     answered: dict[str, list[Turn]] = {}
     started: dict[str, int] = {}
+    every: dict[str, list[Turn]] = {}
     for t in sorted(turns, key=lambda t: t.started):
         started[t.msg] = started.get(t.msg, 0) + 1
+        every.setdefault(t.msg, []).append(t)
         if t.answered:
             answered.setdefault(t.msg, []).append(t)
 
     forgetting = [(f.started - RECORD_SLACK_S, f.ended) for f in faults if f.kind in FORGETTING]
     unrecorded = [(f.started - lag, f.ended + lag) for f in faults if f.kind in UNRECORDED]
-    silent, announced, lost, avoidable = [], [], [], []
+    excusing = _excusing(faults, timeline, lag)
+    silent, announced, excused, late, lost, avoidable = [], [], [], [], [], []
     for msg, sent in sorted(by_msg.items()):
         ran = answered.get(msg, [])
         if len(ran) > 1:
             at = ran[1].started
-            # it was admitted when the delivery that ran it arrived: before its turn started, and
-            # a turn may wait (its session's lock) long after that; the earliest such delivery
-            carrier = [d.sent for d in sent if d.sent <= at <= d.done or (d.sent <= at and d.status is None)]
-            since = min(carrier, default=at)
+            # a turn was admitted when the delivery that ran it arrived: before it started, and a
+            # turn may wait (its session's lock) long after that; the second admission is the later
+            # of the first two in time (a delivery that waited may carry the turn that started second)
+            when = admitted(sent, every[msg])
+            first, since = sorted(when.get(id(t), t.started) for t in ran)[:2]
             row = {"msg": msg, "turns": len(ran), "at": at, "admitted_after": round(since, 3)}
-            (silent if timeline.held_throughout(since - lag, at + lag) else announced).append(row)
+            if not timeline.held_at(since):
+                announced.append(row)   # the announcement was in force when it was admitted
+            else:
+                # the first run admitted before the forgetting ended (its claim or record was what
+                # Redis forgot), the re-run admitted from the fault's start until its condition showed
+                fault = next((f for f, a, b in excusing if a <= since <= b and first <= f.ended), None)
+                if fault is not None:
+                    excused.append({**row, "fault": fault.kind, "fault_started": fault.started})
+                else:
+                    silent.append(row)
+                    if not timeline.held_throughout(since, since + lag):
+                        late.append(row)   # shown within the lag after: announced by the rule before issue 56
             # avoidable: Redis held its record when the re-run was admitted (an earlier run was
             # answered 2xx to the provider before, while every replica could write to Redis, and no
             # fault that makes Redis forget lies between), so a replica that had asked Redis would
             # not have run it, whatever was announced
             recorded = [d.done for d in sent if d.ok and not d.deduplicated and d.done + RECORD_SLACK_S < since
                         and not any(a <= d.done <= b for a, b in unrecorded)]
-            if recorded and not any(min(recorded) <= end and start <= since for start, end in forgetting):
+            # a forgetting fault from the message's first turn on: one while that turn ran took its
+            # claim too, so another replica could claim the message, and the record then written over
+            # that claim did not take (an owner-checked record is a no-op over another's claim)
+            first_turn = every[msg][0].started
+            if recorded and not any(first_turn <= end and start <= since for start, end in forgetting):
                 avoidable.append({**row, "recorded_at": round(min(recorded), 3)})
         first_sent = min(d.sent for d in sent)
         if not ran or ran[0].started > first_sent + horizon:
@@ -263,6 +310,12 @@ def classify(deliveries: Iterable[Delivery], turns: Iterable[Turn], samples: Ite
         "turns_answered": sum(len(v) for v in answered.values()),
         "silent_duplicates": len(silent),
         "announced_duplicates": len(announced),
+        # the announcement rule: in force at the second admission (issue 56; before it, anywhere
+        # from ``lag`` before the admission to ``lag`` after the second turn started)
+        "announcement_rule": "at-admission",
+        "announced_late_duplicates": len(late),   # silent ones shown within the lag after their admission
+        "excused_duplicates": len(excused),       # admitted before a forgetting fault could be shown
+        "excused_by_fault": _count(x["fault"] for x in excused),
         "avoidable_duplicates": len(avoidable),
         "lost": len(lost),
         "retry_horizon_s": horizon,
@@ -277,14 +330,22 @@ def classify(deliveries: Iterable[Delivery], turns: Iterable[Turn], samples: Ite
         # the longest a replica cut off from Redis took traffic (a partition it never left counts whole)
         "partition_in_traffic_max_s": max((f.ended - f.started if f.left_traffic_after_s is None
                                            else f.left_traffic_after_s for f in faults
-                                           if f.kind == "replica_partition"), default=None),
+                                           if f.kind in PARTITIONS), default=None),
+        # coalesced_stop: refused under Refuse, warned under Warn (None when not checked)
+        "coalesce_refused": _all(f.refused for f in faults if f.kind == "coalesced_stop"),
+        "coalesce_warned": _all(f.warned for f in faults if f.kind == "coalesced_stop"),
         "faults_unannounced": sum(1 for x in lags if x["expected"] and x["announced_after_s"] is None),
+        # shown, but later than the fault's bound (its own, else the lag bound)
+        "faults_late": sum(1 for x in lags if x["announced_after_s"] is not None
+                           and x["announced_after_s"] > (x["bound_s"] or lag)),
         "faults_uncleared": sum(1 for x in lags if x["expected"] and x["clears"] and x["cleared_after_s"] is None),
         "lag_bound_s": lag,
         "faults": lags,
-        "duplicates_at": {"silent": [x["at"] for x in silent], "announced": [x["at"] for x in announced]},
+        "duplicates_at": {"silent": [x["at"] for x in silent], "announced": [x["at"] for x in announced],
+                          "excused": [x["at"] for x in excused]},
         "examples": {"silent_duplicates": silent[:10], "announced_duplicates": announced[:10],
-                     "avoidable_duplicates": avoidable[:10],
+                     "avoidable_duplicates": avoidable[:10], "excused_duplicates": excused[:10],
+                     "announced_late_duplicates": late[:10],
                      "lost": lost[:10], "splits": splits[:10], "crossed": crossed[:10],
                      "orphaned_claims": sorted(orphaned, key=lambda x: -x["held_s"])[:10]},
     }
@@ -301,6 +362,55 @@ def reclassify(report: Mapping[str, Any]) -> dict[str, Any]:
     settings = report.get("settings") or {}
     return classify(deliveries, turns, samples, faults, lag=report["lag_bound_s"], window=settings.get("session_window"),
                     horizon=report.get("retry_horizon_s", RETRY_HORIZON_S))
+
+
+def admitted(deliveries: Sequence[Delivery], turns: Sequence[Turn]) -> dict[int, float]:
+    """When each turn of one message was admitted (by ``id`` of the turn): the ``sent`` of the
+    delivery that carried it. The turns, in the order they started, each take a delivery not taken
+    yet that was open when the turn started (sent before, answered after: the gateway answers a
+    webhook after its turn), the one answered closest to the turn's end (a delivery that waited
+    long, for a lock or a switch, carries a later turn than one sent just before this turn; the
+    earliest sent when the turn has no end), or, failing that, the earliest one not taken yet that
+    got no answer (reset, timed out: it may have been admitted all the same). A turn left without
+    one (a history with no such delivery) is not in the answer: its start is the latest it could
+    have been admitted. So a turn still running while another replica admits a redelivery keeps
+    its own delivery, and the redelivery is the second admission (not the earlier, still open, first one)."""
+    taken: set[int] = set()
+    found: dict[int, float] = {}
+    for t in sorted(turns, key=lambda t: t.started):
+        open_ = [i for i, d in enumerate(deliveries) if i not in taken and d.sent <= t.started <= d.done]
+        unanswered = [i for i, d in enumerate(deliveries) if i not in taken and d.sent <= t.started and d.status is None]
+        end = t.ended
+        pick = min(open_, key=lambda i: (0.0 if end is None else abs(deliveries[i].done - end), deliveries[i].sent),
+                   default=None)
+        if pick is None:
+            pick = min(unanswered, key=lambda i: deliveries[i].sent, default=None)
+        if pick is not None:
+            taken.add(pick)
+            found[id(t)] = deliveries[pick].sent
+    return found
+
+
+def _excusing(faults: Iterable[Fault], timeline: Timeline, lag: float) -> list[tuple[Fault, float, float]]:
+    """The spans in which a duplicate is excused by a fault that makes Redis forget: from its start
+    (less the record's slack: a flush is timed as its command returned) until its expected condition
+    showed, when it showed within the lag bound (a fault that is not announced in time, or that
+    announces nothing because nothing was forgotten, excuses nothing)."""
+    spans = []
+    for f in faults:
+        if f.kind not in FORGETTING or f.expect is None:
+            continue
+        shown = timeline.first(f.started, f.expect.met)
+        origin = f.ended if f.expect.since_end else f.started
+        if shown is not None and shown - origin <= (f.expect.within or lag):
+            spans.append((f, f.started - RECORD_SLACK_S, shown))
+    return spans
+
+
+def _all(values: Iterable[bool | None]) -> bool | None:
+    """True when every value is True, False when one is not, None when there are none."""
+    seen = list(values)
+    return None if not seen else all(v is True for v in seen)
 
 
 def _count(keys: Iterable[str]) -> dict[str, int]:
@@ -377,8 +487,11 @@ def _fault_lag(fault: Fault, timeline: Timeline) -> dict[str, Any]:
     row: dict[str, Any] = {"kind": fault.kind, "started": fault.started, "ended": fault.ended,
                            "detail": fault.detail, "expected": None, "clears": False,
                            "announced_after_s": None, "cleared_after_s": None}
-    if fault.kind == "replica_partition":
+    row["bound_s"] = None if fault.expect is None else fault.expect.within
+    if fault.kind in PARTITIONS:
         row.update(left_traffic_after_s=fault.left_traffic_after_s, back_after_s=fault.back_after_s)
+    if fault.kind == "coalesced_stop":
+        row.update(refused=fault.refused, warned=fault.warned)
     if fault.expect is None:
         return row
     e = fault.expect
@@ -395,16 +508,20 @@ def _fault_lag(fault: Fault, timeline: Timeline) -> dict[str, Any]:
 
 
 def targets_met(report: Mapping[str, Any]) -> bool:
-    """Issue 18's and 35's targets: no silent duplicate, no avoidable one, nothing lost, no split, no crossed conversation, every fault announced
-    within the bound and cleared within it after it ended, a dead holder's claim freed and a cut-off
-    replica out of the traffic within theirs."""
+    """Issue 18's, 35's and 56's targets: no silent duplicate, no avoidable one, nothing lost, no split, no crossed conversation, every fault announced
+    within its bound (its own, else the lag bound) and cleared within the lag bound after it ended, a dead holder's claim freed and a cut-off
+    replica out of the traffic within theirs, and a coalesced hook on more than one replica refused
+    (warned under Warn) when that was checked."""
     lag = report["lag_bound_s"]
+    on_time = all(f["announced_after_s"] is None or f["announced_after_s"] <= (f.get("bound_s") or lag)
+                  for f in report["faults"])
     return (report["silent_duplicates"] == 0 and report.get("avoidable_duplicates", 0) == 0 and report["lost"] == 0
             and report.get("orphaned_claim_max_s", 0.0) <= ORPHANED_CLAIM_BOUND_S
             and (report.get("partition_in_traffic_max_s") or 0.0) <= PARTITION_IN_TRAFFIC_BOUND_S
             and report["splits"] == 0
             and report.get("crossed", 0) == 0 and report["faults_unannounced"] == 0 and report["faults_uncleared"] == 0
-            and (report["fault_lag_max_s"] or 0) <= lag and (report["fault_clear_max_s"] or 0) <= lag)
+            and on_time and (report["fault_clear_max_s"] or 0) <= lag
+            and report.get("coalesce_refused") is not False and report.get("coalesce_warned") is not False)
 
 
 KEYS = ("deliveries", "unique", "silent_duplicates", "announced_duplicates", "avoidable_duplicates", "lost", "splits",
@@ -414,8 +531,12 @@ KEYS = ("deliveries", "unique", "silent_duplicates", "announced_duplicates", "av
 def table(report: Mapping[str, Any]) -> str:
     """The report for people: the headline figures, then one line per fault."""
     lines = [f"  {k:<24} {report.get(k)}" for k in
-             (*KEYS, "splits_across_faults", "crossed", "unfinished_messages", "fault_clear_max_s", "faults_unannounced", "faults_uncleared", "turns_started",
+             (*KEYS, "excused_duplicates", "announced_late_duplicates", "coalesce_refused", "coalesce_warned",
+              "splits_across_faults", "crossed", "unfinished_messages", "fault_clear_max_s", "faults_unannounced",
+              "faults_late", "faults_uncleared", "turns_started",
               "turns_answered", "ok_deliveries", "deduplicated_deliveries", "failed_deliveries")]
+    if report.get("excused_by_fault"):
+        lines.append(f"  {'excused by':<24} {report['excused_by_fault']}")
     lines.append(f"  {'lag bound (s)':<24} {report.get('lag_bound_s')}")
     lines.append("")
     lines.append(f"  {'fault':<26} {'at (s)':>7} {'for (s)':>7}  {'expected':<40} {'shown':>7} {'cleared':>7}")

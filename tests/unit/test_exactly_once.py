@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from harness.exactly_once import (KEYS, Delivery, Expectation, Fault, Sample, Timeline, Turn, classify,
+from harness.exactly_once import (KEYS, Delivery, Expectation, Fault, Sample, Timeline, Turn, admitted, classify,
                                   reclassify, table, targets_met)
 
 T0 = 1000.0
@@ -104,7 +104,7 @@ def recorded_then_rerun(second: float) -> tuple[list[Delivery], list[Turn]]:
 
 def test_a_rerun_of_a_recorded_message_is_avoidable_even_when_announced() -> None:
     deliveries, turns = recorded_then_rerun(T0 + 44.0)
-    samples = steady() + [no_admission(T0 + 43.5), held(T0 + 43.7)]  # a 0.2 s flip covers it
+    samples = steady() + [no_admission(T0 + 43.5), held(T0 + 45.0)]  # in force at its admission
     report = run(deliveries, turns, samples)
     assert (report["announced_duplicates"], report["avoidable_duplicates"]) == (1, 1)
     assert report["examples"]["avoidable_duplicates"][0]["recorded_at"] == T0 + 10.1
@@ -137,46 +137,153 @@ def test_silent_duplicate_while_held() -> None:
     assert targets_met(report) is False
 
 
+ADMITTED = T0 + 44.0   # when the redelivery that ran m1 again was sent (the gateway admitted it then)
+
+
+def carried_duplicate(admitted_at: float = ADMITTED, started: float | None = None) -> tuple[list[Delivery], list[Turn]]:
+    """``duplicate``, with the redelivery that ran m1 again open while its turn ran (sent at
+    ``admitted_at``, its turn started 0.5 s later, answered after the turn): its admission is the
+    redelivery's ``sent``, not the turn's start."""
+    started = admitted_at + 0.5 if started is None else started
+    return ([delivery("m0", T0), delivery("m1", T0 + 10.0, status=503),
+             Delivery("m1", 1, "pod:10.0.0.3", admitted_at, started + 1.5, 200)],
+            [turn("m0", T0 + 0.2), turn("m1", T0 + 10.2), turn("m1", started)])
+
+
 @pytest.mark.parametrize("sample", [degraded, no_admission], ids=["IdempotencyDegraded", "ExactlyOnceAdmission"])
-@pytest.mark.parametrize("offset", [-LAG, -1.0, 0.0, 2.0, LAG])
-def test_duplicate_announced_within_the_lag(sample, offset: float) -> None:
-    at = T0 + 44.0
-    deliveries, turns = duplicate(at)
-    samples = steady() + [sample(at + offset), held(at + offset + 0.5)]
+@pytest.mark.parametrize("offset", [-30.0, -1.0, 0.0], ids=["long-before", "1s-before", "at-the-admission"])
+def test_duplicate_announced_before_its_second_admission_and_still_in_force_is_announced(sample, offset: float) -> None:
+    deliveries, turns = carried_duplicate()
+    samples = steady(ADMITTED + offset - 0.1) + [sample(ADMITTED + offset), held(ADMITTED + 5.0)]
     report = run(deliveries, turns, samples)
-    assert (report["silent_duplicates"], report["announced_duplicates"]) == (0, 1)
-    assert report["examples"]["announced_duplicates"][0]["msg"] == "m1"
+    assert (report["silent_duplicates"], report["announced_duplicates"], report["excused_duplicates"]) == (0, 1, 0)
+    assert report["examples"]["announced_duplicates"][0] == {"msg": "m1", "turns": 2, "at": ADMITTED + 0.5,
+                                                             "admitted_after": ADMITTED}
+    assert report["announcement_rule"] == "at-admission"
     assert targets_met(report) is True
 
 
 @pytest.mark.parametrize("sample", [degraded, no_admission], ids=["IdempotencyDegraded", "ExactlyOnceAdmission"])
-def test_duplicate_announced_by_a_state_in_force_before_the_window(sample) -> None:
-    at = T0 + 44.0
-    deliveries, turns = duplicate(at)
-    # not held from 10 s before the window until 1 s into it: the state at at-lag counts
-    samples = [s for s in steady() if not at - LAG - 10.0 <= s.at <= at + LAG] + \
-        [sample(at - LAG - 10.0), held(at - LAG + 1.0)]
-    report = run(deliveries, turns, samples)
-    assert (report["silent_duplicates"], report["announced_duplicates"]) == (0, 1)
+def test_duplicate_announced_1s_after_its_second_admission_is_silent(sample) -> None:
+    """Issue 56's rule: shown 1 s after the redelivery was admitted (and 0.5 s after its turn
+    started) is too late, though well within the health interval + timeout + 1 s that excused it
+    before; it is counted as announced late, and silent."""
+    deliveries, turns = carried_duplicate()
+    report = run(deliveries, turns, steady() + [sample(ADMITTED + 1.0), held(ADMITTED + 5.0)])
+    assert (report["silent_duplicates"], report["announced_duplicates"], report["announced_late_duplicates"]) == (1, 0, 1)
+    assert report["examples"]["announced_late_duplicates"][0]["admitted_after"] == ADMITTED
+    assert targets_met(report) is False
+
+
+def test_duplicate_announced_after_its_admission_but_before_its_turn_started_is_silent() -> None:
+    """In force when the turn started (it waited 10 s for its session's lock), not when the
+    gateway admitted it: silent."""
+    deliveries, turns = carried_duplicate(started=ADMITTED + 10.0)
+    report = run(deliveries, turns, steady() + [no_admission(ADMITTED + 3.0)])
+    assert (report["silent_duplicates"], report["announced_duplicates"]) == (1, 0)
 
 
 @pytest.mark.parametrize("sample", [degraded, no_admission], ids=["IdempotencyDegraded", "ExactlyOnceAdmission"])
-@pytest.mark.parametrize("offset", [LAG + 0.1, LAG + 3.0], ids=["just-after", "after"])
-def test_duplicate_announced_just_after_the_window_is_silent(sample, offset: float) -> None:
-    at = T0 + 44.0
-    deliveries, turns = duplicate(at)
-    report = run(deliveries, turns, steady() + [sample(at + offset), held(at + offset + 1.0)])
-    assert (report["silent_duplicates"], report["announced_duplicates"]) == (1, 0)
+@pytest.mark.parametrize("offset", [LAG + 0.1, LAG + 3.0], ids=["just-after-the-lag", "after"])
+def test_duplicate_announced_later_than_the_lag_is_silent_and_not_counted_late(sample, offset: float) -> None:
+    deliveries, turns = carried_duplicate()
+    report = run(deliveries, turns, steady() + [sample(ADMITTED + offset), held(ADMITTED + offset + 1.0)])
+    assert (report["silent_duplicates"], report["announced_duplicates"], report["announced_late_duplicates"]) == (1, 0, 0)
     assert targets_met(report) is False
 
 
 @pytest.mark.parametrize("sample", [degraded, no_admission], ids=["IdempotencyDegraded", "ExactlyOnceAdmission"])
-def test_duplicate_announced_and_cleared_just_before_the_window_is_silent(sample) -> None:
-    at = T0 + 44.0
-    deliveries, turns = duplicate(at)
-    samples = steady() + [sample(at - LAG - 2.0), held(at - LAG - 0.1)]
+def test_duplicate_announced_and_cleared_just_before_its_admission_is_silent(sample) -> None:
+    """No longer in force at the admission: the user was told it was held again."""
+    deliveries, turns = carried_duplicate()
+    report = run(deliveries, turns, steady() + [sample(ADMITTED - 3.0), held(ADMITTED - 0.1)])
+    assert (report["silent_duplicates"], report["announced_duplicates"]) == (1, 0)
+
+
+def test_without_an_open_delivery_the_turns_start_is_its_admission() -> None:
+    deliveries, turns = duplicate(ADMITTED)   # the redelivery answered before the turn started
+    assert run(deliveries, turns, steady() + [degraded(ADMITTED)])["announced_duplicates"] == 1
+    assert run(deliveries, turns, steady() + [degraded(ADMITTED + 0.1)])["silent_duplicates"] == 1
+
+
+def test_the_second_admission_is_the_redelivery_not_the_first_runs_delivery_still_open() -> None:
+    """m1's first turn still runs (its delivery open) when a redelivery reaches another replica and
+    runs it again: the second admission is the redelivery's. Not held at the first delivery, held
+    again at the redelivery: silent (the earliest open delivery would have called it announced)."""
+    deliveries = [Delivery("m1", 0, "pod:10.0.0.2", T0 + 10.0, T0 + 60.0, 200),
+                  Delivery("m1", 1, "pod:10.0.0.3", T0 + 40.0, T0 + 45.0, 200)]
+    turns = [turn("m1", T0 + 10.5, ended=T0 + 59.0), turn("m1", T0 + 40.5, ended=T0 + 44.0)]
+    samples = steady(T0) + [no_admission(T0 + 5.0), held(T0 + 30.0)]
     report = run(deliveries, turns, samples)
     assert (report["silent_duplicates"], report["announced_duplicates"]) == (1, 0)
+    assert report["examples"]["silent_duplicates"][0]["admitted_after"] == T0 + 40.0
+    announced = run(deliveries, turns, steady(T0) + [no_admission(T0 + 35.0)])
+    assert announced["announced_duplicates"] == 1
+
+
+def test_admissions_match_each_turn_to_its_own_delivery() -> None:
+    d0 = Delivery("m1", 0, "pod:a", T0, T0 + 1.0, None, error="RemoteDisconnected")   # its holder killed mid-turn
+    d1 = Delivery("m1", 1, "pod:b", T0 + 5.0, T0 + 5.1, None, error="URLError")     # refused at once, never admitted
+    d2 = Delivery("m1", 2, "pod:c", T0 + 20.0, T0 + 30.0, 200)
+    t0, t1 = turn("m1", T0 + 0.5, answered=False, ended=T0 + 1.0), turn("m1", T0 + 20.5)
+    found = admitted([d0, d1, d2], [t1, t0])
+    # the open delivery is preferred to an earlier one that got no answer
+    assert (found[id(t0)], found[id(t1)]) == (T0, T0 + 20.0)
+    t2 = turn("m1", T0 + 40.0)
+    assert admitted([d0, d1, d2], [t0, t1, t2])[id(t2)] == T0 + 5.0   # only the unanswered one is left
+    assert id(t2) not in admitted([d0, d2], [t0, t1, t2])
+
+
+# -- excused: a fault that makes Redis forget cannot be announced before it happens ----------
+
+def flush_at(at: float = ADMITTED - 1.0, shown: float = ADMITTED + 2.0, expect: bool = True) -> tuple[Fault, list[Sample]]:
+    fault = Fault("redis_flush", at, at + 0.1, "OK", Expectation("IdempotencyDegraded", "True", "DedupHistoryLost",
+                                                                  clears=False) if expect else None)
+    return fault, steady() + [held(shown, IdempotencyDegraded=("True", "DedupHistoryLost"))]
+
+
+def test_a_duplicate_admitted_between_a_flush_and_its_announcement_is_excused_by_it() -> None:
+    deliveries, turns = recorded_then_rerun(ADMITTED + 0.5)
+    deliveries[1] = Delivery("m1", 1, "pod:10.0.0.3", ADMITTED, ADMITTED + 2.0, 200)
+    fault, samples = flush_at()
+    report = run(deliveries, turns, samples, [fault])
+    assert (report["silent_duplicates"], report["announced_duplicates"], report["excused_duplicates"],
+            report["avoidable_duplicates"]) == (0, 0, 1, 0)
+    assert report["excused_by_fault"] == {"redis_flush": 1}
+    assert report["examples"]["excused_duplicates"][0] == {"msg": "m1", "turns": 2, "at": ADMITTED + 0.5,
+                                                           "admitted_after": ADMITTED, "fault": "redis_flush",
+                                                           "fault_started": ADMITTED - 1.0}
+    assert report["duplicates_at"]["excused"] == [ADMITTED + 0.5]
+    assert targets_met(report) is True
+    # once its condition shows, a re-run is announced as any other
+    later, samples = flush_at(at=ADMITTED - 5.0, shown=ADMITTED - 2.0)
+    assert run(deliveries, turns, samples, [later])["announced_duplicates"] == 1
+
+
+def test_a_forgetting_fault_shown_later_than_the_lag_excuses_nothing() -> None:
+    deliveries, turns = recorded_then_rerun(ADMITTED + 0.5)
+    deliveries[1] = Delivery("m1", 1, "pod:10.0.0.3", ADMITTED, ADMITTED + 2.0, 200)
+    fault, samples = flush_at(shown=ADMITTED - 1.0 + LAG + 0.5)
+    report = run(deliveries, turns, samples, [fault])
+    assert (report["silent_duplicates"], report["excused_duplicates"]) == (1, 0)
+    assert report["faults_late"] == 1 and targets_met(report) is False
+
+
+@pytest.mark.parametrize("kind", ["redis_restart", "sqlite_to_redis"])
+def test_a_forgetting_fault_that_announces_nothing_excuses_nothing(kind: str) -> None:
+    """A restart of a Redis that persists forgot nothing (no expectation); the switch from SQLite
+    migrates the records: a re-run across either is silent, not excused."""
+    deliveries, turns = recorded_then_rerun(ADMITTED + 0.5)
+    fault = Fault(kind, ADMITTED - 1.0, ADMITTED + 0.2)
+    report = run(deliveries, turns, faults=[fault])
+    assert (report["silent_duplicates"], report["excused_duplicates"]) == (1, 0)
+
+
+def test_a_forgetting_fault_excuses_no_message_whose_first_run_came_after_it() -> None:
+    fault, samples = flush_at(at=T0 + 5.0, shown=ADMITTED + 2.0)   # shown 41 s late: not on time anyway
+    deliveries, turns = carried_duplicate()
+    report = run(deliveries, turns, samples, [fault], lag=60.0)    # on time under this bound
+    assert (report["silent_duplicates"], report["excused_duplicates"]) == (1, 0)   # m1 first ran at T0+10.2
 
 
 def test_unanswered_turn_then_answered_turn_is_not_a_duplicate() -> None:
@@ -631,3 +738,107 @@ def test_a_partition_counts_how_long_the_cut_off_replica_took_traffic() -> None:
     assert targets_met(run(faults=[partition(3.5)])) is True
     lasting = Fault("replica_partition", T0, T0 + 30, "p", left_traffic_after_s=None, back_after_s=2.0)
     assert targets_met(run(faults=[lasting])) is False
+
+
+# -- issue 56's faults: their own bound, the coalesce refusal -------------------------------
+
+def claims_at_risk(shown_after: float, within: float | None = 10.0) -> dict:
+    """A holder cut off past the lease at T0+20: ExactlyOnceAdmission False ``shown_after`` s later."""
+    fault = Fault("long_partition", T0 + 20.0, T0 + 95.0, "gw-1", Expectation(
+        "ExactlyOnceAdmission", "False", clears=False, within=within), left_traffic_after_s=6.0)
+    samples = steady(T0 + 20.0) + [no_admission(T0 + 20.0 + shown_after), held(T0 + 100.0)]
+    return run(samples=samples, faults=[fault], lag=4.0)
+
+
+def test_a_fault_with_its_own_bound_is_held_to_it_not_to_the_lag() -> None:
+    in_time = claims_at_risk(7.0)
+    assert (in_time["fault_lag_max_s"], in_time["faults_late"], in_time["faults"][0]["bound_s"]) == (7.0, 0, 10.0)
+    assert targets_met(in_time) is True
+    late = claims_at_risk(11.0)
+    assert (late["faults_late"], targets_met(late)) == (1, False)
+    assert targets_met(claims_at_risk(7.0, within=None)) is False   # the lag bound (4 s) without its own
+
+
+def coalesce(refused: bool | None, warned: bool | None) -> Fault:
+    return Fault("coalesced_stop", T0 + 20.0, T0 + 21.0, "3 replicas", refused=refused, warned=warned)
+
+
+def test_the_coalesce_refusal_is_reported_and_a_target() -> None:
+    report = run(faults=[coalesce(True, True)])
+    assert (report["coalesce_refused"], report["coalesce_warned"]) == (True, True)
+    assert (report["faults"][0]["refused"], report["faults"][0]["warned"]) == (True, True)
+    assert targets_met(report) is True
+    accepted = run(faults=[coalesce(True, True), coalesce(False, True)])
+    assert (accepted["coalesce_refused"], targets_met(accepted)) == (False, False)
+    assert targets_met(run(faults=[coalesce(True, False)])) is False   # accepted under Warn without a word
+    assert (run()["coalesce_refused"], run()["coalesce_warned"], targets_met(run())) == (None, None, True)
+    assert "coalesce_refused" in table(report)
+
+
+def test_a_saved_report_with_the_new_faults_is_classified_again() -> None:
+    import json
+    from dataclasses import asdict
+    deliveries, turns = carried_duplicate()
+    faults = [coalesce(True, True), Fault("holder_pause", T0 + 20.0, T0 + 95.0, "gw-1", Expectation(
+        "ExactlyOnceAdmission", "False", clears=False, within=10.0))]
+    samples = steady() + [no_admission(ADMITTED + 1.0)]
+    report = classify(deliveries, turns, samples, faults, LAG)
+    saved = json.loads(json.dumps({**report, "timeline": [{"at": x.at, "conditions": x.conditions} for x in samples],
+                                   "records": {"deliveries": [asdict(d) for d in deliveries],
+                                               "turns": [asdict(t) for t in turns],
+                                               "faults": [asdict(f) for f in faults]}}))
+    again = reclassify(saved)
+    assert again == report and (again["announced_late_duplicates"], again["coalesce_refused"]) == (1, True)
+
+
+def test_a_long_partition_is_held_to_the_partition_bound_too() -> None:
+    cut = Fault("long_partition", T0, T0 + 75, "gw-1", left_traffic_after_s=7.5, back_after_s=3.0)
+    assert run(faults=[cut])["partition_in_traffic_max_s"] == 7.5
+    assert run(faults=[cut])["faults"][0]["left_traffic_after_s"] == 7.5
+    stayed = Fault("long_partition", T0, T0 + 75, "gw-1", left_traffic_after_s=None)
+    assert targets_met(run(faults=[stayed])) is False   # in the traffic for all 75 s
+
+
+# -- matching turns to deliveries: shapes from saved runs (seeds 53 and 71) ---------------------
+
+def test_a_delivery_that_waited_carries_the_turn_that_ended_as_it_was_answered() -> None:
+    """Seed 71's m71-00067: the first delivery waited 15 s (the switch) and carried the turn that
+    started second; a delivery sent just before the first turn carried it. Each turn takes the
+    open delivery answered closest to its end."""
+    waited = Delivery("m1", 0, "service", T0 + 17.3, T0 + 32.3, 200)
+    quick = Delivery("m1", 21, "pod:b", T0 + 29.0, T0 + 29.2, 200)
+    first, second = turn("m1", T0 + 29.1, ended=T0 + 29.15), turn("m1", T0 + 32.2, ended=T0 + 32.25)
+    found = admitted([waited, quick], [first, second])
+    assert (found[id(first)], found[id(second)]) == (T0 + 29.0, T0 + 17.3)
+
+
+def test_the_second_admission_is_the_later_of_the_first_two_in_time() -> None:
+    """Seed 71's m71-00036: admitted at T0+18 (it waited for its turn until T0+32.4) and again at
+    T0+29.4, just after a flush at T0+28.6 that took its claim, shown at T0+30.7: the second
+    admission (T0+29.4) came before the flush could be shown, so it is excused, though the turn
+    that started second is the one admitted first."""
+    flush = Fault("redis_flush", T0 + 28.6, T0 + 28.6, expect=Expectation("IdempotencyDegraded", "True",
+                                                                           "DedupHistoryLost", clears=False))
+    deliveries = [Delivery("m1", 0, "pod:a", T0 + 18.1, T0 + 32.4, 200), Delivery("m1", 21, "pod:b", T0 + 29.4, T0 + 31.7, 200)]
+    turns = [turn("m1", T0 + 31.6, ended=T0 + 31.65), turn("m1", T0 + 32.4, ended=T0 + 32.41)]
+    samples = steady(T0 + 30.0) + [degraded(T0 + 30.7)]
+    report = run(deliveries, turns, samples, [flush])
+    assert (report["silent_duplicates"], report["excused_duplicates"]) == (0, 1)
+    assert report["examples"]["excused_duplicates"][0]["admitted_after"] == T0 + 29.4
+
+
+def test_a_record_written_after_a_flush_took_the_running_turns_claim_is_not_trusted() -> None:
+    """Seed 53's m53-00002: a flush while the first turn ran took its claim; another replica claimed
+    the message (its holder then force-deleted), so the first turn's record, written after, did
+    not take; when the dead holder's claim expired a retry ran it again. Not avoidable (Redis did
+    not hold the record); a record written before the flush would have been gone too."""
+    flush = Fault("redis_flush", T0 + 29.0, T0 + 29.0, expect=Expectation("IdempotencyDegraded", "True",
+                                                                           "DedupHistoryLost", clears=False))
+    deliveries = [Delivery("m1", 0, "pod:a", T0, T0 + 36.7, 200),
+                  Delivery("m1", 10, "pod:b", T0 + 30.0, T0 + 54.6, None, error="RemoteDisconnected"),
+                  Delivery("m1", 16, "pod:a", T0 + 115.6, T0 + 152.4, 200)]
+    turns = [turn("m1", T0 + 0.01, ended=T0 + 36.7), turn("m1", T0 + 30.0, answered=False, ended=T0 + 54.6),
+             turn("m1", T0 + 115.7, ended=T0 + 152.3)]
+    report = run(deliveries, turns, steady(T0 + 200.0), [flush])
+    assert report["avoidable_duplicates"] == 0
+    assert run(deliveries, turns, steady(T0 + 200.0))["avoidable_duplicates"] == 1   # without the flush: avoidable
