@@ -97,3 +97,49 @@ def test_within_the_window_a_turn_whose_history_cannot_be_read_is_refused_not_ru
             redis_server.start()
         assert "s-2" not in a.seen and "s-3" not in a.seen
     asyncio.run(go())
+
+
+def test_a_turn_that_cannot_take_its_sessions_lock_is_refused_not_run_beside_the_earlier_one(
+        redis_server: RedisServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A session's turn waits for the turn before it (the lock); one that waited its whole bound
+    once ran anyway, on a history the earlier, still running turn had not written yet (a split).
+    Now it fails (the gateway answers 500 and releases the claim; the provider retries later), and
+    the earlier turn's messages are all there when the retry runs."""
+    monkeypatch.setattr(gwop_sessions, "SESSION_LOCK_WAIT_SECONDS", 1.0)
+
+    async def go() -> None:
+        a, b = Replica(redis_server), Replica(redis_server)
+        a.gates["s-0"] = asyncio.Event()
+        first = asyncio.ensure_future(a.turn("s", "s-0"))
+        while "s-0" not in a.seen:
+            await asyncio.sleep(0.05)
+        with pytest.raises(gwop_sessions.SessionBusy):
+            await b.turn("s", "s-1")
+        assert "s-1" not in b.seen  # never dispatched
+        a.gates["s-0"].set()
+        await first
+        await b.turn("s", "s-1")     # the provider's retry
+        assert b.seen["s-1"] == ["s-0"]
+    asyncio.run(go())
+
+
+def test_a_session_lock_lost_while_its_turn_runs_is_said(redis_server: RedisServer,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """The lock's renewal used to stop without a word when it found the lock gone (expired under a
+    busy pool, flushed): a turn of the same session elsewhere could then read the history without
+    this one's messages. It is counted and said now."""
+    monkeypatch.setattr(gwop_sessions, "SESSION_LOCK_LEASE_MS", 600)   # renewed every 0.2 s
+
+    async def go() -> None:
+        a = Replica(redis_server)
+        a.gates["s-0"] = asyncio.Event()
+        first = asyncio.ensure_future(a.turn("s", "s-0"))
+        while "s-0" not in a.seen:
+            await asyncio.sleep(0.05)
+        admin = redis_server.client()
+        admin.delete(*admin.keys(f"{PREFIX}*lock*"))
+        await asyncio.sleep(0.6)
+        a.gates["s-0"].set()
+        await first
+        assert a.sessions.locks_lost == 1
+    asyncio.run(go())

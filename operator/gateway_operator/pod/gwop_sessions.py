@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import concurrent.futures
 import copy
 import os
 import threading
@@ -20,7 +21,16 @@ from gwop_log import say
 from gwop_redis import RELEASE_LUA, redis_client
 
 SESSION_LOCK_LEASE_MS = 30_000     # renewed while the turn runs; a dead replica's lock goes after it
-SESSION_LOCK_WAIT_SECONDS = 300.0  # a turn waits this long for its session's earlier turn, then runs
+SESSION_LOCK_WAIT_SECONDS = 300.0  # a turn waits this long for its session's earlier turn, then is refused
+# extend KEYS[1]'s expiry only while it still holds ARGV[1] (this turn's session lock)
+RENEW_LOCK_LUA = ("if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('pexpire', KEYS[1], ARGV[2]) "
+                  "else return 0 end")
+
+
+class SessionBusy(Exception):
+    """A turn whose session's earlier turn still holds the lock past SESSION_LOCK_WAIT_SECONDS: it
+    fails (the gateway answers 500 and releases the webhook's claim), and the provider's retry runs
+    it once the earlier turn is done, never beside it on the same history."""
 DEFAULT_MAX_SESSIONS = 10_000      # api.SessionsSpec.max_sessions's default
 
 
@@ -129,6 +139,10 @@ class SharedSessions:
         self.unsaved: "collections.OrderedDict[str, List[Dict[str, Any]]]" = collections.OrderedDict()
         self._saver: "Optional[asyncio.Future[None]]" = None
         self._unsaved_lock = threading.Lock()  # the loop adds, a worker thread writes back
+        # the session locks' renewals, on threads of their own: never behind the agent's blocking
+        # work in the event loop's default executor (a busy pool let a lock expire under its turn)
+        self._renewals = concurrent.futures.ThreadPoolExecutor(max_workers=2, thread_name_prefix="gwop-session-lock")
+        self.locks_lost = 0  # turns whose session lock went while they ran (said in the log)
 
     def _remember(self, session: str, history: List[Dict[str, Any]]) -> None:
         self.local[session] = history[-self.inner.max_messages:]
@@ -185,16 +199,23 @@ class SharedSessions:
 
     async def _renew(self, session: str, token: str) -> None:
         """Every third of the lease, while the turn runs: a failed renewal (Redis paused) is tried
-        again at the next one, so the lock outlives an outage shorter than its lease."""
+        again at the next one, so the lock outlives an outage shorter than its lease. A lock found
+        gone is said (the turn goes on: a turn of the same session elsewhere may read the history
+        without this one's messages) and counted."""
         _, lock = self._keys(session)
+        loop = asyncio.get_running_loop()
         while True:
             await asyncio.sleep(SESSION_LOCK_LEASE_MS / 3000)
             try:
-                if await asyncio.to_thread(self.client.get, lock) not in (token, token.encode()):
-                    return
-                await asyncio.to_thread(self.client.pexpire, lock, SESSION_LOCK_LEASE_MS)
+                renewed = await loop.run_in_executor(self._renewals, self.client.eval, RENEW_LOCK_LUA, 1, lock,
+                                                     token, SESSION_LOCK_LEASE_MS)
             except Exception:  # noqa: BLE001 - the next renewal tries again
                 continue
+            if not int(renewed or 0):
+                self.locks_lost += 1
+                say(f"a session's lock went while its turn ran ({self.locks_lost} so far): a turn of the same "
+                    "session on another replica may have read its history without this turn's messages")
+                return
 
     async def run(self, session: str, agent: Any, dispatch: Any, content: str, *args: Any, **kwargs: Any) -> Any:
         """One turn of ``session`` on a copy of ``agent`` whose history is the session's."""
@@ -210,16 +231,19 @@ class SharedSessions:
         self._start_saving()
         try:
             locked = await self._lock(session, token)
-            if session in self.unsaved:  # this session's earlier turns first
+            if session in self.unsaved and locked:  # this session's earlier turns first
                 await asyncio.to_thread(self.save_unsaved, session)
-            history = await asyncio.to_thread(self.load, session)
+            history = await asyncio.to_thread(self.load, session) if locked else []
         except Exception as exc:  # noqa: BLE001 - Redis unusable: this turn runs on this replica's copy
             self._note_failure(exc)
             if locked:  # taken, then the history could not be read: let the next turn have it
                 await self._unlock(lock, token)
             self._refuse_while_closed()
             return await self._run_local(session, agent, dispatch, content, *args, **kwargs)
-        renew = asyncio.ensure_future(self._renew(session, token)) if locked else None
+        if not locked:  # an earlier turn of the session still runs: never two turns on one history
+            raise SessionBusy(f"an earlier turn of this conversation has held its lock for "
+                              f"{SESSION_LOCK_WAIT_SECONDS:g}s; retry later")
+        renew = asyncio.ensure_future(self._renew(session, token))
         try:
             turn_agent = _turn_copy(agent, history)
             result = await dispatch(turn_agent, content, *args, **kwargs)
