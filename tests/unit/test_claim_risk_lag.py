@@ -17,7 +17,6 @@ import subprocess
 import sys
 import textwrap
 import time
-from typing import Any
 
 import kopf
 from kopf._core.engines import posting
