@@ -108,6 +108,12 @@ PER_REPLICA_STORES = "PerReplicaStores"    #: several replicas, each with its ow
 STORE_NOT_PERSISTENT = "StoreNotPersistent"  #: one replica, SQLite in an emptyDir
 NO_REPLICAS = "NoReplicas"                 #: nothing runs
 REDIS_UNREACHABLE = "RedisUnreachable"     #: the shared store is not reachable
+#: a replica holds claims it cannot renew (it says so, or it holds claims while it cannot use Redis), or
+#: one that held claims at its last answer does not answer: a claim may expire while its turn runs
+CLAIMS_AT_RISK = "ClaimsAtRisk"
+#: a replica says it has not been able to use Redis for CUT_OFF_AFTER_S: it admits best-effort after its
+#: fail-closed window
+REPLICA_CANNOT_REACH_REDIS = "ReplicaCannotReachRedis"
 IDEMPOTENCY_DEGRADED = "IdempotencyDegraded"  #: some replica is not deduplicating through Redis
 REPLICAS_UNVERIFIED = "ReplicasUnverified"  #: some replica did not answer GET /health
 

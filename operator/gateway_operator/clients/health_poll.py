@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from typing import Iterable
+from typing import Iterable, Mapping
 
 from gateway_operator.clients.fair_timeout import fair_timeout
 from gateway_operator.core.health import Idempotency, ReplicaHealth, Target, parse_answer
@@ -209,15 +209,18 @@ class Poller:
         self._connections: dict[tuple[str, int], _Exchange] = {}
 
     async def poll(self, targets: Iterable[Target], timeout: float, max_concurrency: int,
-                   keep_alive: bool = False) -> list[ReplicaHealth]:
-        targets = list(targets)
+                   keep_alive: bool = False, timeouts: Mapping[str, float] | None = None) -> list[ReplicaHealth]:
+        """Each target's answer; ``timeouts``: a shorter timeout for some pods (a holder of claims:
+        schedule.answer_timeout)."""
+        targets, timeouts = list(targets), timeouts or {}
         polled = {(t.ip, t.port) for t in targets}
         for key in [k for k in self._connections if k not in polled]:
             self._connections.pop(key).close()
         if not targets:
             return []
         gate = asyncio.Semaphore(max_concurrency) if len(targets) > max_concurrency else None
-        return list(await asyncio.gather(*(self._poll_one(t, timeout, gate, keep_alive) for t in targets)))
+        return list(await asyncio.gather(*(self._poll_one(t, timeouts.get(t.pod, timeout), gate, keep_alive)
+                                             for t in targets)))
 
     async def _poll_one(self, target: Target, timeout: float, gate: asyncio.Semaphore | None,
                         keep_alive: bool) -> ReplicaHealth:

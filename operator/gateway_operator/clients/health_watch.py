@@ -7,7 +7,11 @@ launcher's tick, and a silent replica still answers once an interval. Each answe
 change calls ``news`` (the loop publishes it: schedule.health_news); every answer calls
 ``answered`` (the poll counter). A replica whose watch does not answer as the launcher does
 (another image, an older launcher, a port refused, an answer without the tag) is polled by the
-loop as before (health_poll.Poller) while the watch is tried again later (schedule.watch_retry).
+loop as before (health_poll.Poller) while the watch is tried again later (schedule.watch_retry);
+a watch that fails after it answered wakes the loop (``news``), which polls that replica at once.
+A replica whose last answer said it holds claims is asked to answer every
+schedule.HOLDER_HEARD_S and waited for HOLDER_TIMEOUT_S past that: one paused mid-turn is noticed
+within seconds, well within its claim lease (claim_risk.py).
 
 What a replica answers is the tenant's: read with the same bounds as a poll (health_poll._Exchange:
 the head's size, the body's, and a deadline of the wait plus the poll timeout).
@@ -103,13 +107,17 @@ class Watch:
                 if followed.failures == 0:
                     log.debug("health watch of pod %s failed (%s): polled instead", followed.target.pod,
                               type(e).__name__)
-                followed.last, since, due = None, "", None
+                stood, followed.last, since, due = followed.last, None, "", None
+                if stood is not None:
+                    self.news()   # its answer no longer stands: the loop polls it now, not at the next interval
                 await asyncio.sleep(schedule.watch_retry(followed.failures))
                 followed.failures += 1
                 continue
             except Exception as e:  # noqa: BLE001 - a surprise in one replica's watch never ends it
                 log.warning("health watch of pod %s failed: %s", followed.target.pod, type(e).__name__)
-                followed.last, since, due = None, "", None
+                stood, followed.last, since, due = followed.last, None, "", None
+                if stood is not None:
+                    self.news()
                 await asyncio.sleep(schedule.watch_retry(followed.failures))
                 followed.failures += 1
                 continue
@@ -128,7 +136,8 @@ class Watch:
 
     async def _ask(self, followed: _Followed, wait: float, since: str) -> tuple[ReplicaHealth, str]:
         target = followed.target
-        async with fair_timeout(wait + self.timeout):
+        # a holder of claims is waited for no longer than HOLDER_TIMEOUT_S past its wait (schedule.py)
+        async with fair_timeout(wait + schedule.answer_timeout(self.timeout, followed.last)):
             exchange = followed.exchange
             if exchange is None or not exchange.open or exchange.answer is not None:
                 if exchange is not None:

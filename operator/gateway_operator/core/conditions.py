@@ -15,12 +15,12 @@ from gateway_operator.api import reasons as R
 from gateway_operator.api import IDEMPOTENCY_OWNER
 from gateway_operator.api.redis_target import RedisTarget
 from gateway_operator.api.replica_state import channel_warning
-from gateway_operator.core import compat
+from gateway_operator.core import claim_risk, compat
 from gateway_operator.core.dedup_history import MEMORY_CLEAR_BELOW, MEMORY_WARN_AT, History, durability, lost_message
-from gateway_operator.core.health import DESCRIPTIONS, Idempotency, ReplicaHealth
+from gateway_operator.core.health import DESCRIPTIONS, UNUSABLE, Idempotency, ReplicaHealth
 from gateway_operator.core.pods import Observed
 from gateway_operator.core.probe_result import ProbeResult
-from gateway_operator.core.replicas import gate_holds
+from gateway_operator.core.replicas import CUT_OFF_AFTER_S, gate_holds
 from gateway_operator.core.rollouts import RolloutState
 from gateway_operator.core.unrecorded import Unrecorded
 from gateway_operator.core.unrecorded import message as unrecorded_message
@@ -84,6 +84,8 @@ class Facts:
     memory_warned: bool = False  # RedisDurable said RedisNearlyFull last time (it holds down to 80%)
     refused: Sequence[tuple[str, str]] = ()  # (pod, the launcher's line): pods that refused the gateway (exit 78)
     channels: Sequence[tuple[str, str]] = ()  # (channel, how): bots every replica would run (replica_state)
+    # replicas that held claims at their last answer and do not answer now (claim_risk.remember, silent)
+    silent_holders: Sequence[claim_risk.Holder] = ()
 
     @property
     def dedup_lost(self) -> bool:
@@ -102,6 +104,19 @@ class Facts:
     @property
     def degraded(self) -> list[ReplicaHealth]:
         return [h for h in self.health if h.state in _SEVERITY]
+
+    @property
+    def claims_at_risk(self) -> list[str]:
+        """Why claims may expire while their turns run, by pod (claim_risk.risks); [] without Redis."""
+        return claim_risk.risks(self.health, self.silent_holders) if self.store_backend == "redis" else []
+
+    @property
+    def cut_off(self) -> list[str]:
+        """Replicas that say they have not been able to use Redis for CUT_OFF_AFTER_S (the bound
+        the readiness gate uses): each holds webhooks for its fail-closed window, then admits them
+        best-effort, and whatever reaches another replica runs again."""
+        return sorted(h.pod for h in self.health if h.redis in UNUSABLE
+                      and (h.unusable_for_s or 0.0) >= CUT_OFF_AFTER_S)
 
 
 @dataclass(frozen=True)
@@ -236,8 +251,30 @@ def _exactly_once(f: Facts) -> Condition:
                       "admitted webhooks; enable spec.persistence")
         return Condition(EXACTLY_ONCE, "True", R.SINGLE_REPLICA_DURABLE_STORE,
                          "one replica on a SQLite store kept on a PersistentVolumeClaim")
+    # Precedence, the first that holds names the reason (each of these makes the condition False):
+    # 1. RedisUnreachable: the operator itself cannot reach the store; it is the cause the others
+    #    usually follow from (every replica's claims are then at risk too: said in its message);
+    # 2. ClaimsAtRisk: a live risk on named pods that becomes a second run once a claim expires
+    #    (within the lease): the announcement issue 56 asks for, shown before the other replica could
+    #    admit, and what to act on first (a paused or cut-off pod);
+    # 3. ReplicaCannotReachRedis: a live risk on named pods too, one step further off (the replica
+    #    admits best-effort only after its fail-closed window);
+    # 4. DedupHistoryLost, AdmissionsNotRecorded: windows that outlive their cause by one record TTL
+    #    (nothing left to act on), before
+    # 5. IdempotencyDegraded (a replica's gateway admits best-effort now), as before;
+    # then ReplicasUnverified (Unknown: nothing is known to be wrong).
+    at_risk, cut_off = f.claims_at_risk, f.cut_off
     if f.probe is None or not f.probe.ok:
-        return no(R.REDIS_UNREACHABLE, "the shared Redis idempotency store is not reachable")
+        also = f"; also claims at risk: {'; '.join(at_risk)}" if at_risk else ""
+        return no(R.REDIS_UNREACHABLE, "the shared Redis idempotency store is not reachable" + also)
+    if at_risk:
+        return no(R.CLAIMS_AT_RISK, "a turn may run on after its claim expires in Redis, and the webhook's "
+                  f"redelivery to another replica then runs it again: {'; '.join(at_risk)}")
+    if cut_off:
+        return no(R.REPLICA_CANNOT_REACH_REDIS,
+                  f"{len(cut_off)} replicas cannot use Redis for {CUT_OFF_AFTER_S:.0f} s or more (pods: "
+                  f"{', '.join(cut_off)}): each holds webhooks for its fail-closed window, then admits them "
+                  "best-effort, and a redelivery to another replica runs them again")
     if f.dedup_lost:
         return no(R.DEDUP_HISTORY_LOST, lost_message(f.dedup))
     if f.unrecorded_open:

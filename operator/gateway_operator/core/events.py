@@ -24,6 +24,10 @@ def _when(status: str | None, event: str, reason: str | None = None, message: st
     return rule
 
 
+#: ExactlyOnceAdmission reasons that post a Warning: a shape that never holds, and the announcements
+#: of a risk on named pods (claim_risk.py), which must be seen before the second run can happen
+_NOT_HELD = (R.PER_REPLICA_STORES, R.CLAIMS_AT_RISK, R.REPLICA_CANNOT_REACH_REDIS)
+
 #: per condition type, its rules in order; the first that matches posts the Event
 EVENTS: Mapping[str, tuple[_Rule, ...]] = {
     C.STALLED: (_when("True", "Warning"),),
@@ -40,7 +44,7 @@ EVENTS: Mapping[str, tuple[_Rule, ...]] = {
     C.REPLICA_SAFE_CHANNELS: (_when("False", "Warning"),),
     C.EXACTLY_ONCE: (
         lambda t: (("Warning", "ExactlyOnceNotHeld", t.new["message"])
-                   if t.new["status"] == "False" and t.new["reason"] == R.PER_REPLICA_STORES else None),
+                   if t.new["status"] == "False" and t.new["reason"] in _NOT_HELD else None),
         _when("True", "Normal", "ExactlyOnceAdmission", was=lambda old: old is not None)),
 }
 

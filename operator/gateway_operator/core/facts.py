@@ -10,16 +10,18 @@ from gateway_operator.api import GatewaySpec
 from gateway_operator.api import reasons as R
 from gateway_operator.api import replica_state
 from gateway_operator.core import conditions as C
-from gateway_operator.core import dedup_history, unrecorded
+from gateway_operator.core import claim_risk, dedup_history, unrecorded
 from gateway_operator.core.conditions import Facts
 from gateway_operator.core.health import ReplicaHealth
 from gateway_operator.core.outcome import Outcome
 
 def gather(body: Mapping[str, Any], spec: GatewaySpec | None, outcome: Outcome, replicas: Sequence[ReplicaHealth],
-          now: float, gone: Sequence[ReplicaHealth] = ()) -> Facts:
+          now: float, gone: Sequence[ReplicaHealth] = (), silent_holders: Sequence[claim_risk.Holder] = ()) -> Facts:
     """What conditions.compute reads: the spec, the pass's ``outcome`` (reconcile.Outcome, its
     problem as the schedule shows it), the poll's ``replicas`` (``gone``: the last answers of replicas
-    that went away since the last publish), the canary's history and the unrecorded admissions."""
+    that went away since the last publish; ``silent_holders``: replicas that held claims at their
+    last answer and do not answer now, claim_risk.silent), the canary's history and the unrecorded
+    admissions."""
     observed = outcome.observed
     return Facts(
         generation=int(body["metadata"].get("generation") or 0),
@@ -36,7 +38,7 @@ def gather(body: Mapping[str, Any], spec: GatewaySpec | None, outcome: Outcome, 
         sessions_store=spec.sessions_store if spec else "replica", target=outcome.target, rollout=outcome.rollout,
         memory_warned=_said(body, C.REDIS_DURABLE, R.REDIS_NEARLY_FULL), refused=outcome.refused,
         channels=replica_state.channels_on_every_replica(spec.config, spec.pod.get("env"), spec.replicas)
-        if spec else ())
+        if spec else (), silent_holders=tuple(silent_holders))
 
 
 def _said(body: Mapping[str, Any], type_: str, reason: str) -> bool:

@@ -64,6 +64,20 @@ VERSIONED = ("praisonai-bot", "praisonaiagents")     # the packages whose versio
 _VERSION = re.compile(r"[0-9A-Za-z.+!_-]{1,64}")     # a version as PEP 440 spells one (or a local build)
 
 
+class Claims(NamedTuple):
+    """What a launcher says of the claims it holds (its turns admitted and not yet recorded or
+    released), as the operator reads them; an image that says none of it reads as all zeros and
+    None ("not said"). A claim renewed on time is no risk; one whose renewal failed may expire in
+    Redis while its turn still runs, and another replica may then admit the same webhook."""
+
+    held: int = 0                          # claims_held
+    unrenewed: int = 0                     # claims_unrenewed: held, and the last renewal round did not go through
+    expire_in_s: float | None = None       # claims_expire_in_s: the closest to expiry, seconds left (>= 0)
+    renew_failing_for_s: float | None = None  # renew_failing_for_s: how long renewal rounds have failed
+    fenced: int = 0                        # fenced: turns it stopped before their claim could expire
+    lease_s: float | None = None           # claim_lease_s: the lease in force (None: an older launcher)
+
+
 @dataclass(frozen=True)
 class ReplicaHealth:
     pod: str
@@ -80,6 +94,7 @@ class ReplicaHealth:
     journalled: int = 0   # admitted while it could not use Redis, not yet written there
     # while its own view is "unreachable" or "refusing": for how long (None: not given)
     unusable_for_s: float | None = None
+    claims: Claims = Claims()   # the claims it holds, as far as it says
 
 
 def classify(health: Mapping[str, Any]) -> Idempotency:
@@ -109,9 +124,27 @@ class OwnView(NamedTuple):
     last_unrecorded_at: float | None = None
     journalled: int = 0
     unusable_for_s: float | None = None
+    claims: Claims = Claims()
 
 
 MAX_COUNT = 10**9
+#: a claim lease the operator believes a launcher states (the CRD bounds claimLeaseSeconds far below)
+MAX_LEASE_S = 3600.0
+
+
+def _claims(store: Mapping[str, Any]) -> Claims:
+    """The claim keys of the launcher's idempotency section, each checked as the others are: a
+    count within MAX_COUNT, a duration within its bound, anything else not said. A claim past its
+    expiry may be reported with seconds below zero: that is 0 left."""
+    def count(key: str) -> int:
+        return int(_number(store.get(key), MAX_COUNT) or 0)
+
+    left = store.get("claims_expire_in_s")
+    if isinstance(left, (int, float)) and not isinstance(left, bool) and -MAX_SECONDS <= left < 0:
+        left = 0.0
+    lease = _number(store.get("claim_lease_s"), MAX_LEASE_S)
+    return Claims(count("claims_held"), count("claims_unrenewed"), _number(left, MAX_SECONDS),
+                  _number(store.get("renew_failing_for_s"), MAX_SECONDS), count("fenced"), lease or None)
 
 
 def _number(value: Any, top: float) -> float | None:
@@ -122,9 +155,9 @@ def _number(value: Any, top: float) -> float | None:
 
 def own_view(health: Mapping[str, Any]) -> OwnView:
     """What the replica's launcher says of itself: its view of Redis (one of OWN_REDIS), the
-    versions it runs, while it reaches Redis for how long without a break, and what it admitted
-    that may never reach Redis. The body is the tenant's: anything unexpected is left out, never
-    copied."""
+    versions it runs, while it reaches Redis for how long without a break, what it admitted
+    that may never reach Redis, and the claims it holds (``Claims``). The body is the tenant's:
+    anything unexpected is left out, never copied."""
     section = health.get(OWN_SECTION)
     if not isinstance(section, Mapping):
         return OwnView()
@@ -139,7 +172,8 @@ def own_view(health: Mapping[str, Any]) -> OwnView:
     return OwnView(redis, found if found and ok else (), since, lost,
                    _number(store.get("last_unrecorded_at"), 1e11) if lost else None,
                    int(_number(store.get("journalled"), MAX_COUNT) or 0),
-                   _number(store.get("unusable_for_s"), MAX_SECONDS) if redis in UNUSABLE else None)
+                   _number(store.get("unusable_for_s"), MAX_SECONDS) if redis in UNUSABLE else None,
+                   _claims(store))
 
 
 @dataclass(frozen=True)

@@ -16,8 +16,10 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
+from typing import Sequence
 
 from gateway_operator.api import reasons
+from gateway_operator.core.claim_risk import holds
 from gateway_operator.core.conditions import Problem
 from gateway_operator.core.health import ReplicaHealth
 from gateway_operator.core.outcome import Outcome
@@ -45,6 +47,17 @@ NEWS_GAP_S = 1.0
 #: a duration a replica reports crosses a bound the operator acts on this long after the long-poll
 #: that asks for it: its answer rounds to a tenth, and the tick that reads it is 0.2 s
 CROSSING_SLACK_S = 0.3
+#: a replica whose last answer said it holds claims (claim_risk.holds) is heard at least this often
+#: (its long-poll waits no longer; without a watch it is polled this often), and waited for no
+#: longer than HOLDER_TIMEOUT_S past that (whatever spec.health.timeoutSeconds says): a holder that
+#: stops answering (paused, starved, cut off from the operator) must be noticed well within its
+#: claim lease (60 s by default), since another replica may admit its webhook once the claim
+#: expires. Through the watch: the long-poll fails HOLDER_HEARD_S + HOLDER_TIMEOUT_S after it was
+#: sent (+ WATCH_MIN_GAP_S after the last answer), the loop is woken (NEWS_GAP_S at most) and polls
+#: that replica at once (HOLDER_TIMEOUT_S): about 7.5 s at most, then a status write. Through polls:
+#: HOLDER_HEARD_S + HOLDER_TIMEOUT_S, 4 s. The cost: one answer every 2 s per holder, not per interval
+HOLDER_HEARD_S = 2.0
+HOLDER_TIMEOUT_S = 2.0
 
 
 class PassKind(enum.Enum):
@@ -128,13 +141,28 @@ def watch_wait(until_due: float, last: ReplicaHealth | None) -> float:
     (``watch_due``: the interval is the longest silence), shortened to when a duration the
     operator acts on crosses its bound (a replica cut off from Redis, or one reaching it again, for
     CUT_OFF_AFTER_S: replicas.out_of_traffic). A duration is not in the watch's tag, so its
-    crossing is asked for, not announced."""
+    crossing is asked for, not announced. A holder of claims is heard every HOLDER_HEARD_S, so that
+    one that stops answering is noticed within seconds."""
     wait = until_due
+    if last is not None and holds(last):
+        wait = min(wait, HOLDER_HEARD_S)
     if last is not None:
         for since in (last.answers_for_s, last.unusable_for_s):
             if since is not None and since < CUT_OFF_AFTER_S:
                 wait = min(wait, CUT_OFF_AFTER_S - since + CROSSING_SLACK_S)
     return max(WATCH_MIN_GAP_S, wait)
+
+
+def answer_timeout(timeout: float, last: ReplicaHealth | None) -> float:
+    """How long past its wait a replica's answer is waited for: ``timeout`` (spec.health), no more
+    than HOLDER_TIMEOUT_S for a replica whose last answer said it holds claims."""
+    return min(timeout, HOLDER_TIMEOUT_S) if last is not None and holds(last) else timeout
+
+
+def poll_every(interval: float, unwatched: Sequence[ReplicaHealth]) -> float:
+    """The poll's cadence: spec.health's interval, no longer than HOLDER_HEARD_S while a replica
+    polled without a watch said at its last answer that it holds claims."""
+    return min(interval, HOLDER_HEARD_S) if any(holds(h) for h in unwatched) else interval
 
 
 def watch_retry(failures: int) -> float:
@@ -246,6 +274,10 @@ class Schedule:
         """The step itself failed (not the pass): the next full pass backs off."""
         self.next_full = now + backoff(self.failures, self.timing.problem_backoff)
         self.failures += 1
+
+    def hurry_poll(self, now: float, within: float) -> None:
+        """The next poll comes within ``within`` (a replica polled without a watch holds claims)."""
+        self.next_poll = min(self.next_poll, now + within)
 
     def restart_allowed(self, now: float, cooldown: float) -> bool:
         return now - self.last_restart >= cooldown

@@ -28,7 +28,7 @@ from gateway_operator.api.tenancy import Claim
 from gateway_operator.clients import health_poll, health_watch
 from gateway_operator.clients.kube import SILENT, Kube, NotHeld
 from gateway_operator.clients.redis_probe import KeptConnection, Prober
-from gateway_operator.core import health, render, schedule, unrecorded
+from gateway_operator.core import claim_risk, health, render, schedule, unrecorded
 from gateway_operator.core.conditions import Facts, Problem, settled_at
 from gateway_operator.core.expose import Exposure
 from gateway_operator.core.facts import gather as gather_facts
@@ -105,6 +105,11 @@ class GatewayController:
     # replicas gone while their last answer said webhooks journalled: waiting for their stop's word
     _leaving: dict[str, unrecorded.Leaving] = field(default_factory=dict)
     _carried: set[str] = field(default_factory=set)  # ... of those, the ones that gave it
+    # replicas whose last answer said they hold claims (claim_risk.remember): one that stops answering
+    # keeps ExactlyOnceAdmission False (ClaimsAtRisk) until it answers, or its pod is gone and its
+    # claims have had time to expire, whether or not it is still polled
+    _holders: dict[str, claim_risk.Holder] = field(default_factory=dict)
+    _watched: set[str] = field(default_factory=set)  # replicas whose health watch stood in at the last step
 
     def __post_init__(self) -> None:
         self.log = ObjectLog(log, {"object": f"{self.namespace}/{self.name}"})
@@ -182,7 +187,10 @@ class GatewayController:
         spec = checked.spec if checked else None
         health_spec = spec.health if spec else HealthSpec()
         started = time.monotonic()
-        kind, poll_due = self.schedule.begin(started, health_spec.interval_seconds, random.uniform(0.5, 1.0),
+        # a replica polled without a watch that holds claims is polled every schedule.HOLDER_HEARD_S
+        every = schedule.poll_every(health_spec.interval_seconds,
+                                    [h for pod, h in self._health.items() if pod not in self._watched])
+        kind, poll_due = self.schedule.begin(started, every, random.uniform(0.5, 1.0),
                                              passing=self._pending is not None)
         news = self.schedule.take_news(started)  # what a health watch brought: published in this step
         if self._pending is None:
@@ -196,6 +204,10 @@ class GatewayController:
         # full pass queued behind others for the API threads never delays what the replicas
         # report, and no poll is skipped
         replicas = await self._poll(health_spec, poll_due)
+        every = schedule.poll_every(health_spec.interval_seconds,
+                                    [h for h in replicas if h.pod not in self._watched])
+        if every < health_spec.interval_seconds:  # a replica took claims since: polled again that soon
+            self.schedule.hurry_poll(time.monotonic(), every)
         if spec is not None:
             await self._gate(spec, replicas)
         # a poll's news is published with the pass when it ends within its Redis probe's bound, so
@@ -224,7 +236,8 @@ class GatewayController:
         self._leaving, left = unrecorded.settle(self._leaving, {p.name for p in self.pods()}, self._carried,
                                                 time.monotonic(), spec.drain_seconds if spec else 0.0)
         self._carried &= set(self._leaving)
-        facts = gather_facts(body, spec, outcome, replicas, time.time(), self._gone + left)
+        facts = gather_facts(body, spec, outcome, replicas, time.time(), self._gone + left,
+                             claim_risk.silent(self._holders, replicas))
         policy = render.gateway_network_policy_name(self.name) if spec and spec.network_policy.enabled else ""
         # the autoscaler and PodMonitor asked for; a spec that does not parse keeps what status said,
         # so that they are still removed once a spec without them comes
@@ -302,10 +315,17 @@ class GatewayController:
             now = time.monotonic()
             watched = {t.pod: h for t in targets if (h := self.watch.answer(t.pod, now)) is not None}
         self._health.update(watched)
-        asked = [t for t in targets if t.pod not in watched and (due or t.pod not in self._health)]
+        # a replica whose watch stood in at the last step and no longer does (it failed: its news woke
+        # this step) is polled now, not at the next interval: it may be a holder that stopped answering
+        asked = [t for t in targets if t.pod not in watched and
+                 (due or t.pod not in self._health or t.pod in self._watched)]
+        self._watched = set(watched)
         if asked:
+            timeouts = {t.pod: schedule.answer_timeout(health_spec.timeout_seconds, self._health.get(t.pod))
+                        for t in asked}
             answers = await self.poller.poll(asked, health_spec.timeout_seconds, health_spec.max_concurrency,
-                                             keep_alive=health_spec.interval_seconds < health_poll.REUSE_WITHIN_S)
+                                             keep_alive=health_spec.interval_seconds < health_poll.REUSE_WITHIN_S,
+                                             timeouts=timeouts)
             metrics.polled(self.namespace, self.name, (r.state.value for r in answers))
             self._health.update((r.pod, r) for r in answers)
         live = {p.name for p in self.pods() if not p.deleting}
@@ -317,6 +337,8 @@ class GatewayController:
             else:
                 self._gone.append(last)
         self._health = {t.pod: self._health[t.pod] for t in targets if t.pod in self._health}
+        self._holders = claim_risk.remember(self._holders, list(self._health.values()),
+                                            {p.name for p in self.pods()}, time.monotonic())
         return list(self._health.values())
 
     async def _gate(self, spec: GatewaySpec, replicas: Sequence[health.ReplicaHealth]) -> None:
