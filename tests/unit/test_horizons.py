@@ -143,3 +143,16 @@ def test_the_operators_windows_last_the_spec_record_ttl() -> None:
     gone = ReplicaHealth("gw-0", Idempotency.HEALTHY, unrecorded=2, last_unrecorded_at=2000.0)
     f = facts.gather(body, spec, Outcome(target=target), (gone,), 2000.0)
     assert f.unrecorded.until == 2000.0 + 3 * 86400
+
+
+def test_the_launcher_sets_the_record_ttl_of_the_installed_gateway_before_its_store_is_built(tmp_path, monkeypatch) -> None:
+    """gwop_upstream.set_record_ttl on the real praisonai-bot: the store it then builds (SQLite here, no
+    backend named) keeps records for the spec's TTL, not 0.1.16's 24 h; once built, it is refused."""
+    import gwop_upstream as upstream
+    monkeypatch.setenv("HOME", str(tmp_path))  # the SQLite store lives under ~/.praisonai/state
+    assert upstream.missing() == []
+    gateway = upstream.build_gateway("127.0.0.1", 8799, [], "t" * 32, None, None)
+    upstream.set_record_ttl(gateway, 3 * 86400)
+    assert upstream.build_store(gateway).ttl_seconds == 3 * 86400
+    with pytest.raises(RuntimeError, match="before the gateway's idempotency store is built"):
+        upstream.set_record_ttl(gateway, 3600)

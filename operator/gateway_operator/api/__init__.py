@@ -209,7 +209,7 @@ class ManagedRedisSpec(fields.Section):
         "resources", "resources", f"Resources of the Redis container: requests and limits, {QUANTITIES}. Default none.",
         lambda raw: dict(raw or {})))
     persistence: ManagedPersistenceSpec = fields.api(fields.section(
-        "persistence", ManagedPersistenceSpec, "Keep the managed Redis's data (the 24-hour dedup records) across a "
+        "persistence", ManagedPersistenceSpec, "Keep the managed Redis's data (the dedup records) across a "
         "Redis pod restart: append-only file on a PersistentVolumeClaim. Without it a restarted managed Redis forgets "
         "admitted webhooks (reported as DedupHistoryLost). Default: on when spec.replicas > 1, or with "
         "spec.autoscaling.maxReplicas > 1."))
