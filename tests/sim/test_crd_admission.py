@@ -28,6 +28,9 @@ def with_hook(**fields) -> dict:
     return with_config(hooks={"hooks": [{"path": "deploy", "message": "Event: {text}", **fields}]})
 
 
+COALESCED = {"path": "github", "message": "{text}", "coalesce": {"group_key": "{repository.full_name}"}}
+
+
 AFFINITY = {  # what a real Deployment carries
     "nodeAffinity": {
         "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [{"matchExpressions": [
@@ -217,7 +220,7 @@ CASES = {
     "nodeSelector value as number": (gateway_deployment("a", nodeSelector={"zone": 1}),
                                      "spec.nodeSelector.zone in body must be of type string"),
     # typed config (issue 11): what the launcher and the gateway read
-    "typed hooks and turn lock": (gateway_deployment("a", replicas=2, redis=REDIS, config={
+    "typed hooks and turn lock": (gateway_deployment("a", redis=REDIS, config={
         **redis_store(), "turn_lock": {"backend": "redis", "ttl": 30, "url": "${TURN_LOCK_URL}"},
         "hooks": {"idempotency": {"store_backend": "redis"}, "hooks": [{
             "path": "/github/", "agent": "assistant", "action": "agent", "message": "Event: {text}",
@@ -227,6 +230,29 @@ CASES = {
             "deliver_to": "telegram:1", "metadata": {"team": "ops"}, "owner": "kept in metadata",
             "coalesce": {"group_key": "{repository.full_name}", "window_seconds": 0.5, "max_wait_seconds": 60}},
             {"path": "wake", "action": "wake"}]}}), None),
+    # coalesce (issue 56): a coalesced delivery is recorded before its run, so more than one replica is refused
+    # under Refuse, counted as the replica rules count (spec.replicas, or the autoscaler's maxReplicas)
+    "coalesce on two replicas": (gateway_deployment("a", replicas=2, redis=REDIS, config=with_config(
+        hooks={"idempotency": {"store_backend": "redis"}, "hooks": [COALESCED]})), validation.MSG_COALESCE_ONE_REPLICA),
+    "coalesce with an autoscaler": (gateway_deployment("a", redis=REDIS, autoscaling={"enabled": True}, config=with_config(
+        hooks={"idempotency": {"store_backend": "redis"}, "hooks": [COALESCED]})), validation.MSG_COALESCE_ONE_REPLICA),
+    "coalesce on one replica": (gateway_deployment("a", config=with_hook(coalesce=COALESCED["coalesce"])), None),
+    "coalesce on two under Warn": (gateway_deployment("a", replicas=2, replicaPolicy="Warn", redis=REDIS, config=with_config(
+        hooks={"idempotency": {"store_backend": "redis"}, "hooks": [COALESCED]})), None),
+    "coalesce on a disabled hook": (gateway_deployment("a", replicas=2, redis=REDIS, config=with_config(
+        hooks={"idempotency": {"store_backend": "redis"}, "hooks": [{**COALESCED, "enabled": False}]})), None),
+    # a dead holder's claim frees within 90 s; a record lives 1 hour to 7 days
+    "claim lease 900": (gateway_deployment("a", config=redis_store(), redis={**REDIS, "claimLeaseSeconds": 900}),
+                        validation.MSG_CLAIM_LEASE_BOUND),
+    "claim lease 60": (gateway_deployment("a", config=redis_store(), redis={**REDIS, "claimLeaseSeconds": 60}), None),
+    "record ttl under an hour": (gateway_deployment("a", config=redis_store(), redis={**REDIS, "recordTTLSeconds": 600}),
+                                 "spec.redis.recordTTLSeconds in body should be greater than or equal to 3600"),
+    "record ttl of 8 days": (gateway_deployment("a", config=redis_store(), redis={**REDIS, "recordTTLSeconds": 691200}),
+                             "spec.redis.recordTTLSeconds in body should be less than or equal to 604800"),
+    "record ttl of 7 days": (gateway_deployment("a", config=redis_store(), redis={**REDIS, "recordTTLSeconds": 604800}),
+                             None),
+    "request body of 100 bytes": (gateway_deployment("a", maxRequestBodyBytes=100),
+                                  "spec.maxRequestBodyBytes in body should be greater than or equal to 1024"),
     "turn_lock backend: redsi": (gateway_deployment("a", config=with_config(turn_lock={"backend": "redsi"})),
                                  'spec.config.turn_lock.backend: Unsupported value: "redsi": supported values: '
                                  '"local", "redis"'),

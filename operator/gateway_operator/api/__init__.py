@@ -62,6 +62,15 @@ SESSION_KEY_ENV = "GATEWAY_SESSION_KEY"  # launcher.SESSION_KEY_ENV: the session
 # spec.redis.failClosedSeconds and claimLeaseSeconds (the launcher's idempotency_guard section)
 DEFAULT_FAIL_CLOSED_SECONDS = 30
 DEFAULT_CLAIM_LEASE_SECONDS = 60
+# a dead holder's claim must free within 90 s (issue 56): the lease plus the pod's own margins fit in it
+MIN_CLAIM_LEASE_SECONDS, MAX_CLAIM_LEASE_SECONDS = 10, 60
+# spec.redis.recordTTLSeconds: how long a recorded webhook stays deduplicated (the gateway's own 24 h is
+# shorter than the retries of several providers, e.g. Stripe's 3 days: docs/redis.md has the table)
+DEFAULT_RECORD_TTL_SECONDS = 72 * 3600
+MIN_RECORD_TTL_SECONDS, MAX_RECORD_TTL_SECONDS = 3600, 7 * 24 * 3600
+# spec.maxRequestBodyBytes: the largest webhook body a replica reads (a bigger one is answered 413)
+DEFAULT_MAX_REQUEST_BODY_BYTES = 1024 * 1024
+MAX_REQUEST_BODY_BYTES = 32 * 1024 * 1024
 # spec.drainSeconds: how long a stopping replica lets its in-flight webhook turns finish (a model
 # turn can take minutes); the pod's grace period adds the preStop pause and the exit around it
 DEFAULT_DRAIN_SECONDS = 120
@@ -200,7 +209,7 @@ class ManagedRedisSpec(fields.Section):
         "resources", "resources", f"Resources of the Redis container: requests and limits, {QUANTITIES}. Default none.",
         lambda raw: dict(raw or {})))
     persistence: ManagedPersistenceSpec = fields.api(fields.section(
-        "persistence", ManagedPersistenceSpec, "Keep the managed Redis's data (the 24-hour dedup records) across a "
+        "persistence", ManagedPersistenceSpec, "Keep the managed Redis's data (the dedup records) across a "
         "Redis pod restart: append-only file on a PersistentVolumeClaim. Without it a restarted managed Redis forgets "
         "admitted webhooks (reported as DedupHistoryLost). Default: on when spec.replicas > 1, or with "
         "spec.autoscaling.maxReplicas > 1."))
@@ -238,8 +247,18 @@ class RedisSpec:
     claim_lease_seconds: int = fields.api(fields.scalar(
         "claimLeaseSeconds", "integer", "The lease of a webhook's in-flight claim in Redis, renewed by its replica "
         "while the turn runs: a replica killed, force-deleted or cut off mid-turn frees its claims within this, "
-        "and the provider's retry runs the message elsewhere (0.1.16 alone: 900 s). {range} seconds. Default "
-        "{default}.", DEFAULT_CLAIM_LEASE_SECONDS, convert=int, format="int32", minimum=10, maximum=900))
+        "and the provider's retry runs the message elsewhere (0.1.16 alone: 900 s). "
+        f"{MIN_CLAIM_LEASE_SECONDS}-{MAX_CLAIM_LEASE_SECONDS} seconds, so that a dead holder's claim frees within "
+        "90 s. Default {default}.", DEFAULT_CLAIM_LEASE_SECONDS, convert=int, format="int32",
+        minimum=MIN_CLAIM_LEASE_SECONDS))
+    record_ttl_seconds: int = fields.api(fields.scalar(
+        "recordTTLSeconds", "integer", "How long a webhook that ran stays recorded, so that the provider's "
+        "redelivery of it is answered deduplicated instead of running again: set it longer than the longest retry "
+        "window of the providers that call the hooks (Stripe retries for up to 3 days; docs/redis.md lists others). "
+        "Each record costs Redis about 150 bytes for this long. Also the window IdempotencyDegraded keeps open after "
+        "the records were lost (DedupHistoryLost, AdmissionsNotRecorded). {range} seconds. Default {default} "
+        "(72 hours; 0.1.16 alone: 86400).", DEFAULT_RECORD_TTL_SECONDS, convert=int, format="int32",
+        minimum=MIN_RECORD_TTL_SECONDS, maximum=MAX_RECORD_TTL_SECONDS))
     managed_persistence: "PersistenceSpec | None" = None   # AOF on a PVC when set (by parse, from replicas)
 
     @property
@@ -505,6 +524,12 @@ class GatewaySpec:
         "dedup claim of any turn it could not finish so that the provider's retry runs it on another replica. The "
         f"pods' terminationGracePeriodSeconds is this plus {PRESTOP_SECONDS + EXIT_MARGIN_SECONDS}. Default "
         "{default}.", DEFAULT_DRAIN_SECONDS, convert=int, format="int32", minimum=1, maximum=3600))
+    max_request_body_bytes: int = fields.api(fields.scalar(
+        "maxRequestBodyBytes", "integer", "The largest webhook request body (POST /hooks/<path>) a replica reads, "
+        "{range} bytes: a bigger one is answered 413 before the gateway reads it (by its Content-Length, or once "
+        "that many bytes arrived). Raise it for providers that send large payloads (GitHub caps its own at 25 MB). "
+        "Default {default} (1 MiB).", DEFAULT_MAX_REQUEST_BODY_BYTES, convert=int, format="int32", minimum=1024,
+        maximum=MAX_REQUEST_BODY_BYTES))
     image: str = fields.api(fields.scalar(
         "image", "string", "Required. Gateway container image (praisonai-bot[gateway] 0.1.16 with python3); "
         "1-{max_length} characters.", convert=lambda v: str(v or ""), required=True, min_length=1, max_length=1024))
@@ -577,6 +602,10 @@ class GatewaySpec:
         return store_backend_of(self.config)
 
     @property
+    def coalesced_hooks(self) -> tuple[str, ...]:
+        return coalesced_hooks(self.config)
+
+    @property
     def turn_lock_backend(self) -> str | None:
         turn_lock = self.config.get("turn_lock")
         return turn_lock.get("backend") if isinstance(turn_lock, Mapping) else None
@@ -611,6 +640,17 @@ def store_backend_of(config: Mapping[str, Any]) -> str:
         if isinstance(idem, Mapping) and idem.get("store_backend"):
             return str(idem["store_backend"])
     return "sqlite"
+
+
+def coalesced_hooks(config: Mapping[str, Any]) -> tuple[str, ...]:
+    """The paths of the enabled hooks of a documented gateway.yaml that set ``coalesce`` (their
+    deliveries are recorded and answered 202 before the one run of their group)."""
+    hooks = config.get("hooks")
+    entries = hooks.get("hooks") if isinstance(hooks, Mapping) else None
+    if not isinstance(entries, list):
+        return ()
+    return tuple(str(h.get("path")) for h in entries
+                 if isinstance(h, Mapping) and h.get("coalesce") is not None and h.get("enabled", True) is not False)
 
 
 def default_prefix(namespace: str, name: str) -> str:

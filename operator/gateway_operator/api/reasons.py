@@ -116,6 +116,7 @@ CLAIMS_AT_RISK = "ClaimsAtRisk"
 REPLICA_CANNOT_REACH_REDIS = "ReplicaCannotReachRedis"
 IDEMPOTENCY_DEGRADED = "IdempotencyDegraded"  #: some replica is not deduplicating through Redis
 REPLICAS_UNVERIFIED = "ReplicasUnverified"  #: some replica did not answer GET /health
+COALESCED_HOOKS = "CoalescedHooks"  #: under Warn, several replicas run hooks with coalesce (a stop loses their groups)
 
 #: every reason above, for the CRD's description of status.conditions (and the tests)
 ALL: tuple[str, ...] = tuple(dict.fromkeys(

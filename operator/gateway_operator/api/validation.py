@@ -18,7 +18,7 @@ from typing import Any, Callable, Mapping, NamedTuple
 
 from gateway_operator import api
 from gateway_operator.api import fields
-from gateway_operator.api import Policy, store_backend_of
+from gateway_operator.api import Policy, coalesced_hooks, store_backend_of
 from gateway_operator.api import replica_state
 from gateway_operator.api.redis_target import DNS_NAME, HOST_PATTERN, MAX_HOST_LENGTH, URL_PATTERN, valid_host
 
@@ -57,6 +57,18 @@ MSG_AUTOSCALING_NEEDS_REDIS = (
     "spec.redis) under replicaPolicy Refuse: the autoscaler would run replicas that each dedup webhooks in their "
     "own SQLite store, so a webhook fanned to two replicas can run the agent twice. Set store_backend: redis and "
     "spec.redis, keep maxReplicas: 1, or set replicaPolicy: Warn to accept duplicates."
+)
+MSG_COALESCE_ONE_REPLICA = (
+    "config.hooks.hooks[].coalesce needs at most one replica (replicas <= 1, and spec.autoscaling off or up to "
+    "maxReplicas: 1) under replicaPolicy Refuse: the gateway records a coalesced delivery and answers 202 before its "
+    "group runs, and a replica that stops (rolling update, scale-in, eviction, a crash) drops the groups it holds, so "
+    "the provider's retry to another replica is answered 'deduplicated' and the message never runs. Remove "
+    "coalesce, keep one replica, or set replicaPolicy: Warn to accept lost deliveries."
+)
+MSG_CLAIM_LEASE_BOUND = (
+    f"spec.redis.claimLeaseSeconds must be at most {api.MAX_CLAIM_LEASE_SECONDS}: a replica killed or cut off "
+    "mid-turn holds its webhooks' claims until the lease ends, and a dead holder's claim must free within 90 s so "
+    "that the provider's retry runs the message on another replica."
 )
 MSG_AUTOSCALING_BOUNDS = "spec.autoscaling.minReplicas must not exceed spec.autoscaling.maxReplicas."
 MSG_AUTOSCALING_DRAIN = (
@@ -220,6 +232,16 @@ _REDIS_SOURCES = (
 # spec.autoscaling on, up to more than one replica (its fields defaulted once the section is there)
 _AUTOSCALES_PAST_ONE = "(has(self.autoscaling) && self.autoscaling.enabled && self.autoscaling.maxReplicas > 1)"
 
+# an enabled hook of config.hooks.hooks sets coalesce (api.coalesced_hooks)
+_COALESCED = ("(has(self.config) && has(self.config.hooks) && has(self.config.hooks.hooks) && "
+              "self.config.hooks.hooks.exists(h, has(h.coalesce) && !(has(h.enabled) && !h.enabled)))")
+
+
+def runs_past_one(spec: Spec) -> bool:
+    """More than one replica may run: spec.replicas > 1, or spec.autoscaling up to more than one."""
+    return _replicas(spec) > 1 or bool(autoscales_past_one(spec))
+
+
 # inside spec.redis: does the connection use TLS, and are any of the TLS checks' options set?
 _TLS_ON = ("((has(self.tls) && has(self.tls.enabled) && self.tls.enabled) || "
            "(has(self.url) && self.url.startsWith('rediss://')))")
@@ -262,6 +284,11 @@ RULES: tuple[Rule, ...] = (
          MSG_AUTOSCALING_NEEDS_REDIS,
          lambda s: s.spec.get("replicaPolicy", _DEFAULTS.policy) == Policy.WARN
          or not autoscales_past_one(s.spec) or store_backend_of(_config(s.spec)) == "redis"),
+    Rule("spec",  # counts replicas as the two rules above do: spec.replicas, or the autoscaler's maxReplicas
+         f"self.replicaPolicy == 'Warn' || (self.replicas <= 1 && !{_AUTOSCALES_PAST_ONE}) || !{_COALESCED}",
+         MSG_COALESCE_ONE_REPLICA,
+         lambda s: s.spec.get("replicaPolicy", _DEFAULTS.policy) == Policy.WARN
+         or not runs_past_one(s.spec) or not coalesced_hooks(_config(s.spec))),
     Rule("spec",
          "!(has(self.persistence) && self.persistence.enabled && "
          f"{_AUTOSCALES_PAST_ONE} && !{_HAS_REDIS_BACKEND})",
@@ -344,6 +371,11 @@ RULES: tuple[Rule, ...] = (
          lambda s: not _managed(s.spec) or not ("usernameSecretRef" in _redis(s.spec) or _tls_checks(s.spec)
                                                  or _tls(s.spec).get("insecureSkipVerify"))),
     Rule("spec.redis",
+         f"!has(self.claimLeaseSeconds) || self.claimLeaseSeconds <= {api.MAX_CLAIM_LEASE_SECONDS}",
+         MSG_CLAIM_LEASE_BOUND,
+         lambda s: _int(_redis(s.spec).get("claimLeaseSeconds"), _DEFAULTS.redis.claim_lease_seconds)
+         <= api.MAX_CLAIM_LEASE_SECONDS),
+    Rule("spec.redis",
          f"!has(self.prefix) || self.prefix.matches({cel_string(_PREFIX_RE.pattern)})",
          MSG_PREFIX_FORMAT,
          lambda s: not _redis(s.spec).get("prefix") or bool(_PREFIX_RE.match(str(_redis(s.spec)["prefix"])))),
@@ -379,12 +411,22 @@ def autoscaling_warn_message(max_replicas: int) -> str:
             "the agent twice (exactly-once admission is NOT held). Set store_backend: redis and spec.redis to fix it.")
 
 
+COALESCE_WARNING = (
+    "replicaPolicy Warn: hooks with coalesce on more than one replica: the gateway records a coalesced delivery and "
+    "answers 202 before its group runs, so a replica that stops with a group pending loses it (the provider's retry "
+    "to another replica is answered deduplicated; exactly-once admission is NOT held). Remove coalesce or keep one "
+    "replica to fix it."
+)
+
+
 def warnings(spec: Spec) -> list[str]:
     found: list[str] = []
     if _replicas(spec) > 1 and store_backend_of(_config(spec)) != "redis":
         found.append(warn_message(_replicas(spec)))
     if autoscales_past_one(spec) and store_backend_of(_config(spec)) != "redis":
         found.append(autoscaling_warn_message(autoscales_past_one(spec)))
+    if runs_past_one(spec) and coalesced_hooks(_config(spec)):
+        found.append(COALESCE_WARNING)
     channels = replica_state.channels_on_every_replica(_config(spec), spec.get("env"), _replicas(spec))
     if channels:
         found.append(replica_state.channel_warning(_replicas(spec), channels))

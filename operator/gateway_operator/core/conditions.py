@@ -16,7 +16,8 @@ from gateway_operator.api import IDEMPOTENCY_OWNER
 from gateway_operator.api.redis_target import RedisTarget
 from gateway_operator.api.replica_state import channel_warning
 from gateway_operator.core import claim_risk, compat
-from gateway_operator.core.dedup_history import MEMORY_CLEAR_BELOW, MEMORY_WARN_AT, History, durability, lost_message
+from gateway_operator.core.dedup_history import (MEMORY_CLEAR_BELOW, MEMORY_WARN_AT, RECORD_TTL_SECONDS, History,
+                                                 durability, lost_message)
 from gateway_operator.core.health import DESCRIPTIONS, UNUSABLE, Idempotency, ReplicaHealth
 from gateway_operator.core.pods import Observed
 from gateway_operator.core.probe_result import ProbeResult
@@ -86,6 +87,8 @@ class Facts:
     channels: Sequence[tuple[str, str]] = ()  # (channel, how): bots every replica would run (replica_state)
     # replicas that held claims at their last answer and do not answer now (claim_risk.remember, silent)
     silent_holders: Sequence[claim_risk.Holder] = ()
+    coalesced: Sequence[str] = ()  # paths of the hooks that set coalesce (api.coalesced_hooks)
+    record_ttl: float = RECORD_TTL_SECONDS  # how long the store keeps a record (spec.redis.recordTTLSeconds)
 
     @property
     def dedup_lost(self) -> bool:
@@ -213,7 +216,7 @@ def _degraded(f: Facts) -> Condition:
     window that outlives its cause (a lost dedup history, admissions never recorded) follows in the
     message, or is the reason when no replica is degraded."""
     degraded = f.degraded
-    windows = [(R.DEDUP_HISTORY_LOST, lost_message(f.dedup)) if f.dedup_lost else None,
+    windows = [(R.DEDUP_HISTORY_LOST, lost_message(f.dedup, f.record_ttl)) if f.dedup_lost else None,
                (R.ADMISSIONS_NOT_RECORDED, unrecorded_message(f.unrecorded)) if f.unrecorded_open else None]
     windows = [w for w in windows if w]
     also = "".join(f"; also {message}" for _, message in windows[1:])
@@ -276,11 +279,16 @@ def _exactly_once(f: Facts) -> Condition:
                   f"{', '.join(cut_off)}): each holds webhooks for its fail-closed window, then admits them "
                   "best-effort, and a redelivery to another replica runs them again")
     if f.dedup_lost:
-        return no(R.DEDUP_HISTORY_LOST, lost_message(f.dedup))
+        return no(R.DEDUP_HISTORY_LOST, lost_message(f.dedup, f.record_ttl))
     if f.unrecorded_open:
         return no(R.ADMISSIONS_NOT_RECORDED, unrecorded_message(f.unrecorded))
     if f.degraded:
         return no(R.IDEMPOTENCY_DEGRADED, f"{len(f.degraded)} replicas are not deduplicating through Redis")
+    if f.coalesced and f.running_replicas > 1:  # admitted only under replicaPolicy Warn (validation.py)
+        return no(R.COALESCED_HOOKS, f"{f.running_replicas} replicas run hooks with coalesce "
+                  f"({', '.join(sorted(f.coalesced))}): a coalesced delivery is recorded and answered 202 before its "
+                  "group runs, so a replica that stops with a group pending loses it (the provider's retry to "
+                  "another replica is answered deduplicated)")
     if not f.health:  # nothing polled yet: a clean answer from nobody proves nothing
         return Condition(EXACTLY_ONCE, "Unknown", R.REPLICAS_UNVERIFIED, "no ready replica has answered GET /health yet")
     unknown = [h.pod for h in f.health if h.state is Idempotency.UNKNOWN]

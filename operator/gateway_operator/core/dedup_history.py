@@ -24,8 +24,9 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from typing import Any, Mapping
 
-# praisonai-bot 0.1.16 keeps a recorded webhook for gw._hook_idempotency_ttl = 86400 s; its YAML
-# cannot change that (it reads only hooks.idempotency.store_backend)
+# praisonai-bot 0.1.16 keeps a recorded webhook for gw._hook_idempotency_ttl = 86400 s and its YAML cannot
+# change that; the launcher sets it from spec.redis.recordTTLSeconds (gwop_upstream.set_record_ttl), so this is
+# only the window of a GatewayDeployment whose spec cannot be read (facts.gather passes the spec's)
 RECORD_TTL_SECONDS = 86400
 CANARY_KEY = "operator-canary"   # under the GatewayDeployment's prefix
 # written by the launcher once a single SQLite replica's records are in Redis (launcher.MIGRATED_KEY;

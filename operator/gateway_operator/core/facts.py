@@ -32,13 +32,20 @@ def gather(body: Mapping[str, Any], spec: GatewaySpec | None, outcome: Outcome, 
         ready_replicas=observed.ready, updated_replicas=observed.updated,
         rollout_observed=observed.rollout_observed, current_replicas=observed.current, problem=outcome.problem,
         probe=outcome.probe,
-        health=tuple(replicas), dedup=_dedup_history(body, outcome, now),
-        unrecorded=_unrecorded(body, outcome, replicas, gone, now), now=now,
+        health=tuple(replicas), dedup=_dedup_history(body, outcome, now, _record_ttl(spec)),
+        unrecorded=_unrecorded(body, outcome, replicas, gone, now, _record_ttl(spec)), now=now,
         migrating=bool(outcome.migration and not outcome.migration.done),
         sessions_store=spec.sessions_store if spec else "replica", target=outcome.target, rollout=outcome.rollout,
         memory_warned=_said(body, C.REDIS_DURABLE, R.REDIS_NEARLY_FULL), refused=outcome.refused,
         channels=replica_state.channels_on_every_replica(spec.config, spec.pod.get("env"), spec.replicas)
-        if spec else (), silent_holders=tuple(silent_holders))
+        if spec else (), silent_holders=tuple(silent_holders), coalesced=spec.coalesced_hooks if spec else (),
+        record_ttl=_record_ttl(spec))
+
+
+def _record_ttl(spec: GatewaySpec | None) -> float:
+    """How long a record lives in this GatewayDeployment's store (spec.redis.recordTTLSeconds): the
+    windows opened by lost or unrecorded records last that long."""
+    return float(spec.redis.record_ttl_seconds if spec else dedup_history.RECORD_TTL_SECONDS)
 
 
 def _said(body: Mapping[str, Any], type_: str, reason: str) -> bool:
@@ -57,17 +64,18 @@ def _remembered(body: Mapping[str, Any], outcome: Outcome) -> Mapping[str, Any] 
 
 
 def _unrecorded(body: Mapping[str, Any], outcome: Outcome, replicas: Sequence[ReplicaHealth],
-                gone: Sequence[ReplicaHealth], now: float) -> unrecorded.Unrecorded:
+                gone: Sequence[ReplicaHealth], now: float, ttl: float) -> unrecorded.Unrecorded:
     if outcome.target is None:
         return unrecorded.Unrecorded()
-    return unrecorded.assess(unrecorded.Unrecorded.from_status(_remembered(body, outcome)), replicas, gone, now)
+    return unrecorded.assess(unrecorded.Unrecorded.from_status(_remembered(body, outcome)), replicas, gone, now,
+                             ttl)
 
 
-def _dedup_history(body: Mapping[str, Any], outcome: Outcome, now: float) -> dedup_history.History:
+def _dedup_history(body: Mapping[str, Any], outcome: Outcome, now: float, ttl: float) -> dedup_history.History:
     """The canary's history after this pass; what status remembers counts only for the same store."""
     target = outcome.target
     if target is None:
         return dedup_history.History()
     previous = dedup_history.History.from_status(_remembered(body, outcome))
     fresh = outcome.probe is not None and not outcome.probe.reused  # a kept result was assessed when it was new
-    return dedup_history.assess(previous, outcome.probe.store if fresh else None, now)
+    return dedup_history.assess(previous, outcome.probe.store if fresh else None, now, ttl)

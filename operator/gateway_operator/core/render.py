@@ -113,9 +113,12 @@ def gateway_config(owner: Owner, spec: GatewaySpec, redis: RedisTarget | None) -
     # or (replica) one per session in the replica's memory, never 0.1.16's one history per hook
     config["session_history"] = {"store": spec.sessions_store, "max_messages": spec.sessions.max_messages,
                                  "ttl_seconds": spec.sessions.ttl_seconds, "max_sessions": spec.sessions.max_sessions}
-    # the launcher's own section (gwop_config.GUARD_KEY): the fail-closed window and the claims' lease
+    # the launcher's own section (gwop_config.GUARD_KEY): the fail-closed window, the claims' lease, how long
+    # a record lives (0.1.16's own 24 h is set aside) and the largest webhook body a replica reads
     config["idempotency_guard"] = {"fail_closed_seconds": spec.redis.fail_closed_seconds,
-                                   "claim_lease_seconds": spec.redis.claim_lease_seconds}
+                                   "claim_lease_seconds": spec.redis.claim_lease_seconds,
+                                   "record_ttl_seconds": spec.redis.record_ttl_seconds,
+                                   "max_body_bytes": spec.max_request_body_bytes}
     if redis is not None:
         push = dict(config.get("push") or {})
         push["redis"] = {"url": f"{redis.url}?{redis_url_options(redis)}", "prefix": redis.prefix}

@@ -303,19 +303,31 @@ def drain_timeout(loaded: Mapping[str, Any]) -> float:
         return DEFAULT_DRAIN_TIMEOUT
 
 
-# the documented config's other launcher-only section, written by the operator from spec.redis:
-# ``idempotency_guard: {fail_closed_seconds, claim_lease_seconds}``
+# the documented config's other launcher-only section, written by the operator from spec.redis and
+# spec.maxRequestBodyBytes:
+# ``idempotency_guard: {fail_closed_seconds, claim_lease_seconds, record_ttl_seconds, max_body_bytes}``
 GUARD_KEY = "idempotency_guard"
 DEFAULT_FAIL_CLOSED_SECONDS = 30.0
 DEFAULT_CLAIM_LEASE_SECONDS = 60.0
 MIN_CLAIM_LEASE_SECONDS = 10.0
+# a dead holder's claim must free within 90 s: the lease is at most this (the operator's CRD says the same)
+MAX_CLAIM_LEASE_SECONDS = 60.0
+# how long a recorded webhook stays deduplicated: 72 h by default (Stripe retries for 3 days; 0.1.16's own
+# 24 h is shorter), from 1 hour to 7 days
+DEFAULT_RECORD_TTL_SECONDS = 72 * 3600.0
+MIN_RECORD_TTL_SECONDS, MAX_RECORD_TTL_SECONDS = 3600.0, 7 * 24 * 3600.0
+# the largest webhook body a replica reads (gwop_limits answers 413 past it); 1 MiB unless the operator says
+DEFAULT_MAX_BODY_BYTES = 1024 * 1024
+MIN_MAX_BODY_BYTES = 1024
 
 
 def guard_settings(documented: Mapping[str, Any]) -> Dict[str, float]:
     """How long a replica that cannot ask Redis answers 503 before it fails open
-    (``fail_closed_seconds``, 0: fail open at once as 0.1.16 does), and the in-flight claim's lease
+    (``fail_closed_seconds``, 0: fail open at once as 0.1.16 does), the in-flight claim's lease
     (``claim_lease_seconds``: renewed by its holder while the turn runs, so a dead holder's claim
-    goes within one lease)."""
+    goes within one lease, at most 60 s so that it goes within 90 s), how long a webhook that ran
+    stays recorded (``record_ttl_seconds``, 1 hour to 7 days), and the largest webhook body read
+    (``max_body_bytes``). A value outside its bounds is a ConfigError (exit 78), never clamped."""
     raw = documented.get(GUARD_KEY)
     if raw is None:
         raw = {}
@@ -323,11 +335,38 @@ def guard_settings(documented: Mapping[str, Any]) -> Dict[str, float]:
         raise ConfigError(f"{GUARD_KEY} must be a mapping")
     closed = _as_float(raw.get("fail_closed_seconds", DEFAULT_FAIL_CLOSED_SECONDS), f"{GUARD_KEY}.fail_closed_seconds")
     lease = _as_float(raw.get("claim_lease_seconds", DEFAULT_CLAIM_LEASE_SECONDS), f"{GUARD_KEY}.claim_lease_seconds")
+    ttl = _as_float(raw.get("record_ttl_seconds", DEFAULT_RECORD_TTL_SECONDS), f"{GUARD_KEY}.record_ttl_seconds")
+    body = _as_int(raw.get("max_body_bytes", DEFAULT_MAX_BODY_BYTES), f"{GUARD_KEY}.max_body_bytes")
     if closed < 0:
         raise ConfigError(f"{GUARD_KEY}.fail_closed_seconds must be 0 or more")
     if lease < MIN_CLAIM_LEASE_SECONDS:
         raise ConfigError(f"{GUARD_KEY}.claim_lease_seconds must be at least {MIN_CLAIM_LEASE_SECONDS:g}")
-    return {"fail_closed_seconds": closed, "claim_lease_seconds": lease}
+    if lease > MAX_CLAIM_LEASE_SECONDS:
+        raise ConfigError(f"{GUARD_KEY}.claim_lease_seconds is {lease:g}: it must be at most "
+                          f"{MAX_CLAIM_LEASE_SECONDS:g}, so that the claims of a replica killed or cut off mid-turn "
+                          "free within 90 s and the provider's retry runs the message elsewhere")
+    if not MIN_RECORD_TTL_SECONDS <= ttl <= MAX_RECORD_TTL_SECONDS:
+        raise ConfigError(f"{GUARD_KEY}.record_ttl_seconds is {ttl:g}: it must be {MIN_RECORD_TTL_SECONDS:g} to "
+                          f"{MAX_RECORD_TTL_SECONDS:g} (1 hour to 7 days)")
+    if body < MIN_MAX_BODY_BYTES:
+        raise ConfigError(f"{GUARD_KEY}.max_body_bytes must be at least {MIN_MAX_BODY_BYTES}")
+    return {"fail_closed_seconds": closed, "claim_lease_seconds": lease, "record_ttl_seconds": ttl,
+            "max_body_bytes": body}
+
+
+def id_templates(documented: Mapping[str, Any]) -> Dict[str, Optional[str]]:
+    """The ``idempotency_key`` template of each enabled hook of the documented config, by path (as the
+    gateway's ``get_hook`` normalises it: whitespace and '/' stripped); None where the hook has none
+    (the gateway then hashes the whole payload). What gwop_limits.refusal needs when it is handed no
+    gateway."""
+    hooks = documented.get("hooks")
+    entries = hooks.get("hooks") if isinstance(hooks, Mapping) else hooks
+    found: Dict[str, Optional[str]] = {}
+    for hook in entries if isinstance(entries, list) else []:
+        if isinstance(hook, Mapping) and hook.get("enabled", True) is not False and hook.get("path"):
+            template = hook.get("idempotency_key")
+            found[str(hook["path"]).strip().strip("/")] = str(template) if template else None
+    return found
 
 
 def _as_float(value: Any, field: str) -> float:

@@ -13,7 +13,8 @@ from gwop_log import say
 from gwop_redis import redis_client
 
 # praisonai-bot 0.1.16's per-replica store (Path.home()/.praisonai/state/hook_idempotency.sqlite)
-# and its Redis layout (push.redis.prefix + "hookidem:" + key); a record lives RECORD_TTL_SECONDS
+# and its Redis layout (push.redis.prefix + "hookidem:" + key); a record lives RECORD_TTL_SECONDS unless the
+# launcher says otherwise (its record_ttl_seconds)
 SQLITE_STORE = (".praisonai", "state", "hook_idempotency.sqlite")
 RECORD_TTL_SECONDS = 86400.0
 # set once this replica's SQLite records are in Redis (no TTL): the operator's probe reads it
@@ -61,12 +62,13 @@ class MigrationPending(Exception):
 
 
 def migrate_before_start(redis: Optional[Mapping[str, Any]], backend: Optional[str], home: str,
-                         token: str, wait: float = MIGRATION_WAIT_SECONDS) -> None:
+                         token: str, wait: float = MIGRATION_WAIT_SECONDS, ttl: float = RECORD_TTL_SECONDS) -> None:
     """At start-up of the one Redis-backed replica the operator runs with the single SQLite
     replica's state volume still mounted (``token``: its ``SQLITE_MIGRATION_ENV``, empty
     otherwise), bring that replica's records into Redis, then write ``token`` as the marker the
     operator waits for before a second replica takes traffic. The Redis often starts with the
-    switch (a managed Redis enabled in the same change), so it is tried for ``wait`` seconds."""
+    switch (a managed Redis enabled in the same change), so it is tried for ``wait`` seconds. ``ttl``: how long
+    a record lives (the launcher's record_ttl_seconds; each copied record keeps what is left of it)."""
     if backend != "redis" or not redis or not token:
         return
     path = os.path.join(home, *SQLITE_STORE)
@@ -75,7 +77,7 @@ def migrate_before_start(redis: Optional[Mapping[str, Any]], backend: Optional[s
         try:
             client = redis_client(redis)
             prefix = str(redis.get("prefix") or "praison:push:")
-            copied, kept = migrate_sqlite_records(path, client, prefix, time.time(), token)
+            copied, kept = migrate_sqlite_records(path, client, prefix, time.time(), token, ttl)
             say(f"migrated the single replica's SQLite dedup records to Redis: {copied} copied, {kept} already there")
             return
         except Exception as exc:  # noqa: BLE001 - a Redis still starting: try again, bounded

@@ -117,6 +117,10 @@ REQUIREMENTS: Tuple[Requirement, ...] = (
                 lambda: _assigns(lambda: _gateway_class().__init__, "_hook_idem")),
     Requirement("WebSocketGateway._hook_idempotency_ttl", "a store built while Redis did not answer is the Redis one",
                 lambda: _assigns(lambda: _gateway_class().__init__, "_hook_idempotency_ttl")),
+    Requirement("WebSocketGateway._get_hook_idem_store builds the store with ttl_seconds=self._hook_idempotency_ttl",
+                "a record lives spec.redis.recordTTLSeconds, not 0.1.16's fixed 24 h",
+                lambda: _source_has(lambda: _gateway_class()._get_hook_idem_store,
+                                    "ttl_seconds=self._hook_idempotency_ttl")),
     Requirement("WebSocketGateway._server (uvicorn.Server)", "the drain's bound, the in-flight answer",
                 lambda: _assigns(lambda: _gateway_class().__init__, "_server")),
     Requirement("RedisIdempotencyStore._client/_prefix/_token/_ttl_ms/_inflight_ms",
@@ -259,6 +263,16 @@ def build_gateway(host: str, port: int, allowed_origins: List[str], auth_token: 
     gateway = _gateway_class()(config=config)
     check_gateway(gateway)
     return gateway
+
+
+def set_record_ttl(gateway: Any, seconds: float) -> None:
+    """How long a webhook that ran stays recorded (spec.redis.recordTTLSeconds): 0.1.16 fixes
+    ``_hook_idempotency_ttl`` at 24 h in its constructor and builds its store (Redis, SQLite or
+    memory) with it, on the first webhook. Set before that store is built (right after
+    ``build_gateway``): a store already built keeps its own, so that is refused."""
+    if idempotency_store(gateway) is not None:
+        raise RuntimeError("the record TTL must be set before the gateway's idempotency store is built")
+    gateway._hook_idempotency_ttl = float(seconds)
 
 
 # -- the webhook path -----------------------------------------------------------------------------

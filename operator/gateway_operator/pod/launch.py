@@ -115,11 +115,12 @@ def main(argv: Optional[List[str]] = None) -> int:
         loaded = upstream.load_checked(path)
         name_tls_server((redis or {}).get("tls_server_name"))
         migrate_before_start(redis, idempotency_backend(working), os.environ.get("HOME") or str(Path.home()),
-                             os.environ.get(SQLITE_MIGRATION_ENV, ""))
+                             os.environ.get(SQLITE_MIGRATION_ENV, ""), ttl=guard["record_ttl_seconds"])
         release_predecessor_claims(redis, idempotency_backend(working), os.environ.get("HOSTNAME", ""))
         if clear_stale_pid_lock(os.environ.get("HOME") or str(Path.home()), args.port):
             say("removed a stale gateway PID lock left by an earlier container of this pod")
         gateway = build_gateway(loaded, redis, turn_lock)
+        upstream.set_record_ttl(gateway, guard["record_ttl_seconds"])  # before its store is built
         sessions = session_settings(documented)
         shared = share_sessions(gateway, sessions, redis, guard["fail_closed_seconds"])
         schedules = share_schedules(redis, os.environ.get("HOSTNAME", ""),
