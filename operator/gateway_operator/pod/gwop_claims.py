@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 from typing import TYPE_CHECKING, Any, List, Mapping, Optional
 
+import gwop_limits
 import gwop_upstream as upstream
 from gwop_log import say
 from gwop_redis import release_claims_of, redis_client, store_client
@@ -94,7 +95,7 @@ async def record_owner(gateway: Any, start: "asyncio.Future[Any]", pod: str, lea
         say(f"recording the store's owner failed: {type(exc).__name__}")
 
 
-def answer_inflight_duplicates(gateway: Any, journal: Any, leases: "Leases") -> bool:
+def answer_inflight_duplicates(gateway: Any, journal: Any, leases: "Leases", max_body_bytes: int) -> bool:
     """A delivery whose key another request still holds in flight is answered 503 with
     Retry-After, not 0.1.16's 200 ``deduplicated``: a 2xx makes the provider stop retrying, and if
     the turn in flight then fails or its pod stops, the message is never answered (found by the
@@ -150,7 +151,14 @@ def answer_inflight_duplicates(gateway: Any, journal: Any, leases: "Leases") -> 
                 in_flight.set(True)
         return False
 
+    hooks = gwop_limits.GatewayHooks(gateway.get_hook)
+
     async def hook_endpoint(request: Any) -> Any:
+        # a body past the bound (413), a delivery lacking a field its id template needs (400):
+        # answered before the gateway reads it or claims anything
+        refused = await gwop_limits.refusal(request, hooks, max_body_bytes)
+        if refused is not None:
+            return refused
         marker, held, holding = in_flight.set(False), claimed.set([]), journal.holding.set(False)
         ran = answered.set(False)
         try:

@@ -15,6 +15,7 @@ from typing import Any, Mapping, Optional
 
 import gwop_upstream as upstream
 from gwop_claims import answer_inflight_duplicates, record_owner, release_unfinished_claims
+from gwop_config import DEFAULT_MAX_BODY_BYTES
 from gwop_health import extend as extend_health
 from gwop_journal import OutageJournal
 from gwop_leases import Leases
@@ -88,7 +89,8 @@ async def serve(gateway: Any, config_path: str, drain: float, guard: Mapping[str
     leases.on_failure = lambda: loop.call_soon_threadsafe(journal.note_unusable)
     if sessions is not None:
         sessions.other_window = lambda: journal.broken_since
-    guarding = asyncio.ensure_future(guard_webhooks(gateway, start, pod, journal, leases, reach, watch_port))
+    guarding = asyncio.ensure_future(guard_webhooks(gateway, start, pod, journal, leases, reach, watch_port,
+                                                    int(guard["max_body_bytes"])))
     try:
         await start
     finally:
@@ -139,7 +141,8 @@ def carry(journal: OutageJournal, sessions: Optional[SharedSessions], budget: fl
 
 
 async def guard_webhooks(gateway: Any, start: "asyncio.Future[Any]", pod: str, journal: OutageJournal,
-                         leases: Leases, reach: Optional[Reach] = None, watch_port: Optional[int] = None) -> None:
+                         leases: Leases, reach: Optional[Reach] = None, watch_port: Optional[int] = None,
+                         max_body_bytes: int = DEFAULT_MAX_BODY_BYTES) -> None:
     """Once the gateway runs: the fail-closed window and the outage journal around its claim calls,
     the claims' short leases (renewed on their own thread, fenced on the event loop), in-flight
     duplicates answered 503, the long-poll /health on
@@ -150,7 +153,7 @@ async def guard_webhooks(gateway: Any, start: "asyncio.Future[Any]", pod: str, j
     try:
         journal.wrap()
         leases.wrap()
-        answer_inflight_duplicates(gateway, journal, leases)
+        answer_inflight_duplicates(gateway, journal, leases, max_body_bytes)
         extend_health(gateway, journal, leases, upstream.versions(), reach)
     except Exception as exc:  # noqa: BLE001 - 0.1.16's own answer stays
         say(f"wrapping the webhook path failed: {type(exc).__name__}")
