@@ -345,6 +345,7 @@ class Replica:
         now = sim.clock.now
         self.next_renewal, self.next_tick, self.next_probe = now + sim.lease * RENEW_EVERY, now + 1.0, now + 2.0
         self.paused = False            # SIGSTOPped
+        self.resumed = 0.0             # when it was last resumed (SIGCONT)
         self.socket: list[str] = []    # deliveries waiting in its socket while it is paused
         self.pool_busy_until = 0.0     # its default executor is held by the agent's calls until then
         self.hidden = False            # the operator cannot reach its /health
@@ -502,7 +503,8 @@ class Sim:
         if since is not None:
             return self.clock.now - since
         began, ended = self.last_spell.get(replica.name, (None, None))
-        if began is None or ended is None or not replica.journal.broken:
+        if began is None or ended is None or \
+                self.clock.now > max(ended, replica.pool_busy_until, replica.resumed) + JOURNAL_TICK_S:
             return None
         return ended - began
 
@@ -622,7 +624,7 @@ class Sim:
         r = self.replica(replica)
         if not r.paused:
             return
-        r.paused = False
+        r.paused, r.resumed = False, self.clock.now
         r.timers()
         waiting, r.socket = r.socket, []
         for msg in waiting:

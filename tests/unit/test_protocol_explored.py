@@ -221,18 +221,17 @@ def _records_unchecked() -> Sim:
     return sim
 
 
+# each search looks for its defect's shape (today's launcher has holes 1-3 of issue 56 as well, which
+# the searches pass over)
 @pytest.mark.parametrize("planted, finds", [
     (_without_window, "the window promises"),
     (_claims_of_900_s, "still claimed by a holder that died"),
-    # what it admitted never reaches Redis (another replica runs it again), and its journal never
-    # empties, so it never asks Redis again and re-runs what Redis recorded: either is found
-    (_journal_not_carried, ("answered twice, silently", "ran it again None s into a spell")),
+    # its journal never empties, so it never asks Redis again and re-runs what Redis recorded
+    (_journal_not_carried, "ran it again None s into a spell"),
 ], ids=["no fail-closed window", "900 s claims", "journal never written"])
-def test_the_exploration_finds_each_defect_planted_back(planted: Callable[[], Sim],
-                                                        finds: str | tuple[str, ...]) -> None:
-    message = _found(planted, 15000)
+def test_the_exploration_finds_each_defect_planted_back(planted: Callable[[], Sim], finds: str) -> None:
+    message = _found(planted, 15000, shape=re.escape(finds))
     print(f"{planted.__name__}: {message}")
-    assert any(f in message for f in ((finds,) if isinstance(finds, str) else finds)), message
 
 
 #: what the exploration found in the launcher, shrunk: a turn admitted on r1 (0); Redis paused; the
