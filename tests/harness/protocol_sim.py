@@ -497,8 +497,9 @@ class Sim:
 
     def unusable_for(self, replica: Replica) -> float | None:
         """How long ``replica`` has been unable to use Redis; just after a spell (until its journal's
-        next tick closes the breaker, later when its pool is busy or it is paused) the spell's whole length: past the window the
-        replica admits best-effort, as 0.1.16 does, until it has asked Redis again (its breaker closes)."""
+        next tick can close the breaker: later when its pool is busy or it was paused) the spell's
+        whole length: past the window the replica admits best-effort, as 0.1.16 does, until it has
+        asked Redis again."""
         since = self.spells.get(replica.name)
         if since is not None:
             return self.clock.now - since
