@@ -1,77 +1,188 @@
-"""The claim, lease, window and journal protocol explored, not only sampled (issue 35, item 7).
+"""The claim, lease, window and journal protocol explored, not only sampled, with time checked
+(issue 35, item 7; issue 56, item 6).
 
-The pod code's own decisions (gwop_journal around gwop_leases around praisonai-bot 0.1.16's claim
-calls and its real Redis store) run for three replicas against the REDIS STAND-IN of
-harness.protocol_sim, on a simulated clock, through interleavings Hypothesis generates: deliveries
-and turns, time passing, Redis paused (its queued commands run when it resumes), one replica cut
-off, writes refused (OOM), flushes, restarts with and without persistence, replicas killed or
-stopped. Each interleaving is checked against the exactly-once checker's invariants
-(protocol_sim.check): no re-run of a recorded webhook within the fail-closed window, no silent
-duplicate, dead holders' claims freed within 90 s, nothing lost once the faults heal. Then the
-same exploration is shown to find the defects the issue reported, each planted back in turn.
+The pod code's own decisions (the /hooks/ endpoint's wrapper around gwop_leases around gwop_journal
+around praisonai-bot 0.1.16's claim calls and its real Redis store) run for three replicas against
+the REDIS STAND-IN of harness.protocol_sim, on a simulated clock, with the operator's poll and its
+real ``conditions.compute`` over the replicas' /health answers, through interleavings Hypothesis
+generates: deliveries (to any replica, its own in-flight messages included), turns that end or
+fail, time passing, Redis paused, one replica cut off (for longer than the lease too), writes
+refused (OOM), flushes, restarts with and without persistence, replicas killed, stopped (their
+drain finishing or cutting the turns), SIGSTOPped and resumed, their thread pool busy, their
+renewals late, their /health out of the operator's reach. Each interleaving is checked against
+protocol_sim.check: no re-run of a recorded webhook within the fail-closed window, no duplicate
+unless ExactlyOnceAdmission said so at the operator's last poll before the second admission (or
+Redis forgot), dead holders' claims freed within 90 s, nothing lost.
+
+Today's launcher fails it (issue 56, holes 1-3): the exploration finds each hole in seconds
+(``test_the_exploration_finds_hole``, with a factory so the old behaviour can be planted back once
+the pod code is fixed), and each hole's shortest interleaving is kept as a replay (HOLES).
 """
 from __future__ import annotations
 
 import os
-from typing import Any, Callable
+import re
+import time
+from typing import Any, Callable, Sequence
 
 import pytest
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
-from harness.protocol_sim import OPS, Sim, check, patched, play
+from harness.protocol_sim import OPS, STEPS, Sim, check, patched, play
 
-# time steps around what the protocol counts: the journal's second, the lease's renewal (20 s), the
-# window (30 s), the lease (60 s), the promised 90 s
-SECONDS = st.one_of(st.floats(0.1, 45.0), st.sampled_from((0.5, 1.0, 5.0, 20.0, 29.0, 31.0, 61.0, 95.0)))
-OP = st.tuples(st.sampled_from(OPS), st.integers(0, 2), st.integers(0, 11), SECONDS)
-# deliveries, turns and time are most of what happens; faults are the rest
-WEIGHTED = st.one_of(
-    st.tuples(st.sampled_from(("deliver", "deliver", "deliver", "finish", "advance")), st.integers(0, 2),
-              st.integers(0, 11), SECONDS),
-    OP)
-INTERLEAVINGS = st.lists(WEIGHTED, max_size=60)
-# the same 3,000 interleavings at every run of `make test` (a rare one found there would fail an
-# unrelated change's CI); PROTOCOL_EXAMPLES=n PROTOCOL_RANDOM=1 explores n new ones (docs/development.md)
-EXPLORED = settings(max_examples=int(os.environ.get("PROTOCOL_EXAMPLES", "3000")), deadline=None,
-                    derandomize=os.environ.get("PROTOCOL_RANDOM") != "1", database=None,
-                    suppress_health_check=[HealthCheck.too_slow])
+Ops = list[tuple[str, int, int, float]]
+
+# time steps around what the protocol counts: the journal's second, the poll's two, the lease's
+# renewal (20 s), the window (30 s), the lease (60 s), the promised 90 s
+MARKS = st.sampled_from((0.5, 1.0, 2.0, 5.0, 20.0, 29.0, 31.0, 61.0, 95.0))
+SECONDS = st.one_of(st.floats(0.1, 45.0), MARKS)
+COMMON = ("deliver", "deliver", "deliver", "finish", "advance")  # most of what happens; faults are the rest
 
 
-def explore(make: Callable[[], Sim], ops: list[tuple[str, int, int, float]]) -> None:
+def interleavings(ops: Sequence[str] = OPS, replicas: int = 3, messages: int = 12, min_size: int = 0,
+                  max_size: int = 60, seconds: Any = SECONDS) -> Any:
+    """Lists of ``(op, replica, message, seconds)``: ``ops`` (deliveries, turns and time weighted up)."""
+    def one(names: Sequence[str]) -> Any:
+        return st.tuples(st.sampled_from(tuple(names)), st.integers(0, replicas - 1), st.integers(0, messages - 1),
+                         seconds)
+    return st.lists(st.one_of(one([o for o in COMMON if o in ops]), one(ops)), min_size=min_size, max_size=max_size)
+
+
+# PROTOCOL_EXAMPLES=n PROTOCOL_RANDOM=1 explores n new ones (docs/development.md); by default the same
+# interleavings at every run of `make test` (a rare one found there would fail an unrelated change's CI):
+# 2,600 of 20 to 60 ops make about 103,000 steps, some 55 s of one core (about 1,900 steps/s).
+# PROTOCOL_SHRINK=1 shrinks what it finds (minutes, on today's launcher)
+EXAMPLES = int(os.environ.get("PROTOCOL_EXAMPLES", "2600"))
+STEPS_BUDGET = 100_000  # issue 56: at least this many steps over the exploration
+PHASES = (Phase.explicit, Phase.reuse, Phase.generate) + ((Phase.shrink,) if os.environ.get("PROTOCOL_SHRINK") else ())
+EXPLORED = settings(max_examples=EXAMPLES, deadline=None, derandomize=os.environ.get("PROTOCOL_RANDOM") != "1",
+                    database=None, suppress_health_check=[HealthCheck.too_slow], phases=PHASES)
+
+
+def explore(make: Callable[[], Sim], ops: Ops) -> None:
     sim = make()
     undo = patched(sim.clock)
     try:
         check(play(sim, ops))
     finally:
+        sim.close()
         undo()
 
 
-@EXPLORED
-@given(INTERLEAVINGS)
-def test_the_protocol_keeps_exactly_once_through_every_interleaving(ops: list[tuple[str, int, int, float]]) -> None:
-    explore(Sim, ops)
+@pytest.mark.xfail(strict=True, reason="issue 56: today's launcher has holes 1-3")
+def test_the_protocol_keeps_exactly_once_through_every_interleaving() -> None:
+    before, started = STEPS[0], time.monotonic()
+
+    @EXPLORED
+    @given(interleavings(min_size=20))
+    def explored(ops: Ops) -> None:
+        explore(Sim, ops)
+
+    cpu = time.process_time()
+    try:
+        explored()
+    finally:
+        steps, took, cpu = STEPS[0] - before, time.monotonic() - started, time.process_time() - cpu
+        print(f"explored {steps} steps in {took:.0f} s ({cpu:.0f} s of CPU: {steps / max(cpu, 1e-9):.0f} steps/s)")
+    assert steps >= STEPS_BUDGET or EXAMPLES < 2600, f"only {steps} steps explored (issue 56 asks {STEPS_BUDGET})"
 
 
-def _found(make: Callable[[], Sim], examples: int = 2000) -> str:
-    """The first counterexample Hypothesis finds for ``make``'s protocol (it must find one)."""
+def _found(make: Callable[[], Sim], examples: int = 2000, strategy: Any = None, shape: str | None = None) -> str:
+    """The first counterexample Hypothesis finds for ``make``'s protocol (it must find one); with
+    ``shape`` (a regular expression) the first whose message matches it (the others are passed over)."""
     found: list[str] = []
 
     @settings(max_examples=examples, deadline=None, suppress_health_check=[HealthCheck.too_slow], database=None,
               derandomize=True,  # the same search each run: the planted defect is found, or never
               report_multiple_bugs=False, phases=(Phase.generate,))  # found is enough: no shrinking
-    @given(INTERLEAVINGS)
-    def search(ops: list[tuple[str, int, int, float]]) -> None:
+    @given(strategy if strategy is not None else interleavings())
+    def search(ops: Ops) -> None:
         try:
             explore(make, ops)
         except AssertionError as e:
-            found.append(str(e))
-            raise
+            if shape is None or re.search(shape, str(e)):
+                found.append(str(e))
+                raise
 
     with pytest.raises(AssertionError):
         search()
     return found[-1]
 
+
+# -- issue 56's holes, on today's launcher ------------------------------------------------------
+
+SILENT = "answered twice, silently"
+#: hole -> (the ops its search draws from, the shape of its finding). Each search is given the
+#: faults its hole needs (two replicas, two messages, times at the protocol's marks) and looks for a
+#: violation of that shape:
+#: 1. a delivery held in an outage, retried to the same replica past the window, admitted
+#:    best-effort; when Redis answers its claim goes (the flush writes it with the per-process
+#:    token and the next tick's release of "maybe claimed" keys deletes it, or it is never renewed
+#:    and expires, or the flush drops it past its time) while its turn runs: the first run was
+#:    best-effort, the operator said True at the second;
+#: 2. a replica cut off from Redis past the lease, its turn running (admitted asking Redis): its
+#:    claim expires, and the operator said True at the second admission;
+#: 3. renewals behind a busy thread pool (no fault of Redis at all): the claim expires while the
+#:    replica answers /health, and the operator said True at the second admission.
+FIRST_BEST_EFFORT = rf"{SILENT}: by r\d \(admitted at \+\d+ s, best-effort\) and .*ExactlyOnceAdmission True"
+FIRST_ASKED_REDIS = (rf"{SILENT}: by r\d \(admitted at \+\d+ s\) and .*ExactlyOnceAdmission True.*"
+                     r"'s claim expired")
+HOLE_SEARCHES: dict[int, tuple[tuple[str, ...], str]] = {
+    1: (("deliver", "finish", "advance", "pause", "resume"), FIRST_BEST_EFFORT),
+    2: (("deliver", "finish", "advance", "cut", "heal_one"), FIRST_ASKED_REDIS),
+    3: (("deliver", "finish", "advance", "busy"), FIRST_ASKED_REDIS),
+}
+
+
+def _two_replicas() -> Sim:
+    return Sim(replicas=2)
+
+
+@pytest.mark.parametrize("hole", sorted(HOLE_SEARCHES))
+def test_the_exploration_finds_hole(hole: int, make: Callable[[], Sim] = _two_replicas) -> None:
+    """Found in seconds on the code as given (today's launcher). Once the pod code is fixed, ``make``
+    plants the old behaviour back and this stays the proof that the exploration would see it."""
+    ops, shape = HOLE_SEARCHES[hole]
+    started = time.process_time()
+    message = _found(make, 3000, interleavings(ops, replicas=2, messages=2, min_size=6, max_size=14, seconds=MARKS),
+                     shape)
+    print(f"hole {hole}, found in {time.process_time() - started:.1f} s of CPU: {message}")
+
+
+#: each hole's shortest interleaving (Hypothesis shrank the searches above), replayed: on today's
+#: launcher each runs a webhook twice while ExactlyOnceAdmission says True
+HOLES: dict[str, Ops] = {
+    # Redis paused; m1 held on r1 (its SET NX waits in Redis: "maybe claimed"); past the window r1
+    # admits m1's retry best-effort; Redis resumes (the queued SET NX writes r1's claim, the flush
+    # finds it); at r1's next tick the release of "maybe claimed" deletes it: r2 admits m1
+    "hole 1: the claim released": [
+        ("pause", 0, 0, 1.0), ("deliver", 0, 1, 1.0), ("advance", 0, 0, 31.0), ("deliver", 0, 1, 1.0),
+        ("resume", 0, 0, 1.0), ("advance", 0, 0, 2.0), ("deliver", 1, 1, 1.0)],
+    # r1 cut off; m2 held (the window starts), m1 admitted best-effort past it; the cut heals, the
+    # flush writes m1's claim with what is left of a lease, and nothing renews it: it expires while
+    # the turn runs, and r2 admits m1
+    "hole 1: the flushed claim never renewed": [
+        ("cut", 0, 0, 1.0), ("deliver", 0, 2, 1.0), ("advance", 0, 0, 31.0), ("deliver", 0, 1, 1.0),
+        ("heal_one", 0, 0, 1.0), ("advance", 0, 0, 61.0), ("deliver", 1, 1, 1.0)],
+    # r1 admits m1 and is cut off from Redis; its renewals fail silently; past the lease r2 admits m1
+    "hole 2: cut off past the lease": [
+        ("deliver", 0, 1, 1.0), ("cut", 0, 0, 1.0), ("advance", 0, 0, 61.0), ("deliver", 1, 1, 1.0)],
+    # r1 admits m1; the agent's calls hold r1's thread pool for 70 s, its renewals wait behind
+    # them; the claim expires at 60 s, r2 admits m1, r1's turn records (nothing: r2's claim) first
+    "hole 3: renewals behind a busy pool": [
+        ("deliver", 0, 1, 1.0), ("busy", 0, 0, 70.0), ("advance", 0, 0, 61.0), ("deliver", 1, 1, 1.0),
+        ("finish", 0, 0, 1.0)],
+}
+
+
+@pytest.mark.parametrize("name", sorted(HOLES))
+def test_each_hole_replayed_runs_a_webhook_twice_silently(name: str, make: Callable[[], Sim] = Sim) -> None:
+    with pytest.raises(AssertionError, match=f"{SILENT}.*ExactlyOnceAdmission True"):
+        explore(make, HOLES[name])
+
+
+# -- defects planted back (issue 35) ------------------------------------------------------------
 
 def _without_window() -> Sim:
     """The breaker before the fail-closed window: a failed call admits what follows best-effort at
@@ -113,18 +224,17 @@ def _records_unchecked() -> Sim:
     return sim
 
 
+# each search looks for its defect's shape (today's launcher has holes 1-3 of issue 56 as well, which
+# the searches pass over)
 @pytest.mark.parametrize("planted, finds", [
     (_without_window, "the window promises"),
     (_claims_of_900_s, "still claimed by a holder that died"),
-    # what it admitted never reaches Redis (another replica runs it again), and its journal never
-    # empties, so it never asks Redis again and re-runs what Redis recorded: either is found
-    (_journal_not_carried, ("answered twice, silently", "ran it again None s into a spell")),
+    # its journal never empties, so it never asks Redis again and re-runs what Redis recorded
+    (_journal_not_carried, "ran it again None s into a spell"),
 ], ids=["no fail-closed window", "900 s claims", "journal never written"])
-def test_the_exploration_finds_each_defect_planted_back(planted: Callable[[], Sim],
-                                                        finds: str | tuple[str, ...]) -> None:
-    message = _found(planted, 15000)
+def test_the_exploration_finds_each_defect_planted_back(planted: Callable[[], Sim], finds: str) -> None:
+    message = _found(planted, 15000, shape=re.escape(finds))
     print(f"{planted.__name__}: {message}")
-    assert any(f in message for f in ((finds,) if isinstance(finds, str) else finds)), message
 
 
 #: what the exploration found in the launcher, shrunk: a turn admitted on r1 (0); Redis paused; the
