@@ -141,6 +141,9 @@ def answer_inflight_duplicates(gateway: Any, journal: Any, leases: "Leases", max
             if held is not None:
                 held.append(key)
             return True
+        if journal.runs(key):  # this replica's turn of it still runs (admitted while Redis could not be asked)
+            in_flight.set(True)
+            return False
         store = upstream.redis_store(gateway)
         if store is not None and not journal.holding.get() and not journal.broken:
             try:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import concurrent.futures
 import contextvars
 import threading
 import time
@@ -18,6 +19,17 @@ from gwop_log import say
 
 
 NO_CLAIM = "-"  # the token a record is written under for a turn that held no claim (matches none)
+
+# the journal's and the reach probe's Redis calls, off the event loop on a thread of their own: the
+# default executor is the agent's (model calls, tools, guardrails), and behind a busy one the
+# breaker stayed open after Redis answered again, so the replica admitted best-effort what Redis
+# had recorded (found by the protocol model: tests/harness/protocol_sim.py)
+_OWN = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="gwop-journal")
+
+
+async def off_loop(function: Callable[..., Any], *args: Any) -> Any:
+    """``function(*args)`` on the journal's own thread."""
+    return await asyncio.get_running_loop().run_in_executor(_OWN, function, *args)
 
 # A Redis that answers but refuses writes (redis-py's exception for each refusal) and what /health
 # then says after 0.1.16's own text, so that the operator can name it (health.py maps the text)
@@ -208,6 +220,12 @@ class OutageJournal:
             settled += 1
         return settled
 
+    def runs(self, key: str) -> bool:
+        """This replica admitted ``key`` while it could not ask Redis and its turn still runs: a
+        redelivery is told "in progress" (503), not "deduplicated" (a 2xx ends the provider's
+        retries, and the turn may yet fail or its replica stop)."""
+        return key in self.admitted or key in self.running
+
     def note_unusable(self) -> None:
         """Something other than a webhook's call found Redis unusable (a claim renewal round): the
         breaker opens as for a failed call, and the next tick asks Redis whether it answers."""
@@ -309,19 +327,19 @@ class OutageJournal:
         exploration drives it on a simulated clock: tests/harness/protocol_sim.py.)"""
         was = self.broken
         if self.broken and not (self.admitted or self.done):
-            self.broken = not await asyncio.to_thread(self._answers)
+            self.broken = not await off_loop(self._answers)
         if self.maybe_claimed and not self.broken:
             try:
-                await asyncio.to_thread(self.release_maybe_claimed)
+                await off_loop(self.release_maybe_claimed)
             except Exception:  # noqa: BLE001 - not yet: the next round (their lease ends them anyway)
                 pass
         if self.contested and not self.broken:
             try:
-                await asyncio.to_thread(self.settle_contested)
+                await off_loop(self.settle_contested)
             except Exception:  # noqa: BLE001 - Redis unusable again: the next round
                 pass
         if self.admitted or self.done:
-            written = await asyncio.to_thread(self.flush)
+            written = await off_loop(self.flush)
             if not (self.admitted or self.done):
                 self.broken = False
                 if written:

@@ -13,7 +13,7 @@ import asyncio
 import time
 from typing import Any, Callable, Mapping, Optional
 
-from gwop_journal import OutageJournal, refusal_of
+from gwop_journal import OutageJournal, off_loop, refusal_of
 from gwop_redis import redis_client
 
 PROBE_KEY = "gwop-reach-probe"
@@ -48,7 +48,7 @@ class Reach:
     async def run(self) -> None:
         while True:
             await asyncio.sleep(self.PERIOD_S)
-            await asyncio.to_thread(self.probe)
+            await off_loop(self.probe)  # never behind the agent's work in the default executor
 
 
 def view(journal: OutageJournal, reach: Optional[Reach], now: float) -> dict:
