@@ -162,3 +162,21 @@ def test_a_holder_is_heard_every_two_seconds_and_waited_for_no_longer() -> None:
     # the derived bound: a paused holder is noticed through the watch within the lease, with margin
     lag = schedule.WATCH_MIN_GAP_S + schedule.HOLDER_HEARD_S + 2 * schedule.HOLDER_TIMEOUT_S + schedule.NEWS_GAP_S
     assert lag <= 10.0
+
+
+def test_a_replica_that_went_away_silent_leaves_the_unrecorded_window_unless_it_carried_everything() -> None:
+    """Found by the protocol model: a holder cut off from Redis, out of the operator's hearing, ends
+    its turns (answered 200, records never written) and goes away with its journal. Once its claims
+    expire the provider's redelivery runs again, so its going away opens AdmissionsNotRecorded,
+    unless its stop says it carried everything to Redis; a replica never heard opens nothing."""
+    from gateway_operator.core import unrecorded
+    holder = claim_risk.Holder(holding("p", held=2), at=100.0)
+    left = claim_risk.left_by(holder)
+    assert unrecorded.leaves_a_journal(left) and left.journalled == 2
+    assert unrecorded.leaves_a_journal(claim_risk.unheard(silent("q")))
+    waiting = {"p": unrecorded.Leaving(left, 100.0, vanished=100.0)}
+    still, gone = unrecorded.settle(waiting, present=(), carried=(), now=106.0, drain_s=10.0)
+    window = unrecorded.assess(unrecorded.Unrecorded(), [], gone, now=106.0, ttl=3600.0)
+    assert not still and window.open(106.0) and window.admissions == 2, window
+    _, gone = unrecorded.settle(waiting, present=(), carried=("p",), now=106.0, drain_s=10.0)
+    assert not gone  # its stop said it carried everything: no window

@@ -75,6 +75,24 @@ def silent(holders: Mapping[str, Holder], polled: Sequence[ReplicaHealth]) -> li
     return [holders[pod] for pod in sorted(holders) if pod not in answered]
 
 
+def left_by(holder: Holder) -> ReplicaHealth:
+    """What a holder that went away while silent may have left unrecorded, as the replica would have
+    said it (core.unrecorded.Leaving reads it): each claim it held may belong to a turn that ended
+    and was answered while it could not be heard, its record never written (Redis unusable to it,
+    and its journal gone with it); unless its stop says it carried everything
+    (``<prefix>gwop-carried:<pod>``), those open the AdmissionsNotRecorded window."""
+    last = holder.last
+    return replace(last, redis="unreachable", journalled=last.journalled + last.claims.held)
+
+
+def unheard(last: ReplicaHealth) -> ReplicaHealth:
+    """What a replica that went away while the operator could not hear it (its last answer
+    Unreachable, and no claims known of it) may have left unrecorded: at least one turn it answered
+    while Redis was unusable to it, its journal gone with it. Nothing tells the operator otherwise
+    but its stop's word that it carried everything (``<prefix>gwop-carried:<pod>``)."""
+    return replace(last, redis="unreachable", journalled=max(1, last.journalled))
+
+
 def said(health: ReplicaHealth) -> str | None:
     """Why a replica's own answer says its claims are at risk (case a), else None."""
     claims = health.claims

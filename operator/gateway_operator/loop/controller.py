@@ -109,6 +109,7 @@ class GatewayController:
     # keeps ExactlyOnceAdmission False (ClaimsAtRisk) until it answers, or its pod is gone and its
     # claims have had time to expire, whether or not it is still polled
     _holders: dict[str, claim_risk.Holder] = field(default_factory=dict)
+    _heard: set[str] = field(default_factory=set)   # polled replicas that have answered /health
     _watched: set[str] = field(default_factory=set)  # replicas whose health watch stood in at the last step
 
     def __post_init__(self) -> None:
@@ -332,11 +333,18 @@ class GatewayController:
         for pod, last in self._health.items():
             if pod in live:
                 continue  # deleted, or being deleted: a journal it said it had waits for its stop's word
+            if last.state is health.Idempotency.UNKNOWN and pod in self._heard:  # went away unheard
+                last = claim_risk.left_by(self._holders[pod]) if pod in self._holders else claim_risk.unheard(last)
             if unrecorded.leaves_a_journal(last):
                 self._leaving.setdefault(pod, unrecorded.Leaving(last, time.monotonic()))
             else:
                 self._gone.append(last)
         self._health = {t.pod: self._health[t.pod] for t in targets if t.pod in self._health}
+        # the replicas that have answered since they started: one that goes away unheard may have
+        # answered turns it could not record (claim_risk.unheard); one never heard is a pod that
+        # never came up
+        self._heard = {pod for pod in self._heard if pod in self._health} | \
+            {pod for pod, h in self._health.items() if h.state is not health.Idempotency.UNKNOWN}
         self._holders = claim_risk.remember(self._holders, list(self._health.values()),
                                             {p.name for p in self.pods()}, time.monotonic())
         return list(self._health.values())
