@@ -32,7 +32,11 @@ THE OPERATOR is simulated too, with its real pure code: every POLL_S it reads ea
 answers nothing: Unreachable), carries the unrecorded-admissions window (``core.unrecorded.assess``
 and ``settle`` over the replicas that went away, as loop/controller does), and computes
 ``ExactlyOnceAdmission`` with ``core.conditions.compute`` (its Redis probe passes while Redis is
-not paused). What it said at its last poll is what a user could have seen.
+not paused). What it said at its last poll is what a user could have seen. With ``watch`` (the
+default, as the operator runs: it holds a long-poll ``/health`` per replica, answered as soon as
+what the answer means changes, gwop_watch) it also reads every replica after each event; the real
+watch's tick (0.2 s) and the network are the residual: a replica killed within them after it
+answered a turn it could not record leaves that turn unannounced (said in docs/redis.md).
 
 ``run(ops)`` plays one interleaving and returns what happened; ``check`` asserts the invariants:
 
@@ -62,13 +66,13 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import dataclasses
 import fnmatch
-import inspect
 import json
 import sys
 import types
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, Sequence
 
 from .pod_code import POD_CODE
 
@@ -84,7 +88,7 @@ from gwop_claims import answer_inflight_duplicates, release_unfinished_claims  #
 
 from gateway_operator.api import IDEMPOTENCY_OWNER  # noqa: E402 - the operator's pure code
 from gateway_operator.api import reasons as R  # noqa: E402
-from gateway_operator.core import conditions, unrecorded  # noqa: E402
+from gateway_operator.core import claim_risk, conditions, unrecorded  # noqa: E402
 from gateway_operator.core.health import ReplicaHealth, parse_answer  # noqa: E402
 from gateway_operator.core.probe_result import ProbeResult  # noqa: E402
 
@@ -99,9 +103,10 @@ DRAIN_S = 30.0                # spec.drainSeconds, as the operator's settle() al
 VERSIONS = {"praisonai-bot": "0.1.16", "praisonaiagents": "1.7.17"}
 T0 = 1_800_000_000.0
 
-#: today's launcher renews through asyncio.to_thread, the default executor the agent's calls share
-#: (issue 56, hole 3); a launcher whose renewals have their own thread is not held up by a busy pool
-RENEWALS_ON_THE_POOL = "to_thread" in inspect.getsource(getattr(gwop_leases.Leases, "run", lambda: None))
+#: the launcher renews on a thread of its own (gwop_leases.Leases.run_thread), not held up by a busy
+#: default executor; ``Sim(renewals_on_the_pool=True)`` plants back the launcher before issue 56,
+#: whose renewals went through asyncio.to_thread and waited behind the agent's calls (hole 3)
+RENEWALS_ON_THE_POOL = False
 
 
 class Clock:
@@ -221,6 +226,12 @@ class SimRedis:
                 return 1
             self.note(key, f"{holder(args[0])}'s renewal found {holder(current)}: lost")
             return 0
+        if kind == "take":        # the journal's claim of a running turn (gwop_leases.TAKE_LUA)
+            token, one, other, px = args
+            if current is None or current in (one, other):
+                self._set(key, token, int(px), f"claimed by {holder(token)} for its running turn")
+                return 1
+            return 0
         raise AssertionError(f"a script the stand-in does not know: {script[:60]}")
 
 
@@ -334,11 +345,13 @@ class Replica:
         self.route = Route(upstream.HOOK_ROUTE, hook_handler(self.gateway))
         self.gateway._server = types.SimpleNamespace(config=types.SimpleNamespace(
             app=types.SimpleNamespace(routes=[self.route])))
-        self.journal = gwop_journal.OutageJournal(self.gateway, sim.window)
-        self.leases = gwop_leases.Leases(self.gateway, sim.lease, name)
+        self.gateway.get_hook = lambda path: None  # gwop_limits.refusal: no id template to check here
+        self.leases = gwop_leases.Leases(self.gateway, sim.lease, name, clock=sim.clock.monotonic, wall=sim.clock.time)
+        self.journal = gwop_journal.OutageJournal(self.gateway, sim.window, adopt=self.leases.adopt)
         self.journal.wrap()   # the order of gwop_serve.guard_webhooks
         self.leases.wrap()
-        assert answer_inflight_duplicates(self.gateway, self.journal), "the /hooks/ route was not found"
+        assert answer_inflight_duplicates(self.gateway, self.journal, self.leases, 1 << 20), \
+            "the /hooks/ route was not found"
         self.reach = gwop_reach.Reach({"prefix": SIM_PREFIX}, clock=sim.clock.monotonic)
         self.reach._client = SimClient(sim.redis, self)
         self.in_flight: list[Run] = []
@@ -352,7 +365,8 @@ class Replica:
 
     @property
     def token(self) -> str:
-        return self.leases.token
+        """What every claim of this replica's process starts with."""
+        return self.leases.process
 
     def _step(self, run: Run, how: Callable[[Any], Any]) -> Any:
         """Run the request's coroutine, in its own context, until the turn suspends it (None) or it
@@ -373,7 +387,9 @@ class Replica:
         recorded = self.sim.redis.value(PREFIX + msg) == "recorded"
         run = Run(msg, self.name, self.sim.clock.now, False, self.sim.unusable_for(self), recorded, self.sim.said)
         before = self.journal.best_effort
-        run.request, run.context = types.SimpleNamespace(msg=msg, turn=Turn()), contextvars.copy_context()
+        run.request, run.context = (types.SimpleNamespace(msg=msg, turn=Turn(), _body=b"{}", headers={},
+                                                          path_params={"path": "events"}),
+                                    contextvars.copy_context())
         run.coroutine = run.context.run(self.route.endpoint, run.request)
         response = self._step(run, lambda c: c.send(None))
         if response is not None:
@@ -400,24 +416,29 @@ class Replica:
         return self.sim.clock.now >= self.pool_busy_until
 
     def timers(self) -> None:
-        """What is due: the journal's tick and the reach probe (both through the default executor),
-        the leases' renewal (today through it too: RENEWALS_ON_THE_POOL)."""
+        """What is due: the journal's tick and the reach probe, the leases' renewal (each on a thread
+        of its own; through the busy default executor where a planted defect says so), the fence."""
         if self.paused:
             return
         now = self.sim.clock.now
-        if now >= self.next_tick and self.pool_free():
+        on_time = self.pool_free() or not self.sim.journal_on_the_pool
+        if now >= self.next_tick and on_time:
             drive(self.journal.tick())
             self.next_tick = now + JOURNAL_TICK_S
-        if now >= self.next_probe and self.pool_free():
+        if now >= self.next_probe and on_time:
             self.reach.probe()
             self.next_probe = now + gwop_reach.Reach.PERIOD_S
         if now >= self.next_renewal and (self.pool_free() or not self.sim.renewals_on_the_pool):
-            if len(self.leases.held):
-                try:
-                    self.leases.renew()
-                except Exception:  # noqa: BLE001 - as Leases.run: the next round
-                    pass
             self.next_renewal = now + self.sim.lease * RENEW_EVERY
+            try:
+                self.leases.renew()
+            except Exception:  # noqa: BLE001 - as Leases.run_thread: again in RETRY_S
+                self.next_renewal = now + gwop_leases.RETRY_S
+        if self.sim.fenced:  # the fence, on the event loop: a turn whose claim is due is cancelled
+            for key in self.leases.due():
+                run = next((run for run in reversed(self.in_flight) if run.msg == key), None)
+                if run is not None:
+                    self.sim.runs.append(self.end(run, "cancel"))
 
     def health(self) -> ReplicaHealth:
         """What the operator's poll reads of it: its /health answer, through parse_answer."""
@@ -449,6 +470,14 @@ class Sim:
     clock: Clock = field(default_factory=Clock)
     carry_at_stop: bool = True     # planted defects turn parts of the protocol off
     renewals_on_the_pool: bool = RENEWALS_ON_THE_POOL
+    fenced: bool = True            # the fence runs (gwop_leases.Leases.due)
+    # the launcher before issue 56 ran the journal's tick and the reach probe through the default
+    # executor the agent's calls hold (today: a thread of their own, gwop_journal.off_loop)
+    journal_on_the_pool: bool = False
+    # the operator before issue 56: ExactlyOnceAdmission read neither a replica's own view of Redis
+    # nor its claims (only the readiness gate read the first)
+    operator_reads_claims: bool = True
+    watch: bool = True             # the operator hears each replica's change before the next event
     runs: list[Run] = field(default_factory=list)
     forgets: list[float] = field(default_factory=list)       # flushes, restarts without persistence
     usable_again: list[float] = field(default_factory=list)  # when Redis became usable again (resume, heal)
@@ -466,12 +495,13 @@ class Sim:
     leaving: dict[str, unrecorded.Leaving] = field(default_factory=dict)
     carried: set[str] = field(default_factory=set)           # stops that said they carried their journal
     gone: list[ReplicaHealth] = field(default_factory=list)
+    holders: dict[str, claim_risk.Holder] = field(default_factory=dict)  # claim_risk.remember's memory across polls, as loop/controller keeps it
 
     def __post_init__(self) -> None:
         from praisonai_bot.bots._idempotency import RedisIdempotencyStore
         from gwop_redis import RELEASE_LUA
         scripts = {RedisIdempotencyStore._RECORD_LUA: "record", RedisIdempotencyStore._RELEASE_LUA: "release",
-                   RELEASE_LUA: "release", gwop_leases.RENEW_LUA: "renew"}
+                   RELEASE_LUA: "release", gwop_leases.RENEW_LUA: "renew", gwop_leases.TAKE_LUA: "take"}
         self.redis = SimRedis(self.clock, scripts)
         self.pool = [self._new() for _ in range(self.replicas)]
         self.poll()
@@ -521,12 +551,19 @@ class Sim:
         self.carried &= set(self.leaving)
         self.window_open = unrecorded.assess(self.window_open, answers, self.gone + left, now)
         self.gone = []
-        self.said = _exactly_once(answers, not self.redis.paused, self.window_open, now)
+        if not self.operator_reads_claims:
+            answers = [dataclasses.replace(h, redis=None, claims=type(h.claims)()) for h in answers]
+        self.holders = claim_risk.remember(self.holders, answers, {r.name for r in self.pool}, now)
+        self.said = _exactly_once(answers, not self.redis.paused, self.window_open, now,
+                                  claim_risk.silent(self.holders, answers))
         self.next_poll = now + POLL_S
 
     def _went_away(self, r: Replica, carried: bool) -> None:
         """As loop/controller: a pod gone whose last answer left a journal waits for its stop's word."""
         last = self.last_answers.pop(r.name, None)
+        now = r.health()
+        if now.state.value == "Unreachable" and last is not None:  # went away unheard: as loop/controller
+            last = claim_risk.left_by(self.holders[r.name]) if r.name in self.holders else claim_risk.unheard(now)
         if last is None:
             return
         if unrecorded.leaves_a_journal(last):
@@ -607,9 +644,11 @@ class Sim:
                 pass
         carried = self.carry_at_stop and not r.journalled()
         try:
-            release_unfinished_claims(upstream.redis_store(r.gateway))
+            release_unfinished_claims(r.leases, r.journal)
         except Exception:  # noqa: BLE001
             pass
+        if self.watch:  # its drain and carry take seconds, while the operator still hears it
+            self.poll()
         self.dead[r.token] = self.clock.now
         self._went_away(r, carried)
         self.pool[i] = self._new()
@@ -633,7 +672,8 @@ class Sim:
 
     def busy(self, replica: int, seconds: float) -> None:
         """The agent's calls hold the replica's default executor for ``seconds``: what goes through it
-        (the journal's tick, the probe, today's renewals) waits; the turns go on."""
+        waits (the launcher's own work did before issue 56: ``journal_on_the_pool``,
+        ``renewals_on_the_pool``); the turns go on."""
         r = self.replica(replica)
         r.pool_busy_until = max(r.pool_busy_until, self.clock.now + seconds)
 
@@ -686,7 +726,7 @@ class Sim:
 
 
 def _exactly_once(answers: list[ReplicaHealth], reachable: bool, window: unrecorded.Unrecorded,
-                  now: float) -> tuple[str, str, str]:
+                  now: float, silent: Sequence[claim_risk.Holder] = ()) -> tuple[str, str, str]:
     """ExactlyOnceAdmission as conditions.compute says it over these facts (one Redis-backed
     GatewayDeployment, every replica running and ready)."""
     n = len(answers)
@@ -695,7 +735,8 @@ def _exactly_once(answers: list[ReplicaHealth], reachable: bool, window: unrecor
     facts = conditions.Facts(generation=1, desired_replicas=n, store_backend="redis", policy="Refuse",
                              persistence=True, redis_configured=True, running_replicas=n, ready_replicas=n,
                              updated_replicas=n, rollout_observed=True, current_replicas=n, probe=probe,
-                             health=tuple(answers), unrecorded=window, now=now, sessions_store="redis")
+                             health=tuple(answers), unrecorded=window, now=now, sessions_store="redis",
+                             silent_holders=tuple(silent))
     said = next(c for c in conditions.compute(facts) if c.type == conditions.EXACTLY_ONCE)
     return said.status, said.reason, said.message
 
@@ -737,6 +778,8 @@ def play(sim: Sim, ops: Iterable[tuple[str, int, int, float]], messages: int = 6
     window pass, and retry every webhook never answered (the provider's retries)."""
     for op, replica, msg, seconds in ops:
         ACTIONS[op](sim, replica, f"m{msg % messages}", msg, seconds)
+        if sim.watch:
+            sim.poll()
         STEPS[0] += 1
         check_claims(sim)
     sim.heal()
@@ -771,8 +814,8 @@ def check_claims(sim: Sim) -> None:
     """No claim of a dead holder outlives PROMISED_CLAIM_FREE_S after its death, or after Redis
     was last usable again (a claim a paused Redis ran on resuming starts its lease then)."""
     for key in list(sim.redis.data):
-        token = sim.redis.value(key)
-        died = sim.dead.get(token or "")
+        token = sim.redis.value(key) or ""
+        died = next((at for process, at in sim.dead.items() if token.startswith(process)), None)
         if died is None:
             continue
         since = max([died] + [t for t in sim.usable_again if t >= died])
@@ -814,7 +857,7 @@ def patched(clock: Clock) -> Callable[[], None]:
     shim.to_thread = _inline
     quiet = lambda *_: None  # noqa: E731
     replaced = [(gwop_journal, "time", clock), (gwop_leases, "time", clock), (gwop_health, "time", clock),
-                (gwop_redis, "time", clock), (gwop_journal, "asyncio", shim), (gwop_journal, "say", quiet),
+                (gwop_redis, "time", clock), (gwop_journal, "asyncio", shim), (gwop_journal, "off_loop", _inline), (gwop_journal, "say", quiet),
                 (gwop_leases, "say", quiet), (gwop_redis, "say", quiet)]
     import gwop_claims
     replaced.append((gwop_claims, "say", quiet))

@@ -14,9 +14,9 @@ protocol_sim.check: no re-run of a recorded webhook within the fail-closed windo
 unless ExactlyOnceAdmission said so at the operator's last poll before the second admission (or
 Redis forgot), dead holders' claims freed within 90 s, nothing lost.
 
-Today's launcher fails it (issue 56, holes 1-3): the exploration finds each hole in seconds
-(``test_the_exploration_finds_hole``, with a factory so the old behaviour can be planted back once
-the pod code is fixed), and each hole's shortest interleaving is kept as a replay (HOLES).
+The launcher before issue 56 failed it (holes 1-3): planted back, the exploration finds each hole in
+seconds (``test_the_exploration_finds_each_hole_planted_back``), and each hole's shortest
+interleaving is kept as a replay (HOLES) that today's launcher passes.
 """
 from __future__ import annotations
 
@@ -70,7 +70,6 @@ def explore(make: Callable[[], Sim], ops: Ops) -> None:
         undo()
 
 
-@pytest.mark.xfail(strict=True, reason="issue 56: today's launcher has holes 1-3")
 def test_the_protocol_keeps_exactly_once_through_every_interleaving() -> None:
     before, started = STEPS[0], time.monotonic()
 
@@ -110,7 +109,7 @@ def _found(make: Callable[[], Sim], examples: int = 2000, strategy: Any = None, 
     return found[-1]
 
 
-# -- issue 56's holes, on today's launcher ------------------------------------------------------
+# -- issue 56's holes, planted back ------------------------------------------------------
 
 SILENT = "answered twice, silently"
 #: hole -> (the ops its search draws from, the shape of its finding). Each search is given the
@@ -135,51 +134,99 @@ HOLE_SEARCHES: dict[int, tuple[tuple[str, ...], str]] = {
 }
 
 
-def _two_replicas() -> Sim:
-    return Sim(replicas=2)
+def _each_replica(sim: Sim, change: Callable[[Any], None]) -> Sim:
+    """``change`` applied to every replica the simulation has and every one it makes."""
+    for r in sim.pool:
+        change(r)
+    original = sim._new
+
+    def new() -> Any:
+        replica = original()
+        change(replica)
+        return replica
+    sim._new = new  # type: ignore[method-assign]
+    return sim
+
+
+def _one_token_per_process(r: Any) -> None:
+    """The launcher before issue 56: every claim of a process under one token, and the journal's
+    flush writing a running turn's claim (SET NX, that token) that nothing holds or renews."""
+    r.leases.new_token = lambda: r.leases.process + "all"
+
+    def flushed_claim(key: str, at: float, replaces: Any = None) -> bool:
+        store = r.leases._store()
+        store.client.set(store.key(key), r.leases.process + "all", nx=True, px=r.leases.lease_ms)
+        return False
+    r.journal.adopt = flushed_claim
+
+
+def _claims_unsaid(r: Any) -> None:
+    """/health as before issue 56: how many claims, how many lost, nothing of their renewal."""
+    leases = r.leases
+    leases.view = lambda: {"claims_held": len(leases.held), "leases_lost": leases.lost}
+
+
+def _hole_1() -> Sim:
+    return _each_replica(Sim(replicas=2), _one_token_per_process)
+
+
+def _hole_2() -> Sim:
+    """No fence, no word in /health of a claim that could not be renewed, and an operator that reads
+    neither a replica's claims nor its own view of Redis."""
+    return _each_replica(Sim(replicas=2, fenced=False, operator_reads_claims=False), _claims_unsaid)
+
+
+def _hole_3() -> Sim:
+    """Renewals through the default executor the agent's calls hold, and no fence."""
+    return Sim(replicas=2, renewals_on_the_pool=True, fenced=False)
+
+
+PLANTED: dict[int, Callable[[], Sim]] = {1: _hole_1, 2: _hole_2, 3: _hole_3}
 
 
 @pytest.mark.parametrize("hole", sorted(HOLE_SEARCHES))
-def test_the_exploration_finds_hole(hole: int, make: Callable[[], Sim] = _two_replicas) -> None:
-    """Found in seconds on the code as given (today's launcher). Once the pod code is fixed, ``make``
-    plants the old behaviour back and this stays the proof that the exploration would see it."""
+def test_the_exploration_finds_each_hole_planted_back(hole: int) -> None:
+    """Each of issue 56's holes, planted back into today's launcher, is found in seconds."""
     ops, shape = HOLE_SEARCHES[hole]
     started = time.process_time()
-    message = _found(make, 3000, interleavings(ops, replicas=2, messages=2, min_size=6, max_size=14, seconds=MARKS),
-                     shape)
+    message = _found(PLANTED[hole], 3000,
+                     interleavings(ops, replicas=2, messages=2, min_size=6, max_size=14, seconds=MARKS), shape)
     print(f"hole {hole}, found in {time.process_time() - started:.1f} s of CPU: {message}")
 
 
-#: each hole's shortest interleaving (Hypothesis shrank the searches above), replayed: on today's
-#: launcher each runs a webhook twice while ExactlyOnceAdmission says True
-HOLES: dict[str, Ops] = {
+#: each hole's shortest interleaving (Hypothesis shrank the searches above): with the hole planted
+#: back each runs a webhook twice while ExactlyOnceAdmission says True; today's launcher runs each
+#: message once, or says beforehand that exactly-once is not held
+HOLES: dict[str, tuple[Callable[[], Sim], Ops]] = {
     # Redis paused; m1 held on r1 (its SET NX waits in Redis: "maybe claimed"); past the window r1
     # admits m1's retry best-effort; Redis resumes (the queued SET NX writes r1's claim, the flush
     # finds it); at r1's next tick the release of "maybe claimed" deletes it: r2 admits m1
-    "hole 1: the claim released": [
+    "hole 1: the claim released": (_hole_1, [
         ("pause", 0, 0, 1.0), ("deliver", 0, 1, 1.0), ("advance", 0, 0, 31.0), ("deliver", 0, 1, 1.0),
-        ("resume", 0, 0, 1.0), ("advance", 0, 0, 2.0), ("deliver", 1, 1, 1.0)],
+        ("resume", 0, 0, 1.0), ("advance", 0, 0, 2.0), ("deliver", 1, 1, 1.0)]),
     # r1 cut off; m2 held (the window starts), m1 admitted best-effort past it; the cut heals, the
     # flush writes m1's claim with what is left of a lease, and nothing renews it: it expires while
     # the turn runs, and r2 admits m1
-    "hole 1: the flushed claim never renewed": [
+    "hole 1: the flushed claim never renewed": (_hole_1, [
         ("cut", 0, 0, 1.0), ("deliver", 0, 2, 1.0), ("advance", 0, 0, 31.0), ("deliver", 0, 1, 1.0),
-        ("heal_one", 0, 0, 1.0), ("advance", 0, 0, 61.0), ("deliver", 1, 1, 1.0)],
+        ("heal_one", 0, 0, 1.0), ("advance", 0, 0, 61.0), ("deliver", 1, 1, 1.0)]),
     # r1 admits m1 and is cut off from Redis; its renewals fail silently; past the lease r2 admits m1
-    "hole 2: cut off past the lease": [
-        ("deliver", 0, 1, 1.0), ("cut", 0, 0, 1.0), ("advance", 0, 0, 61.0), ("deliver", 1, 1, 1.0)],
+    "hole 2: cut off past the lease": (_hole_2, [
+        ("deliver", 0, 1, 1.0), ("cut", 0, 0, 1.0), ("advance", 0, 0, 61.0), ("deliver", 1, 1, 1.0)]),
     # r1 admits m1; the agent's calls hold r1's thread pool for 70 s, its renewals wait behind
     # them; the claim expires at 60 s, r2 admits m1, r1's turn records (nothing: r2's claim) first
-    "hole 3: renewals behind a busy pool": [
+    "hole 3: renewals behind a busy pool": (_hole_3, [
         ("deliver", 0, 1, 1.0), ("busy", 0, 0, 70.0), ("advance", 0, 0, 61.0), ("deliver", 1, 1, 1.0),
-        ("finish", 0, 0, 1.0)],
+        ("finish", 0, 0, 1.0)]),
 }
 
 
 @pytest.mark.parametrize("name", sorted(HOLES))
-def test_each_hole_replayed_runs_a_webhook_twice_silently(name: str, make: Callable[[], Sim] = Sim) -> None:
+def test_each_hole_replayed_runs_once_today_and_twice_silently_planted_back(name: str) -> None:
+    planted, ops = HOLES[name]
+    explore(lambda: Sim(replicas=2), ops)
     with pytest.raises(AssertionError, match=f"{SILENT}.*ExactlyOnceAdmission True"):
-        explore(make, HOLES[name])
+        explore(planted, ops)
 
 
 # -- defects planted back (issue 35) ------------------------------------------------------------
@@ -210,6 +257,11 @@ def _journal_not_carried() -> Sim:
     return sim
 
 
+def _unfenced(sim: Sim) -> Sim:
+    sim.fenced = False
+    return sim
+
+
 def _records_unchecked() -> Sim:
     """The journal before the exploration found it: a record 0.1.16 writes nothing for (another
     replica's claim holds the key) counted as written."""
@@ -224,8 +276,7 @@ def _records_unchecked() -> Sim:
     return sim
 
 
-# each search looks for its defect's shape (today's launcher has holes 1-3 of issue 56 as well, which
-# the searches pass over)
+# each search looks for its defect's shape
 @pytest.mark.parametrize("planted, finds", [
     (_without_window, "the window promises"),
     (_claims_of_900_s, "still claimed by a holder that died"),
@@ -250,5 +301,6 @@ def test_the_record_the_exploration_found_dropped_is_kept_until_it_is_written() 
     process, whose set orders differ): the journal before this change answers it twice; now
     the contested record is written once r2's claim goes, and the redelivery is refused."""
     explore(Sim, RECORD_LOST)
+    # r1's turn outlives its claim: today's fence stops it first; the defect shows without the fence
     with pytest.raises(AssertionError, match="answered twice, silently"):
-        explore(_records_unchecked, RECORD_LOST)
+        explore(lambda: _unfenced(_records_unchecked()), RECORD_LOST)
