@@ -331,3 +331,15 @@ def test_when_a_watch_waits_is_the_schedules() -> None:
     assert s.take_news(100.0) and not s.take_news(100.2)
     assert s.health_news(100.3) == pytest.approx(schedule.NEWS_GAP_S - 0.3)
     assert s.sleep_for(100.3) == pytest.approx(schedule.NEWS_GAP_S - 0.3)
+
+
+def test_a_holders_clocks_do_not_move_the_tag_but_an_unrenewed_claim_does() -> None:
+    """A replica holding a claim counts down to its expiry every tick: the watch must not answer
+    each tick (one answer every 0.2 s per replica), but must at once when a renewal fails."""
+    def holding(expire_in: float, unrenewed: int = 0, failing_for: float = 0.0) -> dict:
+        return {"status": "healthy", "gateway_operator": {"idempotency": {
+            "redis": "answers", "claims_held": 1, "claims_unrenewed": unrenewed, "claims_expire_in_s": expire_in,
+            "renew_failing_for_s": failing_for}}}
+    assert gwop_watch.tag_of(holding(55.0)) == gwop_watch.tag_of(holding(41.3))
+    assert gwop_watch.tag_of(holding(41.3)) != gwop_watch.tag_of(holding(41.3, unrenewed=1, failing_for=0.4))
+    assert gwop_watch.tag_of(holding(30.0, 1, 0.4)) == gwop_watch.tag_of(holding(29.0, 1, 1.4))

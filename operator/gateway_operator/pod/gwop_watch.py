@@ -30,7 +30,7 @@ HEAD_MAX_BYTES = 4096
 IDLE_S = WAIT_MAX_S + 30.0
 MAX_CLIENTS = 32   # the operator holds one (two across its handover); the rest are refused
 # what the tag leaves out: these change without anything having happened
-CLOCKS = frozenset({"uptime", "answers_for_s", "unusable_for_s"})
+CLOCKS = frozenset({"uptime", "answers_for_s", "unusable_for_s", "claims_expire_in_s", "renew_failing_for_s"})
 TAGGED = ("status", "degraded_owners")
 SECTION = "gateway_operator"
 
