@@ -632,16 +632,18 @@ class Nemesis:
         self.provider.inject(msg, f"x{self.settings.seed}-{n:03d}", delay, [(time.time(), f"pod:{ip}", ip)])
 
         def running() -> dict[str, Any] | None:
+            # {"delivery": ...} when its delivery was answered first; else the stand-in's turn record
+            # (whose own "answered" says whether the model's answer reached the caller)
             if self.provider.answers(msg):
-                return {"answered": self.provider.answers(msg)[0]}
+                return {"delivery": self.provider.answers(msg)[0]}
             turn = next((t for t in _stand_in_turns(stand_in, since)[0] if t["msg"] == msg), None)
             if turn is not None and self.provider.answers(msg):   # answered meanwhile: a retry's turn
-                return {"answered": self.provider.answers(msg)[0]}
+                return {"delivery": self.provider.answers(msg)[0]}
             return turn
         seen = until(running, timeout=60, interval=0.3, what=f"{msg}'s turn running on {pod['metadata']['name']}",
                      tolerate=(OSError, ValueError))
-        if "answered" in seen:
-            d = seen["answered"]
+        if "delivery" in seen:
+            d = seen["delivery"]
             raise AssertionError(f"{msg} was answered {d.status or d.error} {d.said} by "
                                  f"{pod['metadata']['name']} before its turn ran there")
         return msg, float(seen["started"])

@@ -258,7 +258,8 @@ def test_the_slow_turn_waits_for_its_turn_on_the_holder_and_refuses_one_answered
         if since >= 10 ** 9:
             return [], 7
         assert since == 7   # only the turns since the message was injected
-        return ([{"msg": "m5-hp000", "started": 1234.5}] if next(looks) >= 2 else []), 8
+        # as the stand-in says it: "answered" is whether the model's answer reached the caller (not yet)
+        return ([{"msg": "m5-hp000", "started": 1234.5, "answered": False}] if next(looks) >= 2 else []), 8
     monkeypatch.setattr(eo, "_stand_in_turns", stand_in)
     msg, started = n._slow_turn("holder_pause", gateway(1), 105.0)
     assert (msg, started) == ("m5-hp000", 1234.5)
