@@ -304,3 +304,25 @@ def test_the_record_the_exploration_found_dropped_is_kept_until_it_is_written() 
     # r1's turn outlives its claim: today's fence stops it first; the defect shows without the fence
     with pytest.raises(AssertionError, match="answered twice, silently"):
         explore(lambda: _unfenced(_records_unchecked()), RECORD_LOST)
+
+
+#: r1 admits m1 and is SIGSTOPped past its lease; r2 admits the redelivery once the claim expired
+#: (announced: r1, a holder, went silent); r1 is resumed and its turn would end next
+PAUSED_PAST_THE_LEASE = [("deliver", 0, 1, 1.0), ("sigstop", 0, 0, 1.0), ("advance", 0, 0, 61.0),
+                         ("deliver", 1, 1, 1.0), ("sigcont", 0, 0, 1.0), ("finish", 0, 0, 1.0),
+                         ("finish", 1, 0, 1.0)]
+
+
+def test_a_holder_resumed_past_its_lease_stops_its_turn_instead_of_answering_it() -> None:
+    """The checker's holder_pause (seed 178): on SIGCONT the renewal found the claim gone and dropped
+    it, so the fence never saw it and the resumed turn answered: twice in all, announced only. A claim
+    found gone under its turn is fenced like one past its deadline: one answer."""
+    sim = Sim(replicas=2)
+    undo = patched(sim.clock)
+    try:
+        check(play(sim, PAUSED_PAST_THE_LEASE))
+    finally:
+        sim.close()
+        undo()
+    answered = [run.replica for run in sim.runs if run.msg == "m1" and run.answered]
+    assert answered == ["r2"], [(run.replica, run.ended) for run in sim.runs if run.msg == "m1"]

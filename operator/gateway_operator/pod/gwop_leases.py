@@ -83,6 +83,7 @@ class Claim:
     unrenewed: bool = False          # the last renewal round did not reach it
     task: Optional[Any] = None       # the request task running its turn (None: not known here)
     fenced: bool = False
+    lost: bool = False               # a renewal found it gone while its turn runs: fenced at the next tick
 
 
 class Leases:
@@ -220,7 +221,7 @@ class Leases:
             return 0
         client, renewed = self._redis(store), 0
         with self._lock:
-            round_ = list(self.held.items())
+            round_ = [(key, claim) for key, claim in self.held.items() if not claim.lost]
         done: set = set()
         try:
             if self.owner_key:
@@ -235,15 +236,15 @@ class Leases:
                     renewed += 1
                     continue
                 with self._lock:
-                    gone = self.held.get(key) is claim  # not finished meanwhile: lost under its turn
-                    if gone:
-                        del self.held[key]
+                    gone = self.held.get(key) is claim and not claim.lost  # not finished meanwhile
+                    if gone:   # kept, so that the fence stops its turn (another replica may run it now)
+                        claim.lost = claim.unrenewed = True
                         self.lost += 1
                         expired = min(began, claim.confirmed + self.lease_s)
                         self.lost_at = self.wall() - (self.clock() - expired)
                 if gone:
-                    say(f"a webhook claim's lease was lost while its turn ran ({self.lost} so far): another replica "
-                        "may run it again")
+                    say(f"a webhook claim's lease was lost while its turn ran ({self.lost} so far): the turn is "
+                        "stopped; another replica may run it again")
         except Exception:  # noqa: BLE001 - Redis unusable now: said at once, tried again in RETRY_S
             with self._lock:
                 for key, claim in round_:
@@ -281,12 +282,14 @@ class Leases:
         return claim.confirmed + self.lease_s - self.margin_s
 
     def due(self) -> List[str]:
-        """The claims whose deadline has passed while their turn runs: fenced now (their turn's task,
-        when known, is cancelled: the endpoint answers 503 and nothing else of the turn runs)."""
+        """The claims whose deadline has passed, or that a renewal found gone, while their turn runs:
+        fenced now (their turn's task, when known, is cancelled: the endpoint answers 503 and nothing
+        else of the turn runs). A holder resumed after a pause (SIGSTOP) past its lease meets both:
+        whichever of the fence's tick and its renewal comes first, its turn stops."""
         now, due = self.clock(), []
         with self._lock:
             for key, claim in self.held.items():
-                if not claim.fenced and now >= self.deadline(claim):
+                if not claim.fenced and (claim.lost or now >= self.deadline(claim)):
                     claim.fenced = True
                     self.fenced += 1
                     due.append(key)
