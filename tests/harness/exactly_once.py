@@ -50,7 +50,10 @@ OUTAGES = ("redis_pause", "redis_restart", "redis_persistence_flip")  # faults d
 # copy, and what it added reaches Redis only by the replica's write-back after the fault (a turn of the
 # same session on another replica in between reads the history without it). Under OOM Redis still
 # answers reads, but the session lock (SET NX) and the append are write commands it refuses.
-HISTORY_UNWRITABLE = (*OUTAGES, "redis_refuses_writes")
+# A holder cut off past its lease (long_partition) or paused past it (holder_pause) cannot write the
+# history either: the fence stops its turn (gwop_leases) after the model may have answered, so what
+# that turn added never reaches the shared history, and the message's retry runs it again later.
+HISTORY_UNWRITABLE = (*OUTAGES, "redis_refuses_writes", "long_partition", "holder_pause")
 # faults after which Redis may no longer hold a record it held before: a flush, a restart (with AOF
 # the last second may be lost), a recreated Redis, the switch from SQLite (records migrated)
 FORGETTING = ("redis_flush", "redis_restart", "redis_persistence_flip", "sqlite_to_redis")

@@ -842,3 +842,17 @@ def test_a_record_written_after_a_flush_took_the_running_turns_claim_is_not_trus
     report = run(deliveries, turns, steady(T0 + 200.0), [flush])
     assert report["avoidable_duplicates"] == 0
     assert run(deliveries, turns, steady(T0 + 200.0))["avoidable_duplicates"] == 1   # without the flush: avoidable
+
+
+@pytest.mark.parametrize("kind", ["holder_pause", "long_partition"])
+def test_a_split_across_a_fenced_holder_is_counted_apart(kind: str) -> None:
+    """Seed 179's split: a holder paused (or cut off) past its lease ran a turn whose model answer came
+    back; its fence then stopped the turn before its history was written, and the session's next
+    turn elsewhere lacked it. The holder could not write the history: counted with the fault."""
+    fault = Fault(kind, T0 + 2.0, T0 + 77.0, expect=Expectation("ExactlyOnceAdmission", "False", None, clears=False))
+    turns = [turn("A", T0 + 1.0, session="s", ended=T0 + 60.0), turn("B", T0 + 70.0, session="s", history=())]
+    deliveries = [delivery("A", T0 + 1.0), delivery("B", T0 + 70.0)]
+    across = classify(deliveries, turns, [held(T0 - 1)], [fault], LAG)
+    assert (across["splits"], across["splits_across_faults"]) == (0, 1)
+    plain = classify(deliveries, turns, [held(T0 - 1)], [], LAG)
+    assert (plain["splits"], plain["splits_across_faults"]) == (1, 0)
