@@ -65,6 +65,9 @@ class OutageJournal:
     RedisReachable=False)."""
 
     MAX_KEYS = 100_000
+    # past the window, a delivery is admitted best-effort only while a failed call is this fresh: the
+    # tick asks every second (and each flush that fails says so too)
+    EVIDENCE_S = 3.0
 
     def __init__(self, gateway: Any, fail_closed_seconds: float = 0.0,
                  adopt: Optional[Callable[[str, float, Optional[str]], bool]] = None) -> None:
@@ -104,6 +107,7 @@ class OutageJournal:
         # loop for the client's socket timeout, and liveness probes then fail) until the journal's
         # own attempt, off the loop, finds Redis answering again
         self.broken = False
+        self.failed_at: Optional[float] = None  # monotonic: the last failed Redis call this journal heard of
         self.refusal: Optional[str] = None  # what the last failed call said, when Redis refused it
         self._told: Optional[str] = None    # the refusal /health carries
         self._hooked: Optional[Any] = None  # the store whose failures this journal hears (on_runtime_degraded)
@@ -118,6 +122,7 @@ class OutageJournal:
     def _failed(self, error: BaseException) -> None:
         """A call of the store failed: a refusal is named in /health at once (the operator reads it
         at its next poll), not at the journal's next probe."""
+        self._saw_failure()
         refusal = refusal_of(error)
         if refusal:
             self.refusal = refusal
@@ -229,6 +234,7 @@ class OutageJournal:
     def note_unusable(self) -> None:
         """Something other than a webhook's call found Redis unusable (a claim renewal round): the
         breaker opens as for a failed call, and the next tick asks Redis whether it answers."""
+        self._saw_failure()
         self._break()
 
     def _break(self) -> None:
@@ -237,9 +243,26 @@ class OutageJournal:
             say(f"Redis cannot be asked: new webhooks are answered 503 for up to {self.fail_closed:g}s, then admitted "
                 "and journalled" if self.fail_closed else "Redis cannot be asked: webhooks are admitted and journalled")
 
+    def _saw_failure(self) -> None:
+        """A Redis call failed. After a stretch with no word at all (longer than EVIDENCE_S: this
+        process was stopped or starved, and Redis may have answered meanwhile), the window starts
+        again: what it holds back is this outage's, not one the replica never saw end."""
+        now = time.monotonic()
+        if self.broken and (self.failed_at is None or now - self.failed_at > self.EVIDENCE_S):
+            self.broken_since = now
+        self.failed_at = now
+
     def _closed(self) -> bool:
-        """Within the fail-closed window (from the first failed call)."""
-        return self.broken_since is not None and time.monotonic() - self.broken_since < self.fail_closed
+        """Within the fail-closed window (from the first failed call), or past it without fresh word
+        that Redis is still unusable: this replica fails open only on a failure seen within
+        EVIDENCE_S. A replica paused (SIGSTOP, a stalled VM) with its breaker open resumes with a
+        window long past and no idea whether Redis answers again; it holds what comes until its
+        tick has asked (found by the protocol model: a redelivery run again that Redis had recorded
+        while the replica was stopped)."""
+        if self.broken_since is None:
+            return False
+        now = time.monotonic()
+        return now - self.broken_since < self.fail_closed or now - (self.failed_at or 0.0) > self.EVIDENCE_S
 
     def view(self) -> Dict[str, Any]:
         """This replica's own view of Redis, for /health (gwop_health)."""
@@ -283,6 +306,7 @@ class OutageJournal:
                 if not ran and self.adopt is not None and self.adopt(key, at, self.maybe_claimed.get(key)):
                     self.maybe_claimed.pop(key, None)  # its held delivery's claim, if any, is the turn's now
             except Exception as exc:  # noqa: BLE001 - still down: the next attempt
+                self._saw_failure()
                 self.refusal = refusal_of(exc)
                 break
             with self._lock:
@@ -305,6 +329,7 @@ class OutageJournal:
         try:
             return store is not None and bool(store.client.set(store.key(self.PROBE_KEY), "probe", px=1000))
         except Exception as exc:  # noqa: BLE001 - still down, or refusing
+            self._saw_failure()
             self.refusal = refusal_of(exc)
             return False
 
