@@ -1167,6 +1167,8 @@ def _plants() -> List[Tuple[str, Callable[[pytest.MonkeyPatch], None]]]:
         ("WebSocketGateway._get_hook_idem_store", lambda mp: mp.delattr(Gateway, "_get_hook_idem_store")),
         ("WebSocketGateway._hook_idem", gateway_init_without_idem),
         ("WebSocketGateway._hook_idempotency_ttl", gateway_init_without_ttl),
+        ("WebSocketGateway._get_hook_idem_store builds the store with ttl_seconds=self._hook_idempotency_ttl",
+         lambda mp: mp.setattr(Gateway, "_get_hook_idem_store", lambda self: self._hook_idem)),
         ("WebSocketGateway._server (uvicorn.Server)", gateway_init_without_server),
         ("RedisIdempotencyStore._client/_prefix/_token/_ttl_ms/_inflight_ms", store_without_token),
         ("RedisIdempotencyStore._redis_key", lambda mp: mp.delattr(Store, "_redis_key")),

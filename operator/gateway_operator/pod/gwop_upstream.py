@@ -119,8 +119,9 @@ REQUIREMENTS: Tuple[Requirement, ...] = (
                 lambda: _assigns(lambda: _gateway_class().__init__, "_hook_idempotency_ttl")),
     Requirement("WebSocketGateway._get_hook_idem_store builds the store with ttl_seconds=self._hook_idempotency_ttl",
                 "a record lives spec.redis.recordTTLSeconds, not 0.1.16's fixed 24 h",
-                lambda: _source_has(lambda: _gateway_class()._get_hook_idem_store,
-                                    "ttl_seconds=self._hook_idempotency_ttl")),
+                # a release without the method at all is named by its own requirement above
+                lambda: not hasattr(_gateway_class(), "_get_hook_idem_store")
+                or _source_has(lambda: _gateway_class()._get_hook_idem_store, "ttl_seconds=self._hook_idempotency_ttl")),
     Requirement("WebSocketGateway._server (uvicorn.Server)", "the drain's bound, the in-flight answer",
                 lambda: _assigns(lambda: _gateway_class().__init__, "_server")),
     Requirement("RedisIdempotencyStore._client/_prefix/_token/_ttl_ms/_inflight_ms",
