@@ -529,11 +529,15 @@ class Sim:
         """How long ``replica`` has been unable to use Redis; just after a spell (until its journal's
         next tick can close the breaker: later when its pool is busy or it was paused) the spell's
         whole length: past the window the replica admits best-effort, as 0.1.16 does, until it has
-        asked Redis again."""
+        asked Redis again. A spell that began before the journal could have seen the last one end is
+        that one going on, to the replica (it asks once a tick)."""
         since = self.spells.get(replica.name)
-        if since is not None:
-            return self.clock.now - since
         began, ended = self.last_spell.get(replica.name, (None, None))
+        if since is not None:
+            if began is not None and ended is not None and \
+                    since <= max(ended, replica.pool_busy_until, replica.resumed) + JOURNAL_TICK_S:
+                since = began
+            return self.clock.now - since
         if began is None or ended is None or \
                 self.clock.now > max(ended, replica.pool_busy_until, replica.resumed) + JOURNAL_TICK_S:
             return None
