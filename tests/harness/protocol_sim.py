@@ -518,9 +518,14 @@ class Sim:
         return replica.cut_off or self.redis.paused or self.redis.oom
 
     def _spells(self) -> None:
+        """Each replica's spells of Redis being unusable. One that begins before the replica's journal
+        could have seen the last one end (it asks once a tick) is that one going on, to the replica."""
         for r in self.pool:
             if self._unusable(r):
-                self.spells.setdefault(r.name, self.clock.now)
+                began, ended = self.last_spell.get(r.name, (None, None))
+                again = began is not None and ended is not None and \
+                    self.clock.now <= max(ended, r.pool_busy_until, r.resumed) + JOURNAL_TICK_S
+                self.spells.setdefault(r.name, began if again else self.clock.now)
             elif (began := self.spells.pop(r.name, None)) is not None:
                 self.usable_again.append(self.clock.now)
                 self.last_spell[r.name] = (began, self.clock.now)
@@ -529,14 +534,10 @@ class Sim:
         """How long ``replica`` has been unable to use Redis; just after a spell (until its journal's
         next tick can close the breaker: later when its pool is busy or it was paused) the spell's
         whole length: past the window the replica admits best-effort, as 0.1.16 does, until it has
-        asked Redis again. A spell that began before the journal could have seen the last one end is
-        that one going on, to the replica (it asks once a tick)."""
+        asked Redis again (back-to-back spells are one: ``_spells``)."""
         since = self.spells.get(replica.name)
         began, ended = self.last_spell.get(replica.name, (None, None))
         if since is not None:
-            if began is not None and ended is not None and \
-                    since <= max(ended, replica.pool_busy_until, replica.resumed) + JOURNAL_TICK_S:
-                since = began
             return self.clock.now - since
         if began is None or ended is None or \
                 self.clock.now > max(ended, replica.pool_busy_until, replica.resumed) + JOURNAL_TICK_S:
