@@ -60,7 +60,8 @@ EXPLORED = settings(max_examples=EXAMPLES, deadline=None, derandomize=os.environ
                     database=None, suppress_health_check=[HealthCheck.too_slow], phases=PHASES)
 
 
-def explore(make: Callable[[], Sim], ops: Ops) -> None:
+def explore(make: Callable[[], Sim], ops: Ops) -> Sim:
+    """Play ``ops`` on ``make()``'s simulation and check it; returns the simulation played."""
     sim = make()
     undo = patched(sim.clock)
     try:
@@ -68,6 +69,7 @@ def explore(make: Callable[[], Sim], ops: Ops) -> None:
     finally:
         sim.close()
         undo()
+    return sim
 
 
 def test_the_protocol_keeps_exactly_once_through_every_interleaving() -> None:
@@ -320,12 +322,6 @@ def test_a_holder_resumed_past_its_lease_stops_its_turn_instead_of_answering_it(
     """The checker's holder_pause (seed 178): on SIGCONT the renewal found the claim gone and dropped
     it, so the fence never saw it and the resumed turn answered: twice in all, announced only. A claim
     found gone under its turn is fenced like one past its deadline: one answer."""
-    sim = Sim(replicas=2)
-    undo = patched(sim.clock)
-    try:
-        check(play(sim, PAUSED_PAST_THE_LEASE))
-    finally:
-        sim.close()
-        undo()
+    sim = explore(lambda: Sim(replicas=2), PAUSED_PAST_THE_LEASE)
     answered = [run.replica for run in sim.runs if run.msg == "m1" and run.answered]
     assert answered == ["r2"], [(run.replica, run.ended) for run in sim.runs if run.msg == "m1"]
