@@ -213,8 +213,8 @@ class Leases:
 
     def renew(self) -> int:
         """One round: extend every claim still held, owner-checked, each from the moment the call
-        began. A claim no longer ours (expired while Redis was unusable, flushed) is dropped,
-        counted and dated from its expiry. Stops at the first failure (Redis unusable: every claim
+        began. A claim no longer ours (expired while Redis was unusable, flushed) is marked lost
+        (the fence stops its turn at its next tick), counted and dated from its expiry. Stops at the first failure (Redis unusable: every claim
         not yet renewed this round is marked unrenewed). Returns the claims renewed."""
         store = self._store()
         if store is None:
