@@ -560,7 +560,7 @@ class Sim:
             answers = [dataclasses.replace(h, redis=None, claims=type(h.claims)()) for h in answers]
         self.holders = claim_risk.remember(self.holders, answers, {r.name for r in self.pool}, now)
         self.said = _exactly_once(answers, not self.redis.paused, self.window_open, now,
-                                  claim_risk.silent(self.holders, answers))
+                                  claim_risk.silent(self.holders, answers), [w.last for w in self.leaving.values()])
         self.next_poll = now + POLL_S
 
     def _went_away(self, r: Replica, carried: bool) -> None:
@@ -731,7 +731,8 @@ class Sim:
 
 
 def _exactly_once(answers: list[ReplicaHealth], reachable: bool, window: unrecorded.Unrecorded,
-                  now: float, silent: Sequence[claim_risk.Holder] = ()) -> tuple[str, str, str]:
+                  now: float, silent: Sequence[claim_risk.Holder] = (),
+                  leaving: Sequence[ReplicaHealth] = ()) -> tuple[str, str, str]:
     """ExactlyOnceAdmission as conditions.compute says it over these facts (one Redis-backed
     GatewayDeployment, every replica running and ready)."""
     n = len(answers)
@@ -741,7 +742,7 @@ def _exactly_once(answers: list[ReplicaHealth], reachable: bool, window: unrecor
                              persistence=True, redis_configured=True, running_replicas=n, ready_replicas=n,
                              updated_replicas=n, rollout_observed=True, current_replicas=n, probe=probe,
                              health=tuple(answers), unrecorded=window, now=now, sessions_store="redis",
-                             silent_holders=tuple(silent))
+                             silent_holders=tuple(silent), leaving=tuple(leaving))
     said = next(c for c in conditions.compute(facts) if c.type == conditions.EXACTLY_ONCE)
     return said.status, said.reason, said.message
 

@@ -7,6 +7,7 @@ The end-to-end lag from a paused holder to the condition, over real sockets and 
 process, is test_claim_risk_lag.py's."""
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -180,3 +181,26 @@ def test_a_replica_that_went_away_silent_leaves_the_unrecorded_window_unless_it_
     assert not still and window.open(106.0) and window.admissions == 2, window
     _, gone = unrecorded.settle(waiting, present=(), carried=("p",), now=106.0, drain_s=10.0)
     assert not gone  # its stop said it carried everything: no window
+
+
+def test_while_a_replica_that_left_a_journal_has_not_said_it_carried_it_exactly_once_is_not_held() -> None:
+    """Found by the protocol model (a CI run's exploration): a replica cut off from Redis and out of
+    the operator's hearing admits best-effort, is stopped, and cannot carry its journal. From its
+    stop, another replica can run what it admitted (Redis holds no record of it), so the seconds the
+    operator waits for the stop's word (unrecorded.settle) are not True: they announce the window
+    that opens after them, or that the carried word closes."""
+    from gateway_operator.core import unrecorded
+    left = claim_risk.unheard(silent("gone"))
+    f = Facts(generation=1, desired_replicas=2, store_backend="redis", policy="Refuse", persistence=False,
+              redis_configured=True, running_replicas=2, ready_replicas=2, updated_replicas=2, rollout_observed=True,
+              probe=OK, health=(answer("a"), answer("b")))
+    said = {c.type: c for c in conditions.compute(f)}[conditions.EXACTLY_ONCE]
+    assert (said.status, said.reason) == ("True", R.SHARED_REDIS_STORE)
+    waiting = conditions.compute(dataclasses.replace(f, leaving=(left,)))
+    said = {c.type: c for c in waiting}[conditions.EXACTLY_ONCE]
+    assert (said.status, said.reason) == ("False", R.ADMISSIONS_NOT_RECORDED), said
+    assert "pods: gone" in said.message and "carried" in said.message
+    # its word read (carried): settle lets it go, and nothing is waiting any more
+    still, gone = unrecorded.settle({"gone": unrecorded.Leaving(left, 100.0)}, present=(), carried=("gone",),
+                                    now=101.0, drain_s=10.0)
+    assert not still and not gone

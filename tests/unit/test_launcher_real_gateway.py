@@ -168,6 +168,15 @@ def documented_config(redis: Optional[RedisServer], *, url_form: bool = True,
     return cfg
 
 
+def _runs_when_retried(replica: Any, msg: str) -> Callable[[], bool]:
+    """The provider's retry of ``msg`` to ``replica``: True once it runs the agent (503 until then)."""
+    def retried() -> bool:
+        answer = replica.webhook({"id": msg, "text": f"msg={msg} delay=0"})
+        assert answer[0] in (200, 503), answer
+        return answer[0] == 200 and answer[1].get("action") == "agent"
+    return retried
+
+
 def _wait_until(predicate: Callable[[], bool], timeout: float, message: str) -> None:
     """harness.wait.until, polling every 0.1 s, with nothing tolerated (a launcher that exited fails at once)."""
     until(predicate, timeout=timeout, interval=0.1, what=message, tolerate=())
@@ -980,11 +989,7 @@ def test_a_holder_killed_mid_turn_frees_its_claim_within_its_lease_and_the_retry
     status, body = b.webhook({"id": "orphaned", "text": "msg=orphaned delay=0"})
     assert status == 503 and body.get("in_progress") is True, body
 
-    def retried() -> bool:
-        answer = b.webhook({"id": "orphaned", "text": "msg=orphaned delay=0"})
-        assert answer[0] in (200, 503), answer
-        return answer[0] == 200 and answer[1].get("action") == "agent"
-    _wait_until(retried, 20, "the retry run on the surviving replica")
+    _wait_until(_runs_when_retried(b, "orphaned"), 20, "the retry run on the surviving replica")
     freed = time.monotonic() - killed
     print(f"a killed holder's claim freed and run elsewhere after {freed:.1f} s (lease 10 s)")
     assert freed < 10 + 3
@@ -1478,11 +1483,7 @@ def test_a_holder_cut_off_from_redis_past_its_lease_is_fenced_and_says_so_first(
         assert flight.get("answer", (None,))[0] == 503 and flight["answer"][1].get("retry") is True, flight
         assert own()["fenced"] == 1, own()
 
-        def retried() -> bool:
-            answer = b.webhook({"id": "cut-turn", "text": "msg=cut-turn delay=0"})
-            assert answer[0] in (200, 503), answer
-            return answer[0] == 200 and answer[1].get("action") == "agent"
-        _wait_until(retried, 20, "the retry run on the replica that reaches Redis")
+        _wait_until(_runs_when_retried(b, "cut-turn"), 20, "the retry run on the replica that reaches Redis")
         ran_again = time.monotonic() - cut
         print(f"cut off: said in /health after {said:.1f} s, fenced after {fenced:.1f} s, "
               f"run elsewhere after {ran_again:.1f} s (lease 10 s)")

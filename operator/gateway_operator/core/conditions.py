@@ -24,6 +24,7 @@ from gateway_operator.core.probe_result import ProbeResult
 from gateway_operator.core.replicas import CUT_OFF_AFTER_S, gate_holds
 from gateway_operator.core.rollouts import RolloutState
 from gateway_operator.core.unrecorded import Unrecorded
+from gateway_operator.core.unrecorded import leaving_message
 from gateway_operator.core.unrecorded import message as unrecorded_message
 
 READY, RECONCILING, STALLED = "Ready", "Reconciling", "Stalled"
@@ -89,6 +90,9 @@ class Facts:
     silent_holders: Sequence[claim_risk.Holder] = ()
     coalesced: Sequence[str] = ()  # paths of the hooks that set coalesce (api.coalesced_hooks)
     record_ttl: float = RECORD_TTL_SECONDS  # how long the store keeps a record (spec.redis.recordTTLSeconds)
+    # the last answers of replicas gone (or going) with an outage journal Redis never took, their
+    # stop's word not read yet (unrecorded.settle's waiting list): the risk is already there
+    leaving: Sequence[ReplicaHealth] = ()
 
     @property
     def dedup_lost(self) -> bool:
@@ -263,7 +267,9 @@ def _exactly_once(f: Facts) -> Condition:
     # 3. ReplicaCannotReachRedis: a live risk on named pods too, one step further off (the replica
     #    admits best-effort only after its fail-closed window);
     # 4. DedupHistoryLost, AdmissionsNotRecorded: windows that outlive their cause by one record TTL
-    #    (nothing left to act on), before
+    #    (nothing left to act on); AdmissionsNotRecorded too while a replica that went away with a
+    #    journal has not said it carried it (the window's risk is there from its stop, not after the
+    #    wait for its word), before
     # 5. IdempotencyDegraded (a replica's gateway admits best-effort now), as before;
     # then ReplicasUnverified (Unknown: nothing is known to be wrong).
     at_risk, cut_off = f.claims_at_risk, f.cut_off
@@ -282,6 +288,8 @@ def _exactly_once(f: Facts) -> Condition:
         return no(R.DEDUP_HISTORY_LOST, lost_message(f.dedup, f.record_ttl))
     if f.unrecorded_open:
         return no(R.ADMISSIONS_NOT_RECORDED, unrecorded_message(f.unrecorded))
+    if f.leaving and f.running_replicas > 0:
+        return no(R.ADMISSIONS_NOT_RECORDED, leaving_message(f.leaving))
     if f.degraded:
         return no(R.IDEMPOTENCY_DEGRADED, f"{len(f.degraded)} replicas are not deduplicating through Redis")
     if f.coalesced and f.running_replicas > 1:  # admitted only under replicaPolicy Warn (validation.py)

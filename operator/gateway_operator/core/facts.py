@@ -16,12 +16,14 @@ from gateway_operator.core.health import ReplicaHealth
 from gateway_operator.core.outcome import Outcome
 
 def gather(body: Mapping[str, Any], spec: GatewaySpec | None, outcome: Outcome, replicas: Sequence[ReplicaHealth],
-          now: float, gone: Sequence[ReplicaHealth] = (), silent_holders: Sequence[claim_risk.Holder] = ()) -> Facts:
+          now: float, gone: Sequence[ReplicaHealth] = (), silent_holders: Sequence[claim_risk.Holder] = (),
+           leaving: Sequence[ReplicaHealth] = ()) -> Facts:
     """What conditions.compute reads: the spec, the pass's ``outcome`` (reconcile.Outcome, its
     problem as the schedule shows it), the poll's ``replicas`` (``gone``: the last answers of replicas
     that went away since the last publish; ``silent_holders``: replicas that held claims at their
-    last answer and do not answer now, claim_risk.silent), the canary's history and the unrecorded
-    admissions."""
+    last answer and do not answer now, claim_risk.silent; ``leaving``: the last answers of replicas
+    gone or going with a journal, their stop's word not read yet), the canary's history and the
+    unrecorded admissions."""
     observed = outcome.observed
     return Facts(
         generation=int(body["metadata"].get("generation") or 0),
@@ -39,7 +41,7 @@ def gather(body: Mapping[str, Any], spec: GatewaySpec | None, outcome: Outcome, 
         memory_warned=_said(body, C.REDIS_DURABLE, R.REDIS_NEARLY_FULL), refused=outcome.refused,
         channels=replica_state.channels_on_every_replica(spec.config, spec.pod.get("env"), spec.replicas)
         if spec else (), silent_holders=tuple(silent_holders), coalesced=spec.coalesced_hooks if spec else (),
-        record_ttl=_record_ttl(spec))
+        record_ttl=_record_ttl(spec), leaving=tuple(leaving))
 
 
 def _record_ttl(spec: GatewaySpec | None) -> float:

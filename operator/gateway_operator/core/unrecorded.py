@@ -118,6 +118,15 @@ def assess(previous: Unrecorded, polled: Sequence[ReplicaHealth], gone: Sequence
                       why if not current.why or current.why == why else f"{current.why}; {why}"[:200])
 
 
+def leaving_message(leaving: Sequence[ReplicaHealth]) -> str:
+    """What ExactlyOnceAdmission says while replicas that went away with a journal have not said they
+    carried it (``settle`` waits for their word): their admissions may already be runnable again."""
+    pods = ", ".join(sorted(h.pod for h in leaving))
+    return (f"at least {sum(max(1, h.journalled) for h in leaving)} webhook(s) admitted while Redis was unusable "
+            f"to them were in the outage journal of replicas that went away (pods: {pods}); until their stop "
+            "says it carried them to Redis, a redelivery to another replica can run them again")
+
+
 def message(window: Unrecorded) -> str:
     return (f"at least {window.admissions} webhook(s) admitted since {iso(window.at or 0)} may never have been "
             f"recorded in Redis ({window.why}): redelivered until {iso(window.until or 0)} (one record TTL) they "

@@ -238,7 +238,7 @@ class GatewayController:
                                                 time.monotonic(), spec.drain_seconds if spec else 0.0)
         self._carried &= set(self._leaving)
         facts = gather_facts(body, spec, outcome, replicas, time.time(), self._gone + left,
-                             claim_risk.silent(self._holders, replicas))
+                             claim_risk.silent(self._holders, replicas), [w.last for w in self._leaving.values()])
         policy = render.gateway_network_policy_name(self.name) if spec and spec.network_policy.enabled else ""
         # the autoscaler and PodMonitor asked for; a spec that does not parse keeps what status said,
         # so that they are still removed once a spec without them comes
