@@ -4,10 +4,12 @@
     gateway-operator render -f gatewaydeployment.yaml   # the objects it would produce
     gateway-operator check -f gatewaydeployment.yaml    # the CRD's rules, offline
     gateway-operator crd                                # the CustomResourceDefinition
+    gateway-operator version [--output json]            # the release and the gateway releases tested
 """
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import os
 import secrets
@@ -19,7 +21,7 @@ from typing import Any, Sequence
 
 import yaml
 
-from gateway_operator import api
+from gateway_operator import __version__, api
 
 
 class InputError(Exception):
@@ -61,6 +63,31 @@ def _expand(paths: Sequence[str]) -> list[str]:
 def cmd_crd(_: argparse.Namespace) -> int:
     from gateway_operator.api.crd import crd
     sys.stdout.write(yaml.safe_dump(crd(), sort_keys=False, width=100))
+    return 0
+
+
+def operator_version() -> str:
+    """The installed distribution's version; this code's own (``__version__``) when it runs
+    without being installed (a checkout on PYTHONPATH)."""
+    from importlib.metadata import PackageNotFoundError, version
+    try:
+        return version("gateway-operator")
+    except PackageNotFoundError:
+        return __version__
+
+
+def cmd_version(args: argparse.Namespace) -> int:
+    """The operator's release, its chart's (one version: the image ships no chart, so it is the
+    constant the chart is tied to) and the praisonai-bot releases it was tested with."""
+    from gateway_operator.core.compat import TESTED_RELEASES
+    found = {"operator": operator_version(), "chart": __version__,
+             "testedGatewayReleases": {"praisonai-bot": list(TESTED_RELEASES)}}
+    if args.output == "json":
+        print(json.dumps(found, indent=2))
+    else:
+        print(f"gateway-operator {found['operator']}")
+        print(f"chart gateway-operator {found['chart']}")
+        print(f"tested with praisonai-bot {', '.join(TESTED_RELEASES)}")
     return 0
 
 
@@ -355,6 +382,11 @@ def parser() -> argparse.ArgumentParser:
 
     tenancy = sub.add_parser("tenancy-policy", help="print the chart's tenancy admission policy template")
     tenancy.set_defaults(func=cmd_tenancy_policy)
+
+    version = sub.add_parser("version", help="print the operator's release, its chart's and the praisonai-bot "
+                             "releases it was tested with")
+    version.add_argument("--output", "-o", choices=["text", "json"], default="text")
+    version.set_defaults(func=cmd_version)
     return p
 
 

@@ -1,4 +1,4 @@
-"""Every relative link of the docs resolves (issue 22): README.md, docs/**/*.md and
+"""Every relative link of the docs resolves (issue 22): README.md, CHANGELOG.md, docs/**/*.md and
 charts/**/README.md. A link's file must exist (relative to the linking file; ``/path`` from the
 repository's root) inside the repository, and its ``#anchor`` must be a heading of the target (or
 of the same file) under GitHub's slug rules: the heading's text as rendered (code, emphasis and
@@ -30,7 +30,7 @@ LINE_ANCHOR = re.compile(r"^L\d+(-L\d+)?$")  # GitHub's line anchors of a file t
 
 
 def doc_files(root: Path = REPO) -> list[Path]:
-    files = [root / "README.md", *sorted(root.glob("docs/**/*.md")), *sorted(root.glob("charts/**/README.md"))]
+    files = [root / "README.md", root / "CHANGELOG.md", *sorted(root.glob("docs/**/*.md")), *sorted(root.glob("charts/**/README.md"))]
     return [f for f in files if f.is_file()]
 
 
@@ -144,7 +144,7 @@ def problems(path: Path, root: Path = REPO) -> list[str]:
 
 def test_the_docs_are_found() -> None:
     names = {str(p.relative_to(REPO)) for p in doc_files()}
-    assert {"README.md", "docs/redis.md", "docs/tenancy.md", "docs/runbooks/README.md",
+    assert {"README.md", "CHANGELOG.md", "docs/redis.md", "docs/tenancy.md", "docs/runbooks/README.md",
             "charts/gateway-operator/README.md"} <= names, names
 
 

@@ -2,9 +2,11 @@
 image's exact install step in a clean venv, hadolint on the Dockerfile."""
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -25,6 +27,11 @@ def test_image_install_step_in_a_clean_venv(tmp_path: Path) -> None:
                    capture_output=True, text=True, timeout=600)
     crd = subprocess.run([str(venv / "bin/gateway-operator"), "crd"], check=True, capture_output=True, text=True)
     assert yaml.safe_load(crd.stdout)["metadata"]["name"] == "gatewaydeployments.gateway-operator.dev"
+    # the installed operator knows its release (the distribution's) and its chart's without charts/
+    version = subprocess.run([str(venv / "bin/gateway-operator"), "version", "-o", "json"], check=True,
+                             capture_output=True, text=True, cwd=tmp_path)
+    release = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["version"]
+    assert json.loads(version.stdout)["operator"] == json.loads(version.stdout)["chart"] == release
     installed = subprocess.run([str(venv / "bin/pip"), "freeze"], check=True, capture_output=True, text=True).stdout
     locked = {line.split("==")[0].lower().replace("_", "-") for line in (REPO / "requirements.lock").read_text().splitlines()
               if "==" in line}
