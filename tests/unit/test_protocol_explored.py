@@ -14,9 +14,10 @@ protocol_sim.check: no re-run of a recorded webhook within the fail-closed windo
 unless ExactlyOnceAdmission said so at the operator's last poll before the second admission (or
 Redis forgot), dead holders' claims freed within 90 s, nothing lost.
 
-The launcher before issue 56 failed it (holes 1-3): planted back, the exploration finds each hole in
-seconds (``test_the_exploration_finds_each_hole_planted_back``), and each hole's shortest
-interleaving is kept as a replay (HOLES) that today's launcher passes.
+The launcher before issue 56 failed it (holes 1-3), and so did the hooks with coalesce the operator
+then admitted on several replicas (hole 4): planted back, the exploration finds each hole in seconds
+(``test_the_exploration_finds_each_hole_planted_back``), and each hole's shortest interleaving is
+kept as a replay (HOLES, COALESCED_STOP) that today's launcher and admission pass.
 """
 from __future__ import annotations
 
@@ -127,7 +128,9 @@ SILENT = "answered twice, silently"
 #: 2. a replica cut off from Redis past the lease, its turn running (admitted asking Redis): its
 #:    claim expires, and the operator said True at the second admission;
 #: 3. renewals behind a busy thread pool (no fault of Redis at all): the claim expires while the
-#:    replica answers /health, and the operator said True at the second admission.
+#:    replica answers /health, and the operator said True at the second admission;
+#: 4. coalesced hooks: a delivery recorded and answered 202 before its group runs; a stop cancels the
+#:    group, and the provider's retry to the other replica is answered deduplicated: lost.
 FIRST_BEST_EFFORT = rf"{SILENT}: by r\d \(admitted at \+\d+ s, best-effort\) and .*ExactlyOnceAdmission True"
 FIRST_ASKED_REDIS = (rf"{SILENT}: by r\d \(admitted at \+\d+ s\) and .*ExactlyOnceAdmission True.*"
                      r"'s claim expired")
@@ -135,6 +138,7 @@ HOLE_SEARCHES: dict[int, tuple[tuple[str, ...], str]] = {
     1: (("deliver", "finish", "advance", "pause", "resume"), FIRST_BEST_EFFORT),
     2: (("deliver", "finish", "advance", "cut", "heal_one"), FIRST_ASKED_REDIS),
     3: (("deliver", "finish", "advance", "busy"), FIRST_ASKED_REDIS),
+    4: (("deliver", "finish", "advance", "stop", "kill"), r"accepted for a coalesced run.*lost"),
 }
 
 
@@ -185,7 +189,12 @@ def _hole_3() -> Sim:
     return Sim(replicas=2, renewals_on_the_pool=True, fenced=False)
 
 
-PLANTED: dict[int, Callable[[], Sim]] = {1: _hole_1, 2: _hole_2, 3: _hole_3}
+def _hole_4() -> Sim:
+    """Hooks with coalesce on two replicas: what the operator admitted before issue 56."""
+    return Sim(replicas=2, coalesced=True)
+
+
+PLANTED: dict[int, Callable[[], Sim]] = {1: _hole_1, 2: _hole_2, 3: _hole_3, 4: _hole_4}
 
 
 @pytest.mark.parametrize("hole", sorted(HOLE_SEARCHES))
@@ -231,6 +240,31 @@ def test_each_hole_replayed_runs_once_today_and_twice_silently_planted_back(name
     explore(lambda: Sim(replicas=2), ops)
     with pytest.raises(AssertionError, match=f"{SILENT}.*ExactlyOnceAdmission True"):
         explore(planted, ops)
+
+
+#: hole 4, shrunk: r1 answers m1 202 (recorded, its group pending), r1 stops (the group cancelled),
+#: the provider's retry to r2 is answered deduplicated
+COALESCED_STOP = [("deliver", 0, 1, 1.0), ("stop", 0, 0, 1.0), ("deliver", 1, 1, 1.0)]
+
+
+def test_hole_4_loses_a_coalesced_delivery_planted_back_and_is_refused_today() -> None:
+    """Today the operator refuses coalesce on more than one replica under Refuse (and under Warn says
+    ExactlyOnceAdmission False CoalescedHooks from the start, tests/unit/test_horizons.py): the
+    protocol it admits runs the replay once; the one it admitted before loses m1."""
+    from gateway_operator import offline
+    from gateway_operator.api import validation
+    explore(lambda: Sim(replicas=2), COALESCED_STOP)
+    with pytest.raises(AssertionError, match="m1: its provider was answered 2xx .* lost"):
+        explore(_hole_4, COALESCED_STOP)
+    hooks = [{"path": "events", "message": "{text}", "coalesce": {"group_key": "{repo}"}}]
+    body = {"apiVersion": "gateway-operator.dev/v1alpha1", "kind": "GatewayDeployment", "metadata": {"name": "gw"},
+            "spec": {"image": "localhost/gateway-operator/gateway:0.1.16", "replicas": 2, "redis": {"url": "redis://redis:6379/0"}, "config": {
+                "agents": {"assistant": {"instructions": "hi", "model": "gpt-4o-mini"}},
+                "channels": {"telegram": {"token": "${TELEGRAM_BOT_TOKEN}"}},
+                "hooks": {"idempotency": {"store_backend": "redis"}, "hooks": hooks}}}}
+    assert f"spec: Invalid value: {validation.MSG_COALESCE_ONE_REPLICA}" in offline.check(body)
+    body["spec"]["replicas"] = 1
+    assert offline.check(body) == []
 
 
 # -- defects planted back (issue 35) ------------------------------------------------------------
