@@ -522,8 +522,11 @@ def test_a_redis_outage_on_the_managed_redis_pod_shows_and_clears(sandbox: Sandb
         answer = node.webhook(ip, token, f"during-outage-{i}-{uuid.uuid4().hex[:6]}", timeout=20)
         assert answer.status == 503 and answer.body.get("retry") is True, answer
     every = f"{len(ips)} of {len(ips)} replicas"  # each replica's /health, polled by the operator pod
-    until(lambda: (lambda c: c["status"] == "True" and c["reason"] == "RuntimeOutage" and every in c["message"])(
-        conditions(cluster, NS, "ops-bot")["IdempotencyDegraded"]), timeout=20, what=f"IdempotencyDegraded: {every}")
+    def degraded_everywhere() -> bool:
+        said = conditions(cluster, NS, "ops-bot")["IdempotencyDegraded"]
+        assert said["status"] == "True" and said["reason"] == "RuntimeOutage" and every in said["message"], said
+        return True
+    until(degraded_everywhere, timeout=20, what=f"IdempotencyDegraded: {every}")
     now = conditions(cluster, NS, "ops-bot")
     assert now["ExactlyOnceAdmission"]["status"] == "False", now
     assert (now["RedisReachable"]["status"], now["RedisReachable"]["reason"]) == ("False", "ConnectionFailed"), now
