@@ -79,4 +79,3 @@ def test_the_launchers_session_defaults_are_the_apis() -> None:
     assert gwop_sessions.DEFAULT_MAX_SESSIONS == sessions.max_sessions
     with pytest.raises(launcher.ConfigError):
         launcher.session_settings({launcher.SESSION_HISTORY_KEY: {"store": "elsewhere"}})
-    assert launcher.SESSION_KEY_ENV == api.SESSION_KEY_ENV

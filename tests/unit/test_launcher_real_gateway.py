@@ -55,6 +55,7 @@ REQUEST_TIMEOUT = 30.0
 
 pod_code.importable()
 import gwop_config as config  # noqa: E402
+import gwop_contract as contract  # noqa: E402
 import gwop_migration as migration  # noqa: E402
 import gwop_upstream as upstream  # noqa: E402
 import launch as entry  # noqa: E402
@@ -523,9 +524,7 @@ def test_a_replica_stopped_with_a_journal_says_when_it_carried_it_all_to_redis(
     for it (unrecorded.settle). Stopped while Redis stays down past the budget: no word, and the
     operator counts its journal as left behind."""
     import threading
-    from gateway_operator.core.dedup_history import CARRIED_KEY
-    from gwop_serve import CARRIED_KEY as LAUNCHERS_KEY
-    assert CARRIED_KEY == LAUNCHERS_KEY
+    from gateway_operator.pod.gwop_contract import carried_key
     from gateway_operator.core.render import REDIS_CLIENT_OPTIONS
     documented = documented_config(real_redis, guard={"fail_closed_seconds": 0})  # fail open at once
     documented["push"]["redis"]["url"] += f"?{REDIS_CLIENT_OPTIONS}"
@@ -542,7 +541,7 @@ def test_a_replica_stopped_with_a_journal_says_when_it_carried_it_all_to_redis(
         finally:
             if real_redis.running:
                 real_redis.resume()
-        word = real_redis.client().get(f"{PREFIX}{CARRIED_KEY}{pod}")
+        word = real_redis.client().get(carried_key(PREFIX, pod))
         records = [real_redis.client().get(k) for k in real_redis.client().keys(f"{PREFIX}hookidem:*")]
         if resume_after is not None:  # the warm-up's record, and the journalled one's (keys are hashed)
             assert word is not None and records == ["recorded"] * 2, (word, records, gw.output()[-2000:])
@@ -697,7 +696,7 @@ def test_a_webhook_the_single_sqlite_replica_admitted_is_deduplicated_after_the_
     assert solo.stop() == 0, solo.output()
     port = free_port()
     switched = LaunchedGateway(run_launcher(tmp_path, "solo", documented_config(real_redis), llm, port,
-                                            {migration.SQLITE_MIGRATION_ENV: "switch-1"}), port,
+                                            {contract.SQLITE_MIGRATION_ENV: "switch-1"}), port,
                                tmp_path / "solo/launcher.log")
     try:
         switched.wait_ready()
@@ -868,7 +867,7 @@ def test_the_shared_history_is_encrypted_at_rest_with_the_packages_own_store(tmp
     key = generate_session_key()
     port = free_port()
     gw = LaunchedGateway(run_launcher(tmp_path, "encrypted", session_config(real_redis), llm, port,
-                                      {config.SESSION_KEY_ENV: key}), port, tmp_path / "encrypted/launcher.log")
+                                      {contract.SESSION_KEY_ENV: key}), port, tmp_path / "encrypted/launcher.log")
     try:
         gw.wait_ready()
         for i in range(2):
@@ -884,7 +883,7 @@ def test_the_shared_history_is_encrypted_at_rest_with_the_packages_own_store(tmp
     finally:
         gw.stop()
     bad = run_launcher(tmp_path, "bad-key", session_config(real_redis), llm, free_port(),
-                       {config.SESSION_KEY_ENV: "not-a-fernet-key"})
+                       {contract.SESSION_KEY_ENV: "not-a-fernet-key"})
     assert bad.wait(60) == 78
     assert "is not a Fernet key" in (tmp_path / "bad-key/launcher.log").read_text()
 

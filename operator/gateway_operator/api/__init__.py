@@ -19,6 +19,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Mapping
 
 from gateway_operator.api import fields
+from gateway_operator.pod import gwop_contract as contract
 
 GROUP = "gateway-operator.dev"
 VERSION = "v1alpha1"
@@ -43,13 +44,13 @@ ANNOTATION_SECRETS_REVISION = f"{GROUP}/secrets-revision"
 ANNOTATION_TEMPLATE_HASH = f"{GROUP}/template-hash"  # on the Deployment: its pod template's fingerprint
 
 
-GATEWAY_PORT = 8765
+GATEWAY_PORT = contract.GATEWAY_PORT
 # the launcher's long-poll GET /health (pod/gwop_watch.py): only the operator asks it
-WATCH_PORT = 8766
+WATCH_PORT = contract.WATCH_PORT
 # a managed Redis's image when neither its spec nor the operator's --managed-redis-image names one
 DEFAULT_MANAGED_REDIS_IMAGE = "redis:7.2-alpine"
-REDIS_PASSWORD_ENV = "GATEWAY_REDIS_PASSWORD"
-REDIS_USERNAME_ENV = "GATEWAY_REDIS_USERNAME"  # spec.redis.usernameSecretRef: an ACL user
+REDIS_PASSWORD_ENV = contract.REDIS_PASSWORD_ENV
+REDIS_USERNAME_ENV = contract.REDIS_USERNAME_ENV  # spec.redis.usernameSecretRef: an ACL user
 # where a gateway pod finds spec.redis.tls.caSecretRef's PEM bundle (a read-only Secret volume)
 REDIS_CA_DIR = "/etc/gateway-operator/redis-ca"
 REDIS_CA_FILE = "ca.crt"
@@ -57,8 +58,8 @@ MAX_HOST_LENGTH = 253  # a DNS name: spec.redis.host, a URL's host, spec.redis.t
 # spec.expose: how long the edge lets a request or a WebSocket run, and its affinity cookie
 DEFAULT_EDGE_TIMEOUT_SECONDS = 3600
 DEFAULT_AFFINITY_COOKIE = "gateway-replica"
-AUTH_TOKEN_ENV = "GATEWAY_AUTH_TOKEN"
-SESSION_KEY_ENV = "GATEWAY_SESSION_KEY"  # launcher.SESSION_KEY_ENV: the session history's Fernet key
+AUTH_TOKEN_ENV = contract.AUTH_TOKEN_ENV
+SESSION_KEY_ENV = contract.SESSION_KEY_ENV  # the session history's Fernet key
 # spec.redis.failClosedSeconds and claimLeaseSeconds (the launcher's idempotency_guard section)
 DEFAULT_FAIL_CLOSED_SECONDS = 30
 DEFAULT_CLAIM_LEASE_SECONDS = 60

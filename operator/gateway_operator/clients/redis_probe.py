@@ -39,8 +39,9 @@ from gateway_operator.api import reasons
 from gateway_operator.api.redis_target import RedisTarget
 from gateway_operator.clients import resp
 from gateway_operator.clients.fair_timeout import fair_timeout
-from gateway_operator.core.dedup_history import CANARY_KEY, CARRIED_KEY, MIGRATED_KEY, StoreFacts
+from gateway_operator.core.dedup_history import CANARY_KEY, StoreFacts
 from gateway_operator.core.probe_result import ProbeResult, bound
+from gateway_operator.pod.gwop_contract import carried_key, migrated_key
 
 log = logging.getLogger(__name__)
 
@@ -301,7 +302,7 @@ async def carried(kept: KeptConnection | None, prefix: str, pods: Sequence[str],
         return frozenset()
     try:
         async with fair_timeout(timeout):
-            values = _raised(await client.execute([("GET", f"{prefix}{CARRIED_KEY}{pod}") for pod in asked]))
+            values = _raised(await client.execute([("GET", carried_key(prefix, pod)) for pod in asked]))
     except (redis.RedisError, OSError, asyncio.TimeoutError):
         return frozenset()
     return frozenset(pod for pod, value in zip(asked, values) if value is not None)
@@ -372,7 +373,7 @@ async def _light_commands(client: resp.Connection, target: RedisTarget, base: St
     where, prefix = target.endpoint, target.prefix
     key, token = f"{prefix}operator-probe:{secrets.token_hex(8)}", secrets.token_hex(8)
     commands: list[tuple[str, ...]] = [("SET", key, token, "NX", "PX", "10000"), ("GET", key),
-                                       ("GET", f"{prefix}{CANARY_KEY}"), ("GET", f"{prefix}{MIGRATED_KEY}"),
+                                       ("GET", f"{prefix}{CANARY_KEY}"), ("GET", migrated_key(prefix)),
                                        ("DEL", key)]
     if "INFO" not in base.refused:
         commands += [("INFO", section) for section in LIVE_SECTIONS]
@@ -476,7 +477,7 @@ async def _checks(client: resp.Connection, key: str, prefix: str) -> tuple[list[
         ("DEL", key, listing, counter, index)]
     facts: list[tuple[str, ...]] = [
         ("GET", f"{prefix}{CANARY_KEY}"), ("INFO", "persistence"), ("CONFIG", "GET", "maxmemory-policy"),
-        ("CONFIG", "GET", "save"), ("GET", f"{prefix}{MIGRATED_KEY}"), *(("INFO", s) for s in LIVE_SECTIONS)]
+        ("CONFIG", "GET", "save"), ("GET", migrated_key(prefix)), *(("INFO", s) for s in LIVE_SECTIONS)]
     answers = await client.execute([("MULTI",), *history, ("EXEC",), *others, *facts])
     transaction, executed = answers[:len(history) + 1], answers[len(history) + 1]
     refused = _transaction_refused(transaction, executed, prefix)

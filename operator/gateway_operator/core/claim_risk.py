@@ -25,6 +25,7 @@ from dataclasses import dataclass, replace
 from typing import Collection, Mapping, Sequence
 
 from gateway_operator.core.health import UNUSABLE, Idempotency, ReplicaHealth
+from gateway_operator.pod import gwop_contract as contract
 
 
 @dataclass(frozen=True)
@@ -82,7 +83,7 @@ def left_by(holder: Holder) -> ReplicaHealth:
     and its journal gone with it); unless its stop says it carried everything
     (``<prefix>gwop-carried:<pod>``), those open the AdmissionsNotRecorded window."""
     last = holder.last
-    return replace(last, redis="unreachable", journalled=last.journalled + last.claims.held)
+    return replace(last, redis=contract.UNREACHABLE, journalled=last.journalled + last.claims.held)
 
 
 def unheard(last: ReplicaHealth) -> ReplicaHealth:
@@ -90,7 +91,7 @@ def unheard(last: ReplicaHealth) -> ReplicaHealth:
     Unreachable, and no claims known of it) may have left unrecorded: at least one turn it answered
     while Redis was unusable to it, its journal gone with it. Nothing tells the operator otherwise
     but its stop's word that it carried everything (``<prefix>gwop-carried:<pod>``)."""
-    return replace(last, redis="unreachable", journalled=max(1, last.journalled))
+    return replace(last, redis=contract.UNREACHABLE, journalled=max(1, last.journalled))
 
 
 def said(health: ReplicaHealth) -> str | None:

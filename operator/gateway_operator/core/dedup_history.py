@@ -24,17 +24,13 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from typing import Any, Mapping
 
+from gateway_operator.pod import gwop_contract as contract
+
 # praisonai-bot 0.1.16 keeps a recorded webhook for gw._hook_idempotency_ttl = 86400 s and its YAML cannot
 # change that; the launcher sets it from spec.redis.recordTTLSeconds (gwop_upstream.set_record_ttl), so this is
 # only the window of a GatewayDeployment whose spec cannot be read (facts.gather passes the spec's)
-RECORD_TTL_SECONDS = 86400
-CANARY_KEY = "operator-canary"   # under the GatewayDeployment's prefix
-# written by the launcher once a single SQLite replica's records are in Redis (launcher.MIGRATED_KEY;
-# tests/unit/test_launcher_real_gateway.py proves the two agree); its value is the operator's token
-MIGRATED_KEY = "sqlite-migrated"
-# written by a stopping launcher once its outage journal is all in Redis, per pod (gwop_serve.CARRIED_KEY;
-# tests/unit/test_launcher_real_gateway.py proves the two agree)
-CARRIED_KEY = "gwop-carried:"
+RECORD_TTL_SECONDS = contract.GATEWAY_RECORD_TTL_SECONDS
+CANARY_KEY = "operator-canary"   # under the GatewayDeployment's prefix (the launcher's keys: pod/gwop_contract.py)
 NO_EVICTION = "noeviction"
 # RedisDurable warns from this share of maxmemory on, and stops warning below the second (so a
 # Redis that hovers about the first does not flip the condition at every probe)

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any, Mapping, NamedTuple
 
 from gateway_operator.api import IDEMPOTENCY_OWNER
+from gateway_operator.pod import gwop_contract as contract
 
 
 
@@ -56,11 +57,12 @@ DESCRIPTIONS = {
 }
 
 
-# what the launcher says of itself in /health (pod/gwop_health.py), as far as the operator reads it
-OWN_SECTION = "gateway_operator"
-OWN_REDIS = ("answers", "unreachable", "refusing")   # the replica's own view of Redis
+# what the launcher says of itself in /health (pod/gwop_health.py; its fields: pod/gwop_contract.py), as far
+# as the operator reads it
+OWN_SECTION = contract.SECTION
+OWN_REDIS = contract.REDIS_VIEWS                     # the replica's own view of Redis
 UNUSABLE = OWN_REDIS[1:]                             # ... when it cannot use Redis
-VERSIONED = ("praisonai-bot", "praisonaiagents")     # the packages whose versions status shows
+VERSIONED = contract.VERSIONED                       # the packages whose versions status shows
 _VERSION = re.compile(r"[0-9A-Za-z.+!_-]{1,64}")     # a version as PEP 440 spells one (or a local build)
 
 
@@ -139,12 +141,13 @@ def _claims(store: Mapping[str, Any]) -> Claims:
     def count(key: str) -> int:
         return int(_number(store.get(key), MAX_COUNT) or 0)
 
-    left = store.get("claims_expire_in_s")
+    left = store.get(contract.CLAIMS_EXPIRE_IN_S)
     if isinstance(left, (int, float)) and not isinstance(left, bool) and -MAX_SECONDS <= left < 0:
         left = 0.0
-    lease = _number(store.get("claim_lease_s"), MAX_LEASE_S)
-    return Claims(count("claims_held"), count("claims_unrenewed"), _number(left, MAX_SECONDS),
-                  _number(store.get("renew_failing_for_s"), MAX_SECONDS), count("fenced"), lease or None)
+    lease = _number(store.get(contract.CLAIM_LEASE_S), MAX_LEASE_S)
+    return Claims(count(contract.CLAIMS_HELD), count(contract.CLAIMS_UNRENEWED), _number(left, MAX_SECONDS),
+                  _number(store.get(contract.RENEW_FAILING_FOR_S), MAX_SECONDS), count(contract.FENCED),
+                  lease or None)
 
 
 def _number(value: Any, top: float) -> float | None:
@@ -161,18 +164,18 @@ def own_view(health: Mapping[str, Any]) -> OwnView:
     section = health.get(OWN_SECTION)
     if not isinstance(section, Mapping):
         return OwnView()
-    store, versions = section.get("idempotency"), section.get("versions")
+    store, versions = section.get(contract.IDEMPOTENCY), section.get(contract.VERSIONS)
     store = store if isinstance(store, Mapping) else {}
-    redis = store.get("redis")
+    redis = store.get(contract.REDIS)
     found = tuple(versions.get(p) for p in VERSIONED) if isinstance(versions, Mapping) else ()
     ok = all(isinstance(v, str) and _VERSION.fullmatch(v) for v in found)
     redis = redis if redis in OWN_REDIS else None
-    since = _number(store.get("answers_for_s"), MAX_SECONDS) if redis == "answers" else None
-    lost = sum(int(_number(store.get(k), MAX_COUNT) or 0) for k in ("journal_dropped", "leases_lost"))
+    since = _number(store.get(contract.ANSWERS_FOR_S), MAX_SECONDS) if redis == contract.ANSWERS else None
+    lost = sum(int(_number(store.get(k), MAX_COUNT) or 0) for k in (contract.JOURNAL_DROPPED, contract.LEASES_LOST))
     return OwnView(redis, found if found and ok else (), since, lost,
-                   _number(store.get("last_unrecorded_at"), 1e11) if lost else None,
-                   int(_number(store.get("journalled"), MAX_COUNT) or 0),
-                   _number(store.get("unusable_for_s"), MAX_SECONDS) if redis in UNUSABLE else None,
+                   _number(store.get(contract.LAST_UNRECORDED_AT), 1e11) if lost else None,
+                   int(_number(store.get(contract.JOURNALLED), MAX_COUNT) or 0),
+                   _number(store.get(contract.UNUSABLE_FOR_S), MAX_SECONDS) if redis in UNUSABLE else None,
                    _claims(store))
 
 

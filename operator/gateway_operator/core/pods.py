@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Any, Mapping, NamedTuple
 
 from gateway_operator import api
+from gateway_operator.pod import gwop_contract as contract
 
 
 @dataclass(frozen=True)
@@ -40,14 +41,15 @@ class PodView:
         return (self.containers_ready or self.ready) and bool(self.ip) and not self.deleting
 
 
-REFUSED_GATEWAY = "gateway-launcher: unsupported gateway: "  # the launcher's exit-78 line (pod/launch.py)
+# the launcher's exit-78 line (pod/launch.py)
+REFUSED_GATEWAY = f"{contract.LINE_PREFIX}{contract.UNSUPPORTED_GATEWAY}: "
 REFUSED_GATEWAY_LIMIT = 600  # characters kept
 
 
 def refused_gateway(exit_code: Any, message: Any) -> str:
     """What the launcher said when it refused the gateway release in the image (exit 78 with its
     one line in the kubelet's termination message), else "". Only that line, bounded."""
-    if exit_code != 78 or not isinstance(message, str):
+    if exit_code != contract.EXIT_FATAL_CONFIG or not isinstance(message, str):
         return ""
     line = message.strip().splitlines()[0] if message.strip() else ""
     return line[len(REFUSED_GATEWAY):][:REFUSED_GATEWAY_LIMIT] if line.startswith(REFUSED_GATEWAY) else ""

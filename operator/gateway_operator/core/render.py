@@ -20,6 +20,7 @@ from gateway_operator import api
 from gateway_operator.api import GatewaySpec, SecretKeyRef
 from gateway_operator.api.redis_target import RedisTarget, managed_redis_name
 from gateway_operator.core import expose
+from gateway_operator.pod import gwop_contract as contract
 
 Manifest = dict[str, Any]
 
@@ -36,7 +37,6 @@ def pod_code() -> dict[str, str]:
     inside the operator's package and never change while the operator runs."""
     return {path.name: path.read_text() for path in sorted(POD_CODE_DIR.glob("*.py")) if path.name != "__init__.py"}
 RUN_AS_USER = 10001
-SQLITE_MIGRATION_ENV = "GWOP_SQLITE_MIGRATION"  # launcher.SQLITE_MIGRATION_ENV (a test ties the two)
 OPERATOR_APP_NAME = "gateway-operator"  # app.kubernetes.io/name of the chart's operator pod
 # redis-py URL options of the gateway's Redis clients: a hung Redis (paused, overloaded, a
 # black-holed route) costs a webhook about three round trips of this before the gateway
@@ -109,16 +109,17 @@ def gateway_config(owner: Owner, spec: GatewaySpec, redis: RedisTarget | None) -
                                            f"http://{owner.name}.{owner.namespace}.svc.cluster.local",
                                            *expose.origins(spec.expose)])
     config["gateway"] = gateway
-    # the launcher's own section (launcher.SESSION_HISTORY_KEY): webhook session history, in Redis
+    # the launcher's own section: webhook session history, in Redis
     # or (replica) one per session in the replica's memory, never 0.1.16's one history per hook
-    config["session_history"] = {"store": spec.sessions_store, "max_messages": spec.sessions.max_messages,
-                                 "ttl_seconds": spec.sessions.ttl_seconds, "max_sessions": spec.sessions.max_sessions}
-    # the launcher's own section (gwop_config.GUARD_KEY): the fail-closed window, the claims' lease, how long
+    config[contract.SESSION_HISTORY_KEY] = {
+        "store": spec.sessions_store, "max_messages": spec.sessions.max_messages,
+        "ttl_seconds": spec.sessions.ttl_seconds, "max_sessions": spec.sessions.max_sessions}
+    # the launcher's own section: the fail-closed window, the claims' lease, how long
     # a record lives (0.1.16's own 24 h is set aside) and the largest webhook body a replica reads
-    config["idempotency_guard"] = {"fail_closed_seconds": spec.redis.fail_closed_seconds,
-                                   "claim_lease_seconds": spec.redis.claim_lease_seconds,
-                                   "record_ttl_seconds": spec.redis.record_ttl_seconds,
-                                   "max_body_bytes": spec.max_request_body_bytes}
+    config[contract.GUARD_KEY] = {"fail_closed_seconds": spec.redis.fail_closed_seconds,
+                                  "claim_lease_seconds": spec.redis.claim_lease_seconds,
+                                  "record_ttl_seconds": spec.redis.record_ttl_seconds,
+                                  "max_body_bytes": spec.max_request_body_bytes}
     if redis is not None:
         push = dict(config.get("push") or {})
         push["redis"] = {"url": f"{redis.url}?{redis_url_options(redis)}", "prefix": redis.prefix}
@@ -235,7 +236,7 @@ def _gateway_container(spec: GatewaySpec, redis: RedisTarget | None, auth: Secre
         env.append({"name": api.SESSION_KEY_ENV, "valueFrom": {"secretKeyRef": {
             "name": session_key.name, "key": session_key.key}}})
     if migration:  # the launcher copies the SQLite records, then writes this token to Redis
-        env.append({"name": SQLITE_MIGRATION_ENV, "value": migration})
+        env.append({"name": contract.SQLITE_MIGRATION_ENV, "value": migration})
     env.extend(spec.pod.get("env") or [])
     probe = {"timeoutSeconds": 3, "periodSeconds": 10}
     container: dict[str, Any] = {

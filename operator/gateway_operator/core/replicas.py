@@ -6,6 +6,7 @@ from typing import Any, Callable, Collection, Mapping, Sequence
 
 from gateway_operator.api import GatewaySpec, Policy
 from gateway_operator.core.health import UNUSABLE, Idempotency, ReplicaHealth
+from gateway_operator.pod import gwop_contract as contract
 
 
 @dataclass(frozen=True)
@@ -74,7 +75,7 @@ def stale_replica(enabled: bool, health: Sequence[ReplicaHealth], ready: int, ru
     operator's own probe reaching Redis says nothing of a replica cut off from it, whose
     replacement would be cut off too. One at a time, by name: none while a previous restart is
     not back ready."""
-    stale = sorted(h.pod for h in health if h.state is Idempotency.BUILD_TIME_FALLBACK and h.redis == "answers")
+    stale = sorted(h.pod for h in health if h.state is Idempotency.BUILD_TIME_FALLBACK and h.redis == contract.ANSWERS)
     return stale[0] if enabled and stale and ready >= running else None
 
 
@@ -95,7 +96,7 @@ def out_of_traffic(health: Sequence[ReplicaHealth], serving: Collection[str]) ->
     outage, or a refusal every replica meets) none is taken out: stopping them all would stop even
     what can run, and the window and its announcement are the answer there. A replica that does
     not say (another image) stays in; one that reaches Redis again comes back at the next poll."""
-    reaching = {h.pod for h in health if h.redis == "answers" and h.pod in serving
+    reaching = {h.pod for h in health if h.redis == contract.ANSWERS and h.pod in serving
                 and (h.answers_for_s or 0.0) >= CUT_OFF_AFTER_S}
     return frozenset(h.pod for h in health if h.redis in UNUSABLE and (h.unusable_for_s or 0.0) >= CUT_OFF_AFTER_S
                      and reaching - {h.pod})

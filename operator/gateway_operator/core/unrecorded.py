@@ -20,6 +20,7 @@ from typing import Any, Collection, Mapping, Sequence
 
 from gateway_operator.core.dedup_history import RECORD_TTL_SECONDS, iso, unix
 from gateway_operator.core.health import UNUSABLE, ReplicaHealth
+from gateway_operator.pod import gwop_contract as contract
 
 
 @dataclass(frozen=True)
@@ -51,11 +52,11 @@ class Unrecorded:
 
 
 # a stopping replica carries its journal to Redis within its carry budget (the launcher's 8 s) after
-# its drain, then says so under <prefix>gwop-carried:<pod> (dedup_history.CARRIED_KEY); the operator
+# its drain, then says so under <prefix>gwop-carried:<pod> (gwop_contract.carried_key); the operator
 # waits for that word this long after the pod is gone from the API (two probes), and at most its
 # drain and carry and this long after it began to leave
 MARK_GRACE_S = 5.0
-CARRY_BUDGET_S = 8.0
+CARRY_BUDGET_S = contract.CARRY_BUDGET_SECONDS
 
 
 @dataclass(frozen=True)

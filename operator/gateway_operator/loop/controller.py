@@ -45,6 +45,7 @@ from gateway_operator.loop.inputs import Checked, SecretInputs, kept, resource_v
 from gateway_operator.loop.publish import ObjectLog, now_iso, publish
 from gateway_operator.loop.reconcile import Observation, reconcile
 from gateway_operator.loop.steps import Rendered
+from gateway_operator.pod import gwop_contract as contract
 
 log = logging.getLogger(__name__)
 GATE_LAG_S = 5.0  # a readiness gate just written is not written again while the pod index may still lag
@@ -369,7 +370,7 @@ class GatewayController:
             written = self._gates.get(pod.uid)
             if pod.gate is want or (written is not None and written[0] is want and now - written[1] < GATE_LAG_S):
                 continue
-            reachers = sorted(h.pod for h in replicas if h.redis == "answers" and h.pod != pod.name)
+            reachers = sorted(h.pod for h in replicas if h.redis == contract.ANSWERS and h.pod != pod.name)
             reason, message = (("RedisReachable", "this replica reaches Redis (or does not say otherwise)") if want else
                                ("CutOffFromRedis", f"this replica cannot reach Redis while {', '.join(reachers[:3])} can: "
                                 "out of the Service and the edge until it reaches Redis again"))

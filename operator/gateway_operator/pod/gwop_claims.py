@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 from typing import TYPE_CHECKING, Any, List, Mapping, Optional
 
+import gwop_contract as contract
 import gwop_limits
 import gwop_upstream as upstream
 from gwop_log import say
@@ -18,13 +19,11 @@ from gwop_redis import release_claims_of, redis_client, store_client
 if TYPE_CHECKING:  # the claims' holder; gwop_leases imports this module
     from gwop_leases import Leases
 
-# {push prefix}hookidem-owner:<pod> holds the token prefix of the pod's running gateway process
-# (every claim it writes starts with it), so that the next process in the same pod (a container
+# {push prefix}hookidem-owner:<pod> (contract.owner_key) holds the token prefix of the pod's running gateway
+# process (every claim it writes starts with it), so that the next process in the same pod (a container
 # restarted after SIGKILL, OOM or a liveness kill: nothing ran to release its claims) releases what
 # its predecessor still held. It lives two leases and is refreshed at each renewal round: a pod
 # that is gone leaves no key behind, and its claims are gone by then anyway
-OWNER_KEY = "hookidem-owner:"
-STORE_SUFFIX = "hookidem:"  # the store's prefix is push.redis.prefix + this
 HOLD_RETRY_AFTER_SECONDS = 2  # a delivery held by the fail-closed window: retry soon (another replica may answer)
 
 
@@ -62,14 +61,14 @@ def release_unfinished_claims(leases: "Leases", journal: Any) -> int:
 
 
 def release_predecessor_claims(redis: Optional[Mapping[str, Any]], backend: Optional[str], pod: str) -> int:
-    """At start: the claims a killed earlier gateway process of this pod left (see OWNER_KEY)."""
+    """At start: the claims a killed earlier gateway process of this pod left (see contract.owner_key)."""
     if backend != "redis" or not redis or not pod:
         return 0
     prefix = str(redis.get("prefix") or "praison:push:")
     try:
         client = redis_client(redis)
-        token = client.get(f"{prefix}{OWNER_KEY}{pod}")
-        released = release_claims_of(client, f"{prefix}{STORE_SUFFIX}", token) if token else 0
+        token = client.get(contract.owner_key(prefix, pod))
+        released = release_claims_of(client, contract.store_key(prefix), token) if token else 0
     except Exception as exc:  # noqa: BLE001 - a Redis that does not answer now: the lease ends them
         say(f"releasing a predecessor's claims failed: {type(exc).__name__}")
         return 0
@@ -81,13 +80,13 @@ def release_predecessor_claims(redis: Optional[Mapping[str, Any]], backend: Opti
 async def record_owner(gateway: Any, start: "asyncio.Future[Any]", pod: str, leases: "Leases") -> None:
     """Once the gateway's idempotency store is built (0.1.16 builds it on the first webhook: building
     it earlier, before a new Redis answers, would fall back to SQLite), record this process's token
-    prefix under this pod's name (OWNER_KEY), for two leases; the renewal rounds refresh it."""
+    prefix under this pod's name (contract.owner_key), for two leases; the renewal rounds refresh it."""
     while upstream.idempotency_store(gateway) is None and not start.done():
         await asyncio.sleep(0.2)
     store = upstream.redis_store(gateway)
-    if store is None or not pod or not store.prefix.endswith(STORE_SUFFIX):
+    if store is None or not pod or not store.prefix.endswith(contract.STORE_KEY):
         return
-    key = f"{store.prefix[:-len(STORE_SUFFIX)]}{OWNER_KEY}{pod}"
+    key = contract.owner_key(store.prefix[:-len(contract.STORE_KEY)], pod)
     leases.owner_key = key
     try:
         await asyncio.to_thread(store.client.set, key, leases.process, px=2 * leases.lease_ms)

@@ -21,6 +21,8 @@ from urllib.parse import quote, unquote, urlsplit, urlunsplit
 
 import yaml
 
+from gwop_contract import GUARD_KEY, SESSION_HISTORY_KEY
+
 WORKING_COPY_NAME = "gateway.yaml"
 DEFAULT_DRAIN_TIMEOUT = 10.0
 # Keys of ``push.redis`` that map onto praisonaiagents' RedisConfig, and the launcher's own: an ACL
@@ -279,10 +281,8 @@ def write_working_copy(cfg: Mapping[str, Any], workdir: str) -> str:
     return path
 
 
-# the documented config's launcher-only section, written by the operator from spec.sessions:
+# the documented config's launcher-only section (SESSION_HISTORY_KEY), written by the operator from spec.sessions:
 # ``session_history: {store: redis|replica, max_messages, ttl_seconds, max_sessions}``
-SESSION_HISTORY_KEY = "session_history"
-SESSION_KEY_ENV = "GATEWAY_SESSION_KEY"  # a Fernet key from a Secret (render.py): history encrypted at rest
 
 
 def session_settings(documented: Mapping[str, Any]) -> Optional[Dict[str, Any]]:
@@ -305,8 +305,7 @@ def drain_timeout(loaded: Mapping[str, Any]) -> float:
 
 # the documented config's other launcher-only section, written by the operator from spec.redis and
 # spec.maxRequestBodyBytes:
-# ``idempotency_guard: {fail_closed_seconds, claim_lease_seconds, record_ttl_seconds, max_body_bytes}``
-GUARD_KEY = "idempotency_guard"
+# ``idempotency_guard: {fail_closed_seconds, claim_lease_seconds, record_ttl_seconds, max_body_bytes}`` (GUARD_KEY)
 DEFAULT_FAIL_CLOSED_SECONDS = 30.0
 DEFAULT_CLAIM_LEASE_SECONDS = 60.0
 MIN_CLAIM_LEASE_SECONDS = 10.0

@@ -11,12 +11,12 @@ from __future__ import annotations
 import time
 from typing import Any, Dict, Mapping, Optional
 
+import gwop_contract as contract
 import gwop_upstream as upstream
+from gwop_contract import SECTION
 from gwop_journal import OutageJournal
 from gwop_leases import Leases
 from gwop_reach import Reach, view
-
-SECTION = "gateway_operator"
 
 
 def section(gateway: Any, journal: OutageJournal, leases: Leases, versions: Mapping[str, str],
@@ -26,9 +26,9 @@ def section(gateway: Any, journal: OutageJournal, leases: Leases, versions: Mapp
     # the last time a webhook this replica admitted was left without a record Redis would keep (its
     # journal dropped it, or its lease was lost while the turn ran): the operator keeps the window
     last = max((t for t in (journal.dropped_at, leases.lost_at) if t is not None), default=None)
-    return {"versions": dict(versions), "idempotency": {"store": store, **view(journal, reach, time.monotonic()),
-                                                        **leases.view(),
-                                                        "last_unrecorded_at": None if last is None else round(last, 1)}}
+    return {contract.VERSIONS: dict(versions),
+            contract.IDEMPOTENCY: {contract.STORE: store, **view(journal, reach, time.monotonic()), **leases.view(),
+                                   contract.LAST_UNRECORDED_AT: None if last is None else round(last, 1)}}
 
 
 def extend(gateway: Any, journal: OutageJournal, leases: Leases, versions: Mapping[str, str],

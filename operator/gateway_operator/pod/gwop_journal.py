@@ -14,6 +14,7 @@ import threading
 import time
 from typing import Any, Callable, Dict, Optional, Set
 
+import gwop_contract as contract
 import gwop_upstream as upstream
 from gwop_log import say
 
@@ -266,12 +267,14 @@ class OutageJournal:
 
     def view(self) -> Dict[str, Any]:
         """This replica's own view of Redis, for /health (gwop_health)."""
-        return {"redis": "answers" if not self.broken else "refusing" if self.refusal else "unreachable",
-                "refusal": self.refusal if self.broken else None, "holding": self.broken and self._closed(),
-                "unusable_for_s": round(time.monotonic() - self.broken_since, 1) if self.broken_since else 0.0,
-                "admitted_best_effort": self.best_effort,
-                "journalled": len(self.admitted) + len(self.done) + len(self.contested),
-                "journal_dropped": self.dropped}
+        return {contract.REDIS: contract.ANSWERS if not self.broken else
+                contract.REFUSING if self.refusal else contract.UNREACHABLE,
+                contract.REFUSAL: self.refusal if self.broken else None,
+                contract.HOLDING: self.broken and self._closed(),
+                contract.UNUSABLE_FOR_S: round(time.monotonic() - self.broken_since, 1) if self.broken_since else 0.0,
+                contract.ADMITTED_BEST_EFFORT: self.best_effort,
+                contract.JOURNALLED: len(self.admitted) + len(self.done) + len(self.contested),
+                contract.JOURNAL_DROPPED: self.dropped}
 
     def _hold(self) -> bool:
         """This delivery is answered 503 with Retry-After (by the route's endpoint): not run, not

@@ -35,6 +35,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
 
+import gwop_contract as contract
 import gwop_upstream as upstream
 from gwop_claims import build_store
 from gwop_log import say
@@ -316,10 +317,11 @@ class Leases:
         with self._lock:
             claims = list(self.held.values())
         expiry = min((c.confirmed + self.lease_s for c in claims), default=None)
-        return {"claims_held": len(claims), "claims_unrenewed": sum(c.unrenewed for c in claims),
-                "claims_expire_in_s": None if expiry is None else round(max(0.0, expiry - now), 1),
-                "renew_failing_for_s": round(now - self.failing_since, 1) if self.failing_since is not None else 0.0,
-                "fenced": self.fenced, "claim_lease_s": self.lease_s, "leases_lost": self.lost}
+        return {contract.CLAIMS_HELD: len(claims), contract.CLAIMS_UNRENEWED: sum(c.unrenewed for c in claims),
+                contract.CLAIMS_EXPIRE_IN_S: None if expiry is None else round(max(0.0, expiry - now), 1),
+                contract.RENEW_FAILING_FOR_S:
+                    round(now - self.failing_since, 1) if self.failing_since is not None else 0.0,
+                contract.FENCED: self.fenced, contract.CLAIM_LEASE_S: self.lease_s, contract.LEASES_LOST: self.lost}
 
     # -- at the stop -------------------------------------------------------------------------------
 

@@ -9,13 +9,15 @@ import re
 import sys
 from typing import Iterable, Optional
 
+from gwop_contract import LINE_PREFIX
+
 # Pydantic ends each error line with "[type=..., input_value=<repr of the
 # whole input>, ...]"; that repr can hold expanded secrets, so it is cut off.
 _PYDANTIC_SUFFIX = re.compile(r"\s*\[type=.*$", re.MULTILINE)
 
 
 def say(message: str) -> None:
-    print(f"gateway-launcher: {message}", file=sys.stderr, flush=True)
+    print(f"{LINE_PREFIX}{message}", file=sys.stderr, flush=True)
 
 
 # where the kubelet takes a stopped container's last words from (the pod's terminationMessagePath,
@@ -32,7 +34,7 @@ def last_words(message: str, path: str = TERMINATION_LOG) -> None:
         return  # not in a pod: the log has it
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as out:
-            out.write(f"gateway-launcher: {message}"[:1024])
+            out.write(f"{LINE_PREFIX}{message}"[:1024])
     except OSError:
         pass
 

@@ -9,6 +9,7 @@ import os
 import time
 from typing import Any, List, Mapping, Optional, Tuple
 
+import gwop_contract as contract
 from gwop_log import say
 from gwop_redis import redis_client
 
@@ -16,11 +17,9 @@ from gwop_redis import redis_client
 # and its Redis layout (push.redis.prefix + "hookidem:" + key); a record lives RECORD_TTL_SECONDS unless the
 # launcher says otherwise (its record_ttl_seconds)
 SQLITE_STORE = (".praisonai", "state", "hook_idempotency.sqlite")
-RECORD_TTL_SECONDS = 86400.0
-# set once this replica's SQLite records are in Redis (no TTL): the operator's probe reads it
-# before it lets a second Redis-backed replica take traffic (the operator's dedup_history.MIGRATED_KEY)
-MIGRATED_KEY = "sqlite-migrated"
-SQLITE_MIGRATION_ENV = "GWOP_SQLITE_MIGRATION"  # the operator's token for one migration (render.py)
+RECORD_TTL_SECONDS = float(contract.GATEWAY_RECORD_TTL_SECONDS)
+# once this replica's SQLite records are in Redis, contract.migrated_key is set (no TTL) to the operator's
+# token (contract.SQLITE_MIGRATION_ENV): its probe reads it before it lets a second Redis-backed replica take traffic
 
 
 def migrate_sqlite_records(sqlite_path: str, client: Any, prefix: str, now: float, token: str,
@@ -45,11 +44,11 @@ def migrate_sqlite_records(sqlite_path: str, client: Any, prefix: str, now: floa
         left_ms = int((ts + ttl - now) * 1000)
         if left_ms <= 0:
             continue
-        if client.set(f"{prefix}hookidem:{key}", "recorded", nx=True, px=left_ms):
+        if client.set(contract.store_key(prefix, key), "recorded", nx=True, px=left_ms):
             copied += 1
         else:
             kept += 1
-    client.set(f"{prefix}{MIGRATED_KEY}", token)
+    client.set(contract.migrated_key(prefix), token)
     return copied, kept
 
 

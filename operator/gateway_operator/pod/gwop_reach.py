@@ -13,6 +13,7 @@ import asyncio
 import time
 from typing import Any, Callable, Mapping, Optional
 
+import gwop_contract as contract
 from gwop_journal import OutageJournal, off_loop, refusal_of
 from gwop_redis import redis_client
 
@@ -57,11 +58,11 @@ def view(journal: OutageJournal, reach: Optional[Reach], now: float) -> dict:
     long without a break (the operator takes a cut-off replica out only when another one has
     reached Redis that long)."""
     seen = journal.view()
-    if seen["redis"] != "answers" or reach is None:
+    if seen[contract.REDIS] != contract.ANSWERS or reach is None:
         return seen
     if reach.ok is False:
-        return {**seen, "redis": "refusing" if reach.refusal else "unreachable", "refusal": reach.refusal,
-                "unusable_for_s": round(now - reach.since, 1)}
+        return {**seen, contract.REDIS: contract.REFUSING if reach.refusal else contract.UNREACHABLE,
+                contract.REFUSAL: reach.refusal, contract.UNUSABLE_FOR_S: round(now - reach.since, 1)}
     if reach.ok is None:
         return seen  # not asked yet: no duration to vouch for
-    return {**seen, "answers_for_s": round(now - max(reach.since, journal.answers_since), 1)}
+    return {**seen, contract.ANSWERS_FOR_S: round(now - max(reach.since, journal.answers_since), 1)}

@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 from typing import Any, Mapping, Optional
 
+import gwop_contract as contract
 import gwop_upstream as upstream
 from gwop_claims import answer_inflight_duplicates, record_owner, release_unfinished_claims
 from gwop_config import DEFAULT_MAX_BODY_BYTES
@@ -25,11 +26,9 @@ from gwop_redis import redis_client
 from gwop_sessions import SharedSessions
 from gwop_watch import serve_watch
 
-# at the stop, how long the journal and the unsaved session history may wait for Redis to take them
-CARRY_BUDGET_SECONDS = 8.0
-# written once this replica's journal is all in Redis at its stop, so that the operator, which saw
-# its last /health say "journalled" before the stop, knows nothing was left (dedup_history.CARRIED_KEY)
-CARRIED_KEY = "gwop-carried:"
+# at the stop, the journal and the unsaved session history may wait contract.CARRY_BUDGET_SECONDS for
+# Redis to take them; contract.carried_key is written once this replica's journal is all in Redis, so
+# that the operator, which saw its last /health say "journalled" before the stop, knows nothing was left
 CARRIED_TTL_SECONDS = 600
 # of the drain, WebSocket sessions get at most this (the gateway's own drain); in-flight webhook
 # turns get the whole drain (uvicorn's graceful shutdown)
@@ -63,7 +62,7 @@ async def serve(gateway: Any, config_path: str, drain: float, guard: Mapping[str
     """Run the gateway until SIGTERM/SIGINT; return the process exit code (0). ``store_redis``: the
     push.redis settings when the idempotency store is the Redis one; ``watch_port``: where the
     long-poll /health is served (gwop_watch), once the gateway runs. At the stop, what
-    the journal and the shared sessions still hold is carried to Redis (within CARRY_BUDGET_SECONDS:
+    the journal and the shared sessions still hold is carried to Redis (within contract.CARRY_BUDGET_SECONDS:
     Redis may be coming back), then this replica's unfinished claims are released."""
     loop = asyncio.get_running_loop()
     stop_requested = asyncio.Event()
@@ -97,7 +96,7 @@ async def serve(gateway: Any, config_path: str, drain: float, guard: Mapping[str
         stop_requested.set()  # normal return or failure: stop whatever still runs
         await stopper
         guarding.cancel()
-        if await asyncio.to_thread(carry, journal, sessions, CARRY_BUDGET_SECONDS) and store_redis and pod:
+        if await asyncio.to_thread(carry, journal, sessions, contract.CARRY_BUDGET_SECONDS) and store_redis and pod:
             await asyncio.to_thread(say_carried, store_redis, pod)
         leases.stop()
         released = await asyncio.to_thread(release_unfinished_claims, leases, journal)
@@ -109,7 +108,7 @@ async def serve(gateway: Any, config_path: str, drain: float, guard: Mapping[str
 def say_carried(store_redis: Mapping[str, Any], pod: str) -> None:
     """``SET <prefix>gwop-carried:<pod>``: nothing this replica admitted is left outside Redis."""
     try:
-        redis_client(store_redis, timeout=1.0).set(f"{store_redis.get('prefix') or ''}{CARRIED_KEY}{pod}",
+        redis_client(store_redis, timeout=1.0).set(contract.carried_key(store_redis.get("prefix") or "", pod),
                                                    str(int(time.time())), ex=CARRIED_TTL_SECONDS)
     except Exception:  # noqa: BLE001 - Redis unusable again: the operator announces the journal as left
         pass

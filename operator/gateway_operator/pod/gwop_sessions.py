@@ -16,7 +16,8 @@ import time
 from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
 
 import gwop_upstream as upstream
-from gwop_config import SESSION_KEY_ENV, ConfigError
+from gwop_config import ConfigError
+from gwop_contract import SESSION_KEY_ENV
 from gwop_log import say
 from gwop_redis import RELEASE_LUA, redis_client
 

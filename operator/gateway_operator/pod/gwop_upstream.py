@@ -20,6 +20,8 @@ import re
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Tuple
 
+import gwop_contract as contract
+
 # what the names below were read from (the gateway image's release)
 WRITTEN_FOR = {"praisonai-bot": "0.1.16", "praisonaiagents": "1.7.17"}
 HOOK_ROUTE = "/hooks/{path:path}"
@@ -423,7 +425,7 @@ def install_redis_store(gateway: Any, client: Any, prefix: str) -> RedisStore:
     """Put in place, as the gateway's store, the Redis store 0.1.16 builds when its one PING answers
     (same class, prefix and TTL; ``client`` made as its own), marked degraded as 0.1.16 marks a store
     that lost Redis at runtime (which also replaces the build-time fact in /health)."""
-    store = _redis_store_class()(client, prefix=f"{prefix}hookidem:", ttl_seconds=gateway._hook_idempotency_ttl)
+    store = _redis_store_class()(client, prefix=contract.store_key(prefix), ttl_seconds=gateway._hook_idempotency_ttl)
     store._mark_runtime_degraded("build", ConnectionError("Redis did not answer when the store was built"))
     gateway._hook_idem = store
     return RedisStore(store)

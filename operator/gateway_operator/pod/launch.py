@@ -15,7 +15,8 @@ adapter), gwop_tls, gwop_migration (one SQLite replica -> Redis), gwop_sessions 
 history), gwop_schedules (scheduled jobs claimed once across the replicas), gwop_claims (in-flight
 answers, claims released), gwop_leases (claims that free themselves), gwop_journal (the fail-closed
 window and the outage journal), gwop_health (the launcher's own view in /health), gwop_serve (serve
-and drain), gwop_redis and gwop_log (shared helpers).
+and drain), gwop_contract (the names shared with the operator), gwop_redis and gwop_log
+(shared helpers).
 
 Exit codes follow the gateway protocol: 0 clean stop (including SIGTERM), 75 restartable failure,
 78 fatal configuration error (a config the gateway cannot use, or a gateway release that lacks
@@ -34,20 +35,18 @@ from typing import Any, Dict, List, Mapping, Optional
 
 import gwop_upstream as upstream
 from gwop_claims import release_predecessor_claims
-from gwop_config import (SESSION_KEY_ENV, ConfigError, apply_bind, config_warnings, describe_redis,
+from gwop_config import (ConfigError, apply_bind, config_warnings, describe_redis,
                          drain_timeout, env_refs, guard_settings, idempotency_backend, read_documented,
                          redis_config_kwargs, redis_settings, session_settings, translate_config,
                          turn_lock_settings, write_working_copy)
+from gwop_contract import (AUTH_TOKEN_ENV, EXIT_FATAL_CONFIG, EXIT_OK, EXIT_RESTART, GATEWAY_PORT, REDIS_PASSWORD_ENV,
+                           REDIS_USERNAME_ENV, SESSION_KEY_ENV, SQLITE_MIGRATION_ENV, UNSUPPORTED_GATEWAY)
 from gwop_log import last_words, redact, say
-from gwop_migration import SQLITE_MIGRATION_ENV, migrate_before_start
+from gwop_migration import migrate_before_start
 from gwop_serve import clear_stale_pid_lock, serve
 from gwop_schedules import share_schedules
 from gwop_sessions import share_sessions
 from gwop_tls import name_tls_server
-
-EXIT_OK = 0
-EXIT_RESTART = 75
-EXIT_FATAL_CONFIG = 78
 
 
 def build_gateway(loaded: Mapping[str, Any], redis: Optional[Mapping[str, Any]],
@@ -55,7 +54,7 @@ def build_gateway(loaded: Mapping[str, Any], redis: Optional[Mapping[str, Any]],
     gw = loaded.get("gateway") or {}
     try:
         return upstream.build_gateway(
-            host=str(gw.get("host") or "127.0.0.1"), port=int(gw.get("port") or 8765),
+            host=str(gw.get("host") or "127.0.0.1"), port=int(gw.get("port") or GATEWAY_PORT),
             allowed_origins=list(gw.get("allowed_origins") or []),
             auth_token=str(gw["auth_token"]) if gw.get("auth_token") else None,
             redis_kwargs=redis_config_kwargs(redis) if redis else None, turn_lock=turn_lock)
@@ -92,8 +91,7 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
 
 def _secrets(documented: Mapping[str, Any], redis: Optional[Mapping[str, Any]]) -> List[Optional[str]]:
     """Values that must never reach a log line (env behind ``${VAR}`` + token)."""
-    names = set(env_refs(documented)) | {"GATEWAY_AUTH_TOKEN", "GATEWAY_REDIS_USERNAME", "GATEWAY_REDIS_PASSWORD",
-                                         SESSION_KEY_ENV}
+    names = set(env_refs(documented)) | {AUTH_TOKEN_ENV, REDIS_USERNAME_ENV, REDIS_PASSWORD_ENV, SESSION_KEY_ENV}
     values = [os.environ.get(name) for name in names]
     if redis:
         values.append(str(redis.get("password") or ""))
@@ -144,7 +142,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         return EXIT_OK
     except Exception as exc:  # noqa: BLE001 - every failure becomes one clear line + exit code
         code = exit_code_for(exc)
-        kind = ("unsupported gateway" if isinstance(exc, upstream.UpstreamMismatch) else
+        kind = (UNSUPPORTED_GATEWAY if isinstance(exc, upstream.UpstreamMismatch) else
                 "fatal config error" if code == EXIT_FATAL_CONFIG else f"gateway failed ({type(exc).__name__})")
         last_words(f"{kind}: {redact(str(exc), _secrets(documented, redis))}")
         return code
