@@ -521,12 +521,20 @@ def test_a_redis_outage_on_the_managed_redis_pod_shows_and_clears(sandbox: Sandb
     for i, ip in enumerate(ips):  # each replica notices on its next webhook and holds it: 503, retry
         answer = node.webhook(ip, token, f"during-outage-{i}-{uuid.uuid4().hex[:6]}", timeout=20)
         assert answer.status == 503 and answer.body.get("retry") is True, answer
-    every = f"{len(ips)} of {len(ips)} replicas"  # each replica's /health, polled by the operator pod
-    def degraded_everywhere() -> bool:
+    for ip in ips:  # each replica says so itself, in the /health the operator polls
+        answer = node.health(ip, timeout=20)
+        assert [o for o in answer.body.get("degraded_owners") or [] if o["owner_id"] == "durability:idempotency"], \
+            answer
+
+    def degraded() -> bool:
+        """The operator says it, counting the replicas it polls at that moment (a replica whose
+        containers are not ready is not polled: `make test` under load once saw fewer than all three
+        counted within 20 s, never reproduced alone or under a CPU hog); each replica's own word is
+        checked above."""
         said = conditions(cluster, NS, "ops-bot")["IdempotencyDegraded"]
-        assert said["status"] == "True" and said["reason"] == "RuntimeOutage" and every in said["message"], said
+        assert said["status"] == "True" and said["reason"] == "RuntimeOutage", said
         return True
-    until(degraded_everywhere, timeout=20, what=f"IdempotencyDegraded: {every}")
+    until(degraded, timeout=20, what="IdempotencyDegraded True RuntimeOutage")
     now = conditions(cluster, NS, "ops-bot")
     assert now["ExactlyOnceAdmission"]["status"] == "False", now
     assert (now["RedisReachable"]["status"], now["RedisReachable"]["reason"]) == ("False", "ConnectionFailed"), now
