@@ -17,7 +17,7 @@ from gateway_operator.core.outcome import Outcome
 
 def gather(body: Mapping[str, Any], spec: GatewaySpec | None, outcome: Outcome, replicas: Sequence[ReplicaHealth],
           now: float, gone: Sequence[ReplicaHealth] = (), silent_holders: Sequence[claim_risk.Holder] = (),
-           leaving: Sequence[ReplicaHealth] = ()) -> Facts:
+          leaving: Sequence[ReplicaHealth] = ()) -> Facts:
     """What conditions.compute reads: the spec, the pass's ``outcome`` (reconcile.Outcome, its
     problem as the schedule shows it), the poll's ``replicas`` (``gone``: the last answers of replicas
     that went away since the last publish; ``silent_holders``: replicas that held claims at their
