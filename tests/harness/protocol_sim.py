@@ -62,8 +62,9 @@ delivery recorded and answered 202, its group run later by the coalescer, cancel
 operator refuses them with more than one replica (validation.MSG_COALESCE_ONE_REPLICA), so the
 exploration of today's protocol leaves them out.
 
-What is not here: shared sessions (the session lock and history, gwop_sessions), Redis failover to a lagging replica, the operator's own restarts and shards,
-the readiness gate taking a replica out of the traffic, and what a cut or cancelled turn already did.
+What is not here: shared sessions (the session lock and history, gwop_sessions), Redis failover to
+a lagging replica, the operator's own restarts and shards, the readiness gate taking a replica out
+of the traffic, and what a cut or cancelled turn already did.
 """
 from __future__ import annotations
 
@@ -405,9 +406,10 @@ class Replica:
         run.coroutine = run.context.run(self.route.endpoint, run.request)
         response = self._step(run, lambda c: c.send(None))
         if response is not None:
-            if answer_of(response) == "accepted":
+            told = answer_of(response)
+            if told == "accepted":  # recorded; its coalesced group runs later, or a stop cancels it
                 self.groups.append(run)
-            return answer_of(response)
+            return told
         run.best_effort = self.journal.best_effort > before
         self.in_flight.append(run)
         return "ran"
@@ -507,7 +509,8 @@ class Sim:
     dead: dict[str, float] = field(default_factory=dict)     # token -> when its holder died
     spells: dict[str, float] = field(default_factory=dict)   # replica -> since when it cannot use Redis
     delivered: set[str] = field(default_factory=set)
-    deduplicated: set[str] = field(default_factory=set)      # told 2xx without a run (deduplicated, accepted): the provider stops
+    # told 2xx without a run of its own (deduplicated, or accepted for a coalesced group): the provider stops
+    deduplicated: set[str] = field(default_factory=set)
     last_spell: dict[str, tuple[float, float]] = field(default_factory=dict)  # replica -> (began, ended)
     born: int = 0
     # the operator
