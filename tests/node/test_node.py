@@ -527,10 +527,8 @@ def test_a_redis_outage_on_the_managed_redis_pod_shows_and_clears(sandbox: Sandb
             answer
 
     def degraded() -> bool:
-        """The operator says it, counting the replicas it polls at that moment (a replica whose
-        containers are not ready is not polled: `make test` under load once saw fewer than all three
-        counted within 20 s, never reproduced alone or under a CPU hog); each replica's own word is
-        checked above."""
+        """The operator says it; its message counts the replicas it polls at that moment (one whose
+        containers are not ready is not polled), so each replica's own word is checked above."""
         said = conditions(cluster, NS, "ops-bot")["IdempotencyDegraded"]
         assert said["status"] == "True" and said["reason"] == "RuntimeOutage", said
         return True

@@ -7,7 +7,6 @@ The end-to-end lag from a paused holder to the condition, over real sockets and 
 process, is test_claim_risk_lag.py's."""
 from __future__ import annotations
 
-import dataclasses
 import json
 
 import pytest
@@ -39,11 +38,11 @@ def silent(pod: str) -> ReplicaHealth:
 
 
 def exactly_once(health: tuple[ReplicaHealth, ...], holders: dict[str, claim_risk.Holder] | None = None,
-                 probe: ProbeResult = OK) -> conditions.Condition:
+                 probe: ProbeResult = OK, leaving: tuple[ReplicaHealth, ...] = ()) -> conditions.Condition:
     f = Facts(generation=1, desired_replicas=len(health), store_backend="redis", policy="Refuse", persistence=False,
               redis_configured=True, running_replicas=len(health), ready_replicas=len(health),
               updated_replicas=len(health), rollout_observed=True, probe=probe, health=health,
-              silent_holders=claim_risk.silent(holders or {}, health))
+              silent_holders=claim_risk.silent(holders or {}, health), leaving=leaving)
     return {c.type: c for c in conditions.compute(f)}[conditions.EXACTLY_ONCE]
 
 
@@ -191,13 +190,9 @@ def test_while_a_replica_that_left_a_journal_has_not_said_it_carried_it_exactly_
     that opens after them, or that the carried word closes."""
     from gateway_operator.core import unrecorded
     left = claim_risk.unheard(silent("gone"))
-    f = Facts(generation=1, desired_replicas=2, store_backend="redis", policy="Refuse", persistence=False,
-              redis_configured=True, running_replicas=2, ready_replicas=2, updated_replicas=2, rollout_observed=True,
-              probe=OK, health=(answer("a"), answer("b")))
-    said = {c.type: c for c in conditions.compute(f)}[conditions.EXACTLY_ONCE]
+    said = exactly_once((answer("a"), answer("b")))
     assert (said.status, said.reason) == ("True", R.SHARED_REDIS_STORE)
-    waiting = conditions.compute(dataclasses.replace(f, leaving=(left,)))
-    said = {c.type: c for c in waiting}[conditions.EXACTLY_ONCE]
+    said = exactly_once((answer("a"), answer("b")), leaving=(left,))
     assert (said.status, said.reason) == ("False", R.ADMISSIONS_NOT_RECORDED), said
     assert "pods: gone" in said.message and "carried" in said.message
     # its word read (carried): settle lets it go, and nothing is waiting any more

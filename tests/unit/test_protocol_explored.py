@@ -30,6 +30,7 @@ import pytest
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
+from harness.operator import gateway_deployment, redis_store
 from harness.protocol_sim import OPS, STEPS, Sim, check, patched, play
 
 Ops = list[tuple[str, int, int, float]]
@@ -256,12 +257,9 @@ def test_hole_4_loses_a_coalesced_delivery_planted_back_and_is_refused_today() -
     explore(lambda: Sim(replicas=2), COALESCED_STOP)
     with pytest.raises(AssertionError, match="m1: its provider was answered 2xx .* lost"):
         explore(_hole_4, COALESCED_STOP)
-    hooks = [{"path": "events", "message": "{text}", "coalesce": {"group_key": "{repo}"}}]
-    body = {"apiVersion": "gateway-operator.dev/v1alpha1", "kind": "GatewayDeployment", "metadata": {"name": "gw"},
-            "spec": {"image": "localhost/gateway-operator/gateway:0.1.16", "replicas": 2, "redis": {"url": "redis://redis:6379/0"}, "config": {
-                "agents": {"assistant": {"instructions": "hi", "model": "gpt-4o-mini"}},
-                "channels": {"telegram": {"token": "${TELEGRAM_BOT_TOKEN}"}},
-                "hooks": {"idempotency": {"store_backend": "redis"}, "hooks": hooks}}}}
+    config = redis_store()
+    config["hooks"]["hooks"] = [{"path": "events", "message": "{text}", "coalesce": {"group_key": "{repo}"}}]
+    body = gateway_deployment("gw", replicas=2, redis={"url": "redis://redis:6379/0"}, config=config)
     assert f"spec: Invalid value: {validation.MSG_COALESCE_ONE_REPLICA}" in offline.check(body)
     body["spec"]["replicas"] = 1
     assert offline.check(body) == []
