@@ -33,7 +33,7 @@ from gateway_operator.api import ExposeSpec, IngressExpose
 from gateway_operator.api.redis_target import RedisTarget
 from gateway_operator.api.tenancy import Claim, TenancyPolicy
 from gateway_operator.clients import redis_probe
-from gateway_operator.core import expose
+from gateway_operator.core import expose, probe_wording
 from harness.cluster import REPO, Cluster, tool
 from harness.gateways import apply_gateway, conditions, wait_condition
 from harness.operator import OperatorProcess, gateway_deployment, redis_store
@@ -181,9 +181,9 @@ def test_failures_of_foreign_services_are_told_in_fixed_words() -> None:
             other = await redis_probe.Prober().probe("c", target(http_port), None, 0.5)
         return [closed, quiet, other], silent_port, http_port
     (closed, quiet, other), silent_port, http_port = asyncio.run(run())
-    assert closed == redis_probe.unreachable("127.0.0.1:1/0", 0.5)
-    assert quiet == redis_probe.unreachable(f"127.0.0.1:{silent_port}/0", 0.5)
-    assert other == redis_probe.unusable(f"127.0.0.1:{http_port}/0")
+    assert closed == probe_wording.unreachable("127.0.0.1:1/0", 0.5)
+    assert quiet == probe_wording.unreachable(f"127.0.0.1:{silent_port}/0", 0.5)
+    assert other == probe_wording.unusable(f"127.0.0.1:{http_port}/0")
 
 
 def test_a_namespace_whose_probes_keep_failing_is_probed_with_a_backoff() -> None:
@@ -398,7 +398,7 @@ def test_a_gateway_pointed_at_another_ones_managed_redis_is_never_probed_there(
                 "host": host, "passwordSecretRef": {"name": "guess"}}))
             reachable = wait_condition(cluster, borrower, name, "RedisReachable", "False", reasons.CONNECTION_FAILED)
             # worded as any target that cannot be reached: nothing says what is there
-            assert reachable["message"].startswith(redis_probe.unreachable(f"{host}:6379/0", 1).message[:-3]), \
+            assert reachable["message"].startswith(probe_wording.unreachable(f"{host}:6379/0", 1).message[:-3]), \
                 reachable
         # no other password was ever tried there (Redis logs each refused AUTH in ACL LOG)
         assert server.client().acl_log() == []

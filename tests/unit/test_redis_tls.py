@@ -223,19 +223,19 @@ def test_under_the_open_allowlist_the_same_failures_say_nothing_of_what_answered
                                                                                  pki: dict) -> None:
     """The chart's default (redisProbe.allow: []): a target the operator may not privilege is told
     in fixed words (tests/sim/test_tenancy.py), pointing at the allowlist that would explain it."""
-    from gateway_operator.clients import redis_probe
+    from gateway_operator.core import probe_wording
     wrong_ca = asyncio.run(Prober().probe("t", target(tls_redis.port), Credentials(PASSWORD, USER, pki["other"].pem),
                                           2.0))
-    assert wrong_ca == redis_probe.unusable(f"127.0.0.1:{tls_redis.port}/0")
+    assert wrong_ca == probe_wording.unusable(f"127.0.0.1:{tls_redis.port}/0")
     assert "redisProbe.allow" in wrong_ca.message
 
 
 def test_a_refusal_names_the_default_user_when_no_acl_user_is_configured() -> None:
     """A Redis whose default user is restricted, signed in with a password alone."""
-    from gateway_operator.clients import redis_probe
-    alone = redis_probe._not_permitted("r:6379/0", ["EVAL"], Credentials("pw"))
+    from gateway_operator.core import probe_wording
+    alone = probe_wording.not_permitted("r:6379/0", ["EVAL"], named_user=False)
     assert "refused EVAL to the default user" in alone.message and "usernameSecretRef" not in alone.message
-    named = redis_probe._not_permitted("r:6379/0", ["EVAL"], Credentials("pw", USER))
+    named = probe_wording.not_permitted("r:6379/0", ["EVAL"], named_user=True)
     assert "to the user of spec.redis.usernameSecretRef" in named.message and USER not in named.message
 
 

@@ -40,6 +40,7 @@ from gateway_operator.api.redis_target import RedisTarget
 from gateway_operator.clients import resp
 from gateway_operator.clients.fair_timeout import fair_timeout
 from gateway_operator.core.dedup_history import CANARY_KEY, StoreFacts
+from gateway_operator.core import probe_wording as say
 from gateway_operator.core.probe_result import ProbeResult, bound
 from gateway_operator.pod.gwop_contract import carried_key, migrated_key
 
@@ -126,19 +127,6 @@ class _Backoff:
         self.last_endpoint = ""
 
 
-def unreachable(where: str, timeout: float, why: str = "") -> ProbeResult:
-    return ProbeResult(False, reasons.CONNECTION_FAILED,
-                       f"cannot reach a Redis this GatewayDeployment may use at {where} "
-                       f"({why or f'no connection or no answer within {timeout:g}s'})")
-
-
-def unusable(where: str) -> ProbeResult:
-    return ProbeResult(False, reasons.PROBE_FAILED,
-                       f"{where} did not complete a SET NX PX round trip as a Redis this gateway can use (with the "
-                       "configured credentials and TLS settings, if any); the operator explains the failures of a "
-                       "Redis its redisProbe.allow names")
-
-
 class Prober:
     def __init__(self, allowlist: Allowlist | None = None, per_namespace: int = PER_NAMESPACE,
                  in_flight: int = IN_FLIGHT, timeout_ceiling: float = TIMEOUT_CEILING,
@@ -165,16 +153,14 @@ class Prober:
         signed = credentials if isinstance(credentials, Credentials) else Credentials(credentials)
         timeout = max(0.1, min(timeout, self.timeout_ceiling))
         if managed_ip == "":  # an ordinary start, not a failure: no Warning for it
-            return ProbeResult(False, reasons.MANAGED_REDIS_STARTING,
-                               f"waiting for the managed Redis {target.endpoint} to have a ready pod")
+            return say.managed_redis_starting(target.endpoint)
         privileged = bool(managed_ip) or not self.allowlist.open
         backoff = self._backoff[namespace]
         if not privileged and backoff.last is not None and self.clock() < backoff.until:
             # a namespace whose probes keep failing waits its turn (for whichever target)
             if backoff.last_endpoint == target.endpoint:
                 return backoff.last
-            return unreachable(target.endpoint, timeout, f"not probed before {backoff.until - self.clock():.0f}s "
-                               "more: the namespace's last probes failed")
+            return say.held_back(target.endpoint, timeout, backoff.until - self.clock())
         if not wait and (self._per_namespace[namespace].locked() or self._total.locked()):
             return None
         async with self._per_namespace[namespace], self._total:
@@ -183,7 +169,7 @@ class Prober:
                     result = await self._probe(namespace, owner, target, signed, timeout, managed_ip, privileged,
                                                kept, base)
             except asyncio.TimeoutError:
-                result = unreachable(target.endpoint, timeout)
+                result = say.unreachable(target.endpoint, timeout)
         if privileged:
             return result
         if result.ok:
@@ -203,18 +189,17 @@ class Prober:
         if managed_ip:
             return await _round_trip(target, managed_ip, credentials, timeout, privileged, kept, base)
         if self.foreign(namespace, owner, target.host, ()):  # by Service name, before any lookup
-            return unreachable(target.endpoint, timeout)
+            return say.unreachable(target.endpoint, timeout)
         addresses = await _addresses(target, timeout)
         if addresses is None:
-            return unreachable(target.endpoint, timeout)
+            return say.unreachable(target.endpoint, timeout)
         if self.foreign(namespace, owner, target.host, addresses):
             # another GatewayDeployment's managed Redis serves only its own: never connected to,
             # and said like any target that cannot be reached (nothing about it is revealed)
-            return unreachable(target.endpoint, timeout)
+            return say.unreachable(target.endpoint, timeout)
         if not self.allowlist.open and not (self.allowlist.permits_name(target.host)
                                             or self.allowlist.permits_addresses(addresses)):
-            return ProbeResult(False, reasons.TARGET_NOT_ALLOWED,
-                               f"{target.host} is outside the operator's Redis allowlist; the probe did not connect")
+            return say.target_not_allowed(target.host)
         # the checked address is the one connected to (no second lookup to race with); TLS
         # verifies the name the spec expects there
         return await _round_trip(target, addresses[0], credentials, timeout, privileged, kept, base)
@@ -244,16 +229,15 @@ async def _round_trip(target: RedisTarget, host: str, credentials: Credentials, 
     try:
         result = await _exchange(target, host, credentials, timeout, kept, base)
     except Exception as e:  # noqa: BLE001 - e.g. redis-py's HELLO handling fails on a server that says +OK to all
-        result = ProbeResult(False, reasons.PROBE_FAILED,
-                             f"Redis at {target.endpoint} answered unexpectedly: {type(e).__name__}")
+        result = say.answered_unexpectedly(target.endpoint, type(e).__name__)
     if privileged or result.ok or result.reason == reasons.AUTHENTICATION_FAILED:
         return result
     # the tenant's status says no more than the three outcomes; the operator's own log (debug)
     # keeps what happened, for whoever runs the operator
     log.debug("probe of %s for %s: %s", target.endpoint, host, result.message)
     if result.reason == reasons.CONNECTION_FAILED:
-        return unreachable(target.endpoint, timeout)
-    return unusable(target.endpoint)
+        return say.unreachable(target.endpoint, timeout)
+    return say.unusable(target.endpoint)
 
 
 class KeptConnection:
@@ -380,15 +364,15 @@ async def _light_commands(client: resp.Connection, target: RedisTarget, base: St
     answers = await client.execute(commands)
     stored, read = _raised(answers[:2])
     if stored is None:
-        return ProbeResult(False, reasons.PROBE_FAILED, f"SET NX PX under the prefix was refused at {where}")
+        return say.set_refused(where)
     if read != token.encode():
-        return ProbeResult(False, reasons.PROBE_FAILED, f"Redis at {where} did not return the probe value")
+        return say.value_not_returned(where)
     value, migrated, _deleted = _raised(answers[2:5])
     created, canary = await _canary_over(client, prefix, value)
     live = _live_facts(*(resp.info(a) for a in answers[5:])) if len(answers) > 5 else {}
     facts = replace(base, canary=canary, canary_created=created, **live,
                     migrated=migrated.decode(errors="replace") if isinstance(migrated, bytes) else None)
-    return ProbeResult(True, reasons.PROBE_SUCCEEDED, f"Redis at {where} answered a SET NX PX round trip", facts)
+    return say.succeeded(where, facts)
 
 
 async def _canary_over(client: resp.Connection, prefix: str, value: Any) -> tuple[bool, str]:
@@ -406,13 +390,13 @@ async def _commands(client: resp.Connection, target: RedisTarget, credentials: C
     key, token = f"{target.prefix}operator-probe:{secrets.token_hex(8)}", secrets.token_hex(8)
     stored, read = _raised(await client.execute([("SET", key, token, "NX", "PX", "10000"), ("GET", key)]))
     if stored is None:
-        return ProbeResult(False, reasons.PROBE_FAILED, f"SET NX PX under the prefix was refused at {where}")
+        return say.set_refused(where)
     if read != token.encode():
-        return ProbeResult(False, reasons.PROBE_FAILED, f"Redis at {where} did not return the probe value")
+        return say.value_not_returned(where)
     refused, facts = await _checks(client, key, target.prefix)
     if refused:
-        return _not_permitted(where, refused, credentials)
-    return ProbeResult(True, reasons.PROBE_SUCCEEDED, f"Redis at {where} answered a SET NX PX round trip", facts)
+        return say.not_permitted(where, refused, bool(credentials.username))
+    return say.succeeded(where, facts)
 
 
 def _failure(e: Exception, target: RedisTarget, credentials: Credentials, timeout: float) -> ProbeResult:
@@ -420,26 +404,24 @@ def _failure(e: Exception, target: RedisTarget, credentials: Credentials, timeou
     none of these (the caller says "answered unexpectedly")."""
     where = target.endpoint
     if isinstance(e, redis.AuthenticationError):  # a ConnectionError to redis-py: first
-        return _refused_password(where, credentials)
+        return say.refused_password(where, bool(credentials.username))
     if isinstance(e, redis.exceptions.NoPermissionError):
-        return _not_permitted(where, [_noperm(e, target.prefix) or "a command"], credentials)
+        return say.not_permitted(where, [_noperm(e, target.prefix) or "a command"], bool(credentials.username))
     if isinstance(e, redis.ResponseError):
         if "NOAUTH" in str(e) or "WRONGPASS" in str(e):
-            return _refused_password(where, credentials)
+            return say.refused_password(where, bool(credentials.username))
         if _noperm(e, target.prefix):
-            return _not_permitted(where, [_noperm(e, target.prefix) or ""], credentials)
-        return ProbeResult(False, reasons.PROBE_FAILED, f"Redis at {where} refused the probe: {type(e).__name__}")
+            return say.not_permitted(where, [_noperm(e, target.prefix) or ""], bool(credentials.username))
+        return say.refused_probe(where, type(e).__name__)
     if isinstance(e, (redis.ConnectionError, redis.TimeoutError, OSError, asyncio.TimeoutError)):
         if target.tls and isinstance(e, (redis.TimeoutError, asyncio.TimeoutError)):
-            return ProbeResult(False, reasons.CONNECTION_FAILED, f"cannot connect to Redis at {where}: no TLS "
-                               f"handshake within {timeout:g}s (is it reachable, and does it serve TLS there?)")
+            return say.no_tls_handshake(where, timeout)
         why = f"no answer within {timeout:g}s" if isinstance(e, asyncio.TimeoutError) else _short(e)
-        return _tls_failure(target, credentials, e) or ProbeResult(
-            False, reasons.CONNECTION_FAILED, f"cannot connect to Redis at {where}: {why}")
+        return _tls_failure(target, credentials, e) or say.cannot_connect(where, why)
     if isinstance(e, redis.RedisError):  # e.g. something that is not Redis answers on that port
-        return ProbeResult(False, reasons.PROBE_FAILED, f"Redis at {where} answered unexpectedly: {type(e).__name__}")
+        return say.answered_unexpectedly(where, type(e).__name__)
     if isinstance(e, (UnicodeError, ValueError)):  # e.g. a host name the resolver refuses
-        return ProbeResult(False, reasons.CONNECTION_FAILED, f"cannot connect to Redis at {where}: {type(e).__name__}")
+        return say.cannot_connect(where, type(e).__name__)
     raise e
 
 
@@ -553,26 +535,7 @@ async def _store_facts(client: resp.Connection, prefix: str, answers: list[Any])
                       **_live_facts(*(resp.info(a) for a in (server, replication, memory))))
 
 
-def _refused_password(where: str, credentials: Credentials = Credentials()) -> ProbeResult:
-    if credentials.username:
-        return ProbeResult(False, reasons.AUTHENTICATION_FAILED,
-                           f"Redis at {where} did not accept the user of spec.redis.usernameSecretRef with the "
-                           "password of spec.redis.passwordSecretRef (a wrong user or password, or a disabled user)")
-    return ProbeResult(False, reasons.AUTHENTICATION_FAILED,
-                       f"Redis at {where} did not accept the password of spec.redis.passwordSecretRef (or needs one)")
-
-
 _NOPERM_COMMAND = re.compile(r"run the '([A-Za-z|_ -]{1,40})' command")
-
-
-def _not_permitted(where: str, refused: Sequence[str], credentials: Credentials) -> ProbeResult:
-    """NOPERM: the ACL user lacks commands or the key pattern (the server's text names the user,
-    which is not repeated: only what was refused)."""
-    who = ("the user of spec.redis.usernameSecretRef" if credentials.username
-           else "the default user (signed in with spec.redis.passwordSecretRef alone)")
-    return ProbeResult(False, reasons.COMMAND_NOT_PERMITTED,
-                       f"Redis at {where} refused {', '.join(refused)} to {who} (NOPERM), which the gateway needs: "
-                       "grant it the least-privilege ACL of docs/redis.md (gateway-operator redis-acl prints it)")
 
 
 def _tls_failure(target: RedisTarget, credentials: Credentials, error: BaseException) -> ProbeResult | None:
@@ -589,21 +552,11 @@ def _tls_failure(target: RedisTarget, credentials: Credentials, error: BaseExcep
     if isinstance(cause, ssl.SSLCertVerificationError):
         detail = str(cause.verify_message or cause.reason or "certificate verify failed")
         if "expired" in detail or "not yet valid" in detail:
-            return ProbeResult(False, reasons.TLS_CERTIFICATE_EXPIRED,
-                               f"the TLS certificate of Redis at {where} is not valid now ({detail}): the server "
-                               "needs a renewed certificate")
+            return say.tls_certificate_expired(where, detail)
         if "mismatch" in detail:
-            return ProbeResult(False, reasons.TLS_NAME_MISMATCH,
-                               f"the TLS certificate of Redis at {where} does not carry the name "
-                               f"{target.server_name} ({detail}): set spec.redis.tls.serverName to a name it "
-                               "carries")
-        source = "the CA bundle of spec.redis.tls.caSecretRef" if credentials.ca else "the system's CAs"
-        return ProbeResult(False, reasons.TLS_CERTIFICATE_UNTRUSTED,
-                           f"the TLS certificate of Redis at {where} is not signed by {source} ({detail}): set "
-                           "spec.redis.tls.caSecretRef to the CA that signed it")
-    return ProbeResult(False, reasons.TLS_HANDSHAKE_FAILED,
-                       f"no TLS session with Redis at {where} ({cause.reason or type(cause).__name__}): does it "
-                       "serve TLS on that port?")
+            return say.tls_name_mismatch(where, target.server_name, detail)
+        return say.tls_certificate_untrusted(where, detail, bool(credentials.ca))
+    return say.tls_handshake_failed(where, cause.reason or type(cause).__name__)
 
 
 def _short(error: Exception) -> str:
