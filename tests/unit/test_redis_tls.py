@@ -15,7 +15,9 @@ import pytest
 from gateway_operator.api import reasons, redis_acl
 from gateway_operator.api import SecretKeyRef, TLSOptions
 from gateway_operator.api.redis_target import RedisTarget
-from gateway_operator.clients.redis_probe import Allowlist, Credentials, KeptConnection, Prober
+from gateway_operator.clients.redis_connection import Credentials, KeptConnection
+from gateway_operator.clients.redis_guard import Allowlist
+from gateway_operator.clients.redis_probe import Prober
 from gateway_operator.core import conditions
 from gateway_operator.core.probe_result import ProbeResult
 from harness.redis_server import RedisServer
@@ -213,7 +215,7 @@ def test_insecure_skip_verify_connects_to_any_certificate_and_is_reported(tls_re
 
 
 def test_a_ca_secret_that_holds_no_certificate_is_named(tmp_path: Path, pki: dict) -> None:
-    from gateway_operator.clients.redis_probe import ca_bundle_loads
+    from gateway_operator.clients.redis_connection import ca_bundle_loads
     assert ca_bundle_loads(pki["ca"].pem)
     assert not ca_bundle_loads("not a certificate")
     assert not ca_bundle_loads("-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n")
