@@ -1,5 +1,5 @@
 """CPU per Redis probe: a full probe (fresh connection, every check) against an observation probe
-over the kept connection (redis_probe.KeptConnection), on a local redis-server; and the Python
+over the kept connection (redis_connection.KeptConnection), on a local redis-server; and the Python
 heap each kept connection holds (``kept_kib``, tracemalloc over ``--kept`` of them, each after a
 full and an observation probe, as a GatewayDeployment's loop leaves it).
 
@@ -14,7 +14,8 @@ import time
 import tracemalloc
 
 from gateway_operator.api.redis_target import RedisTarget
-from gateway_operator.clients.redis_probe import KeptConnection, Prober
+from gateway_operator.clients.redis_connection import KeptConnection
+from gateway_operator.clients.redis_probe import Prober
 from harness.redis_server import RedisServer
 
 

@@ -32,8 +32,9 @@ from gateway_operator.api import crd, reasons, tenancy
 from gateway_operator.api import ExposeSpec, IngressExpose
 from gateway_operator.api.redis_target import RedisTarget
 from gateway_operator.api.tenancy import Claim, TenancyPolicy
-from gateway_operator.clients import redis_probe
-from gateway_operator.core import expose
+from gateway_operator.clients import redis_probe, redis_protocol
+from gateway_operator.core import expose, probe_wording
+from gateway_operator.core.probe_result import ProbeResult
 from harness.cluster import REPO, Cluster, tool
 from harness.gateways import apply_gateway, conditions, wait_condition
 from harness.operator import OperatorProcess, gateway_deployment, redis_store
@@ -161,7 +162,7 @@ async def _serve(reply: bytes | None, per_command: bool = False) -> tuple[asynci
 
 
 def test_a_server_that_says_ok_to_everything_is_a_probe_failure_not_a_crash() -> None:
-    async def run() -> redis_probe.ProbeResult:
+    async def run() -> ProbeResult:
         server, port = await _serve(b"+OK\r\n", per_command=True)
         async with server:
             return await redis_probe.Prober().probe("t", target(port), "pw", 1.0)
@@ -172,7 +173,7 @@ def test_a_server_that_says_ok_to_everything_is_a_probe_failure_not_a_crash() ->
 def test_failures_of_foreign_services_are_told_in_fixed_words() -> None:
     """A closed port, a silent server and something that is not Redis: under the open allowlist
     (unprivileged) only 'unreachable' or 'not a usable Redis', with nothing of what answered."""
-    async def run() -> tuple[list[redis_probe.ProbeResult], int, int]:
+    async def run() -> tuple[list[ProbeResult], int, int]:
         silent, silent_port = await _serve(None)
         http, http_port = await _serve(b"HTTP/1.1 400 Bad Request\r\n\r\n")
         async with silent, http:
@@ -181,9 +182,9 @@ def test_failures_of_foreign_services_are_told_in_fixed_words() -> None:
             other = await redis_probe.Prober().probe("c", target(http_port), None, 0.5)
         return [closed, quiet, other], silent_port, http_port
     (closed, quiet, other), silent_port, http_port = asyncio.run(run())
-    assert closed == redis_probe.unreachable("127.0.0.1:1/0", 0.5)
-    assert quiet == redis_probe.unreachable(f"127.0.0.1:{silent_port}/0", 0.5)
-    assert other == redis_probe.unusable(f"127.0.0.1:{http_port}/0")
+    assert closed == probe_wording.unreachable("127.0.0.1:1/0", 0.5)
+    assert quiet == probe_wording.unreachable(f"127.0.0.1:{silent_port}/0", 0.5)
+    assert other == probe_wording.unusable(f"127.0.0.1:{http_port}/0")
 
 
 def test_a_namespace_whose_probes_keep_failing_is_probed_with_a_backoff() -> None:
@@ -192,12 +193,12 @@ def test_a_namespace_whose_probes_keep_failing_is_probed_with_a_backoff() -> Non
 
     async def run() -> None:
         server, port = await _serve(None)
-        real = redis_probe._exchange
+        real = redis_protocol.exchange
 
-        async def counted(*args: Any) -> redis_probe.ProbeResult:
+        async def counted(*args: Any) -> ProbeResult:
             attempts.append(now[0])
             return await real(*args)
-        redis_probe._exchange = counted  # type: ignore[assignment]
+        redis_protocol.exchange = counted  # type: ignore[assignment]
         try:
             async with server:
                 prober = redis_probe.Prober(clock=lambda: now[0])
@@ -209,7 +210,7 @@ def test_a_namespace_whose_probes_keep_failing_is_probed_with_a_backoff() -> Non
                 # another namespace is not held back
                 await prober.probe("bystander", target(port), None, 0.1)
         finally:
-            redis_probe._exchange = real  # type: ignore[assignment]
+            redis_protocol.exchange = real  # type: ignore[assignment]
     asyncio.run(run())
     # one probe a second was asked for; from the third failure in a row on, they wait 10, 20, 40,
     # 80 s ...
@@ -225,7 +226,7 @@ def test_one_failed_probe_is_not_an_outage_for_every_gateway_sharing_that_redis(
     try:
         shared = RedisTarget("127.0.0.1", server.port, 0, False, "gwop:ns:bot:", None)
 
-        async def run() -> list[redis_probe.ProbeResult]:
+        async def run() -> list[ProbeResult]:
             prober = redis_probe.Prober()
             server.pause()
             try:
@@ -244,7 +245,7 @@ def test_one_failed_probe_is_not_an_outage_for_every_gateway_sharing_that_redis(
 def test_another_gateways_managed_redis_is_never_connected_to() -> None:
     """Asked by name first, then by every address the name resolves to; a yes at either stops the
     probe before it connects (the server here would have said NOAUTH)."""
-    async def run() -> tuple[redis_probe.ProbeResult, list[tuple[str, ...]], int]:
+    async def run() -> tuple[ProbeResult, list[tuple[str, ...]], int]:
         connections = []
         server = await asyncio.start_server(lambda r, w: (connections.append(1), w.close()), "127.0.0.1", 0)
         port = server.sockets[0].getsockname()[1]
@@ -398,7 +399,7 @@ def test_a_gateway_pointed_at_another_ones_managed_redis_is_never_probed_there(
                 "host": host, "passwordSecretRef": {"name": "guess"}}))
             reachable = wait_condition(cluster, borrower, name, "RedisReachable", "False", reasons.CONNECTION_FAILED)
             # worded as any target that cannot be reached: nothing says what is there
-            assert reachable["message"].startswith(redis_probe.unreachable(f"{host}:6379/0", 1).message[:-3]), \
+            assert reachable["message"].startswith(probe_wording.unreachable(f"{host}:6379/0", 1).message[:-3]), \
                 reachable
         # no other password was ever tried there (Redis logs each refused AUTH in ACL LOG)
         assert server.client().acl_log() == []

@@ -21,7 +21,7 @@ import yaml
 
 from gateway_operator.api import GatewaySpec
 from gateway_operator.api.redis_target import resolve
-from gateway_operator.clients import redis_probe
+from gateway_operator.clients import redis_protocol
 from gateway_operator.core import pods, render
 from gateway_operator.core.health import ReplicaHealth, parse_answer
 from gateway_operator.pod import gwop_contract as contract
@@ -162,7 +162,7 @@ def test_the_word_a_stopping_launcher_leaves_is_the_one_the_operators_probe_read
     gwop_serve.say_carried({"host": "r", "prefix": PREFIX}, "gw-1")
     assert list(redis.keys) == [f"{PREFIX}gwop-carried:gw-1"]
     kept = types.SimpleNamespace(client=redis)
-    assert asyncio.run(redis_probe.carried(kept, PREFIX, ["gw-0", "gw-1"], 1.0)) == {"gw-1"}
+    assert asyncio.run(redis_protocol.carried(kept, PREFIX, ["gw-0", "gw-1"], 1.0)) == {"gw-1"}
 
 
 # -- the pod template, the config, the last words --------------------------------------------------

@@ -14,7 +14,8 @@ import yaml
 from gateway_operator.api import reasons, validation
 from gateway_operator.api import replica_state
 from gateway_operator.api.redis_target import RedisTarget
-from gateway_operator.clients.redis_probe import Allowlist, Prober
+from gateway_operator.clients.redis_guard import Allowlist
+from gateway_operator.clients.redis_probe import Prober
 from gateway_operator.core.probe_result import ProbeResult
 from harness.cluster import REPO
 from harness.operator import gateway_deployment, redis_store

@@ -1386,7 +1386,9 @@ def test_without_one_command_the_gateway_fails_open_and_the_probe_names_it(
     from gateway_operator.api import reasons, redis_acl
     from gateway_operator.api import SecretKeyRef, TLSOptions
     from gateway_operator.api.redis_target import RedisTarget
-    from gateway_operator.clients.redis_probe import Allowlist, Credentials, Prober
+    from gateway_operator.clients.redis_connection import Credentials
+    from gateway_operator.clients.redis_guard import Allowlist
+    from gateway_operator.clients.redis_probe import Prober
 
     acl_redis.set_user(ACL_USER, redis_acl.rules(PREFIX, password=REDIS_PASSWORD).replace(" +eval", ""))
     gw = launch("no-eval", own_redis_config(acl_redis), {"GATEWAY_REDIS_USERNAME": ACL_USER})

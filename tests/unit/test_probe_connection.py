@@ -1,4 +1,4 @@
-"""The observation probe over a kept connection (redis_probe.KeptConnection), against a real
+"""The observation probe over a kept connection (redis_connection.KeptConnection), against a real
 redis-server: one connection between full probes, the same verdicts and facts as a full probe,
 a flush and a restart still seen, a connection the server closed retried once afresh, a Redis
 that refuses writes said as the full probe says it, and a hostile server's replies bounded."""
@@ -12,7 +12,9 @@ import pytest
 
 from gateway_operator.api import reasons
 from gateway_operator.api.redis_target import RedisTarget
-from gateway_operator.clients.redis_probe import Allowlist, KeptConnection, Prober
+from gateway_operator.clients.redis_connection import KeptConnection
+from gateway_operator.clients.redis_guard import Allowlist
+from gateway_operator.clients.redis_probe import Prober
 from gateway_operator.core.dedup_history import History, StoreFacts, assess
 from gateway_operator.core.probe_result import ProbeResult
 from harness.redis_server import RedisServer

@@ -15,7 +15,9 @@ import pytest
 from gateway_operator.api import reasons, redis_acl
 from gateway_operator.api import SecretKeyRef, TLSOptions
 from gateway_operator.api.redis_target import RedisTarget
-from gateway_operator.clients.redis_probe import Allowlist, Credentials, KeptConnection, Prober
+from gateway_operator.clients.redis_connection import Credentials, KeptConnection
+from gateway_operator.clients.redis_guard import Allowlist
+from gateway_operator.clients.redis_probe import Prober
 from gateway_operator.core import conditions
 from gateway_operator.core.probe_result import ProbeResult
 from harness.redis_server import RedisServer
@@ -213,7 +215,7 @@ def test_insecure_skip_verify_connects_to_any_certificate_and_is_reported(tls_re
 
 
 def test_a_ca_secret_that_holds_no_certificate_is_named(tmp_path: Path, pki: dict) -> None:
-    from gateway_operator.clients.redis_probe import ca_bundle_loads
+    from gateway_operator.clients.redis_connection import ca_bundle_loads
     assert ca_bundle_loads(pki["ca"].pem)
     assert not ca_bundle_loads("not a certificate")
     assert not ca_bundle_loads("-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n")
@@ -223,19 +225,19 @@ def test_under_the_open_allowlist_the_same_failures_say_nothing_of_what_answered
                                                                                  pki: dict) -> None:
     """The chart's default (redisProbe.allow: []): a target the operator may not privilege is told
     in fixed words (tests/sim/test_tenancy.py), pointing at the allowlist that would explain it."""
-    from gateway_operator.clients import redis_probe
+    from gateway_operator.core import probe_wording
     wrong_ca = asyncio.run(Prober().probe("t", target(tls_redis.port), Credentials(PASSWORD, USER, pki["other"].pem),
                                           2.0))
-    assert wrong_ca == redis_probe.unusable(f"127.0.0.1:{tls_redis.port}/0")
+    assert wrong_ca == probe_wording.unusable(f"127.0.0.1:{tls_redis.port}/0")
     assert "redisProbe.allow" in wrong_ca.message
 
 
 def test_a_refusal_names_the_default_user_when_no_acl_user_is_configured() -> None:
     """A Redis whose default user is restricted, signed in with a password alone."""
-    from gateway_operator.clients import redis_probe
-    alone = redis_probe._not_permitted("r:6379/0", ["EVAL"], Credentials("pw"))
+    from gateway_operator.core import probe_wording
+    alone = probe_wording.not_permitted("r:6379/0", ["EVAL"], named_user=False)
     assert "refused EVAL to the default user" in alone.message and "usernameSecretRef" not in alone.message
-    named = redis_probe._not_permitted("r:6379/0", ["EVAL"], Credentials("pw", USER))
+    named = probe_wording.not_permitted("r:6379/0", ["EVAL"], named_user=True)
     assert "to the user of spec.redis.usernameSecretRef" in named.message and USER not in named.message
 
 

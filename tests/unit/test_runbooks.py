@@ -105,7 +105,7 @@ FIRING_REASONS: dict[str, list[str]] = {
     "GatewayExactlyOnceAdmissionLost": [getattr(reasons, n) for n in re.findall(r"\bno\(R\.(\w+)",
                                                                                 _source(conditions))],
     "GatewayRedisUnreachable": [getattr(reasons, n) for n in re.findall(
-        r"ProbeResult\(\s*False,\s*reasons\.(\w+)", (REPO / "operator/gateway_operator/clients/redis_probe.py").read_text())
+        r"ProbeResult\(\s*False,\s*reasons\.(\w+)", (REPO / "operator/gateway_operator/core/probe_wording.py").read_text())
         if getattr(reasons, n) != reasons.MANAGED_REDIS_STARTING],  # that one is Unknown
     "GatewayStalled": [r for r in problems.PRECEDENCE if r not in reasons.RETRIED],  # those show as Reconciling
 }

@@ -1,6 +1,6 @@
-"""A minimal Redis connection for the operator's probes (redis_probe.py): RESP2 over one asyncio
-stream, signed in with ``AUTH`` and ``SELECT`` when it opens, then commands sent as one pipeline
-and their replies read in order.
+"""A minimal Redis connection for the operator's probes (redis_connection.py opens it,
+redis_protocol.py speaks over it): RESP2 over one asyncio stream, signed in with ``AUTH`` and
+``SELECT`` when it opens, then commands sent as one pipeline and their replies read in order.
 
 Why not redis-py's client: the operator keeps one connection per GatewayDeployment for its
 observation probes and asks it a handful of commands every interval, and opens a new one for

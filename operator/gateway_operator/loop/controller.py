@@ -27,7 +27,8 @@ from gateway_operator.api.redis_target import RedisTarget
 from gateway_operator.api.tenancy import Claim
 from gateway_operator.clients import health_poll, health_watch
 from gateway_operator.clients.kube import SILENT, Kube, NotHeld
-from gateway_operator.clients.redis_probe import KeptConnection, Prober
+from gateway_operator.clients.redis_connection import KeptConnection
+from gateway_operator.clients.redis_probe import Prober
 from gateway_operator.core import claim_risk, health, render, schedule, unrecorded
 from gateway_operator.core.conditions import Facts, Problem, settled_at
 from gateway_operator.core.expose import Exposure

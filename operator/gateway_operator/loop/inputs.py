@@ -19,7 +19,7 @@ from gateway_operator.api.tenancy import TenancyPolicy
 from gateway_operator.api.tenancy import violations as tenancy_violations
 from gateway_operator.api.validation import MSG_REPLICAS_NEED_REDIS, limit_violations, violations
 from gateway_operator.clients.kube import Kube, NotOwned, SecretUndecodable
-from gateway_operator.clients.redis_probe import Credentials, ca_bundle_loads
+from gateway_operator.clients.redis_connection import Credentials, ca_bundle_loads
 from gateway_operator.core import problems, render
 from gateway_operator.core.conditions import Problem
 from gateway_operator.core.pods import LiveDeployment, Observed, live_deployment, serving

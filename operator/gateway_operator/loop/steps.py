@@ -28,9 +28,10 @@ from gateway_operator import api
 from gateway_operator.api import GatewaySpec
 from gateway_operator.api.redis_target import RedisTarget
 from gateway_operator.api.tenancy import Claim, claim_of, claimed_elsewhere
-from gateway_operator.clients import apply, redis_probe
+from gateway_operator.clients import apply, redis_protocol
 from gateway_operator.clients.kube import Kube, NotOwned, NotServed
-from gateway_operator.clients.redis_probe import KeptConnection, Prober
+from gateway_operator.clients.redis_connection import KeptConnection
+from gateway_operator.clients.redis_probe import Prober
 from gateway_operator.core import compat, problems, render, rollouts
 from gateway_operator.core.conditions import Problem
 from gateway_operator.core.expose import Exposure
@@ -148,7 +149,7 @@ async def probe(p: Pass) -> bool:
         # an observation pass does not queue for a probe slot (many gateways in one namespace):
         # it keeps the last result, so that its step, and the next /health poll, are not held up
         # a full pass probes afresh and whole; an observation pass or a re-apply over the kept
-        # connection, and only what can change between full passes (redis_probe.KeptConnection)
+        # connection, and only what can change between full passes (redis_connection.KeptConnection)
         last, whole = p.seen.probe, p.kind is PassKind.FULL
         base = last.store if not whole and last is not None and last.ok else None
         p.probe = await p.prober.probe(p.owner.namespace, target, p.prepared.credentials,
@@ -157,8 +158,8 @@ async def probe(p: Pass) -> bool:
         if p.probe is None and last is not None:
             p.probe = dataclasses.replace(last, reused=True)
         if p.seen.leaving and p.probe is not None and p.probe.ok and not p.probe.reused:
-            p.carried = await redis_probe.carried(p.seen.probe_connection, target.prefix, p.seen.leaving,
-                                                  spec.health.timeout_seconds)
+            p.carried = await redis_protocol.carried(p.seen.probe_connection, target.prefix, p.seen.leaving,
+                                                     spec.health.timeout_seconds)
     return True
 
 

@@ -27,7 +27,8 @@ from typing import Any, Callable, Mapping, Sequence
 
 from gateway_operator.api.tenancy import Claim
 from gateway_operator.clients.kube import ACTING_FOR, Kube
-from gateway_operator.clients.redis_probe import Allowlist, ForeignCheck, Prober
+from gateway_operator.clients.redis_guard import Allowlist, ForeignCheck
+from gateway_operator.clients.redis_probe import Prober
 from gateway_operator.core.conditions import settled_at
 from gateway_operator.core.pods import LiveDeployment, PodView
 from gateway_operator.core.rollouts import RolloutGate
