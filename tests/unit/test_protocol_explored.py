@@ -62,6 +62,10 @@ EXPLORED = settings(max_examples=EXAMPLES, deadline=None, derandomize=os.environ
                     database=None, suppress_health_check=[HealthCheck.too_slow], phases=PHASES)
 
 
+# the derandomized searches draw the same interleavings whatever else the process imported
+pytestmark = pytest.mark.usefixtures("pinned_draws")
+
+
 def explore(make: Callable[[], Sim], ops: Ops) -> Sim:
     """Play ``ops`` on ``make()``'s simulation and check it; returns the simulation played."""
     sim = make()

@@ -242,6 +242,8 @@ STEP = st.tuples(st.sampled_from(OPS), st.integers(0, 3),
 COMMON = st.tuples(st.sampled_from(("round", "round", "tick", "apply", "answer", "advance", "advance")),
                    st.integers(0, 3), st.floats(0.05, 4.0))
 INTERLEAVINGS = st.lists(st.one_of(COMMON, STEP), max_size=80)
+# the derandomized searches draw the same interleavings whatever else the process imported
+pytestmark = pytest.mark.usefixtures("pinned_draws")
 EXPLORED = settings(max_examples=int(os.environ.get("SHARD_EXAMPLES", "1500")), deadline=None,
                     derandomize=os.environ.get("PROTOCOL_RANDOM") != "1", database=None,
                     suppress_health_check=[HealthCheck.too_slow])
