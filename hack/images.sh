@@ -128,13 +128,27 @@ for key, value in found.items():
 EOF
 }
 
-# hash_inputs WORD|FILE...: 16 hex digits over the words and the files' paths and contents
+# hash_inputs WORD|FILE...: 16 hex digits over the words and the files' paths (in the repo, or in
+# its snapshot: the same path) and contents
 hash_inputs() {
-  local a
+  local a rel
   for a in "$@"; do
-    if [[ -f $a ]]; then printf 'file %s %s\n' "${a#"$repo"/}" "$(sha256sum <"$a" | cut -c1-64)"
+    if [[ -f $a ]]; then rel=${a#"$repo"/}; rel=${rel#"${snap:-}"/}; printf 'file %s %s\n' "$rel" "$(sha256sum <"$a" | cut -c1-64)"
     else printf 'word %s\n' "$a"; fi
   done | sha256sum | cut -c1-16
+}
+
+# snapshot FILE...: a copy of each file of the repo under $snap, at its path there; prints the
+# copies. An image is hashed and built from the copies, so that what it holds is what its name
+# says even when the tree is edited (a merge, a checkout) while it builds.
+snapshot() {
+  local f rel
+  for f in "$@"; do
+    rel=${f#"$repo"/}
+    mkdir -p "$snap/$(dirname "$rel")"
+    cp -p "$f" "$snap/$rel"
+    printf '%s\n' "$snap/$rel"
+  done
 }
 
 size_of() { du -h "$1" | cut -f1; }
@@ -185,7 +199,12 @@ build_base() {
 # build_bud NAME TAG CONTEXT DOCKERFILE [EXTRA-INPUT...]: a Dockerfile FROM the base
 build_bud() {
   local name=$1 tag=$2 context=$3 dockerfile=$4; shift 4
-  local hash; hash=$(hash_inputs "$name" "$BUD_RECIPE" "$tag" "$BASE_IMAGE" "$dockerfile" "$@")
+  local inputs=() shown=${dockerfile#"$repo"/}  # the Dockerfile and every file its context holds for it, copied (snapshot)
+  rm -rf "$snap" && mkdir -p "$snap"
+  mapfile -t inputs < <(snapshot "$dockerfile" "$@")
+  dockerfile=${inputs[0]}
+  if [[ $context == "$repo" ]]; then context=$snap; else context=$snap/${context#"$repo"/}; fi
+  local hash; hash=$(hash_inputs "$name" "$BUD_RECIPE" "$tag" "$BASE_IMAGE" "${inputs[@]}")
   local image=$PREFIX/$name:$tag archive=$out/$name-$tag-$hash.oci.tar
   built+=("$image $archive")
   if [[ -f $archive ]]; then report "$image" reused "$archive"; return; fi
@@ -205,7 +224,7 @@ build_bud() {
   [[ $name != redis ]] || args+=(--build-arg "APT_SOURCES=$APT_SOURCES")
   local blog=$out/logs/$name.log
   mkdir -p "$out/logs"
-  log "$name: buildah bud ${dockerfile#"$repo"/} (log: $blog)"
+  log "$name: buildah bud $shown (from a snapshot of its inputs; log: $blog)"
   bah bud --isolation chroot --network host --pull=never --format oci --layers=false \
     -f "$dockerfile" -t "$image" "${args[@]}" "$context" >"$blog" 2>&1 \
     || { tail -n 40 "$blog" >&2; log "$name: build failed (log: $blog)"; exit 1; }
@@ -261,6 +280,7 @@ build_all() {
   flock 9  # one build at a time: they share the store
   work=$(mktemp -d "$out/work.XXXXXX")
   trap 'rm -rf "$work"' EXIT
+  snap=$work/snap
   local t0=$SECONDS version
   version=$(python3 -c 'import sys, tomllib; print(tomllib.load(open(sys.argv[1], "rb"))["project"]["version"])' "$repo/pyproject.toml")
   built=()
