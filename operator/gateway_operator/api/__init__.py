@@ -90,7 +90,7 @@ class Policy:
 
 # spec.autoscaling: the HPA's bounds, and how long its scale-down period may be (autoscaling/v2
 # refuses a policy's periodSeconds over 1800): a pod's grace period must fit in one period, so
-# that scale-in never has two pods draining at once (render.autoscaler)
+# that scale-in never has two pods draining at once (render.autoscaling.autoscaler)
 MAX_AUTOSCALING_REPLICAS = 100
 DEFAULT_MAX_REPLICAS = 4
 HPA_MAX_PERIOD_SECONDS = 1800

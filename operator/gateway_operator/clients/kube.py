@@ -24,7 +24,8 @@ from kubernetes.utils import parse_quantity
 
 from gateway_operator import api
 from gateway_operator.core.pods import controller_of
-from gateway_operator.core.render import POD_MONITOR_API, Manifest, applied_hash
+from gateway_operator.core.render.autoscaling import POD_MONITOR_API
+from gateway_operator.core.render.manifest import Manifest, applied_hash
 
 log = logging.getLogger(__name__)
 

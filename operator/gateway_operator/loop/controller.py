@@ -29,12 +29,15 @@ from gateway_operator.clients import health_poll, health_watch
 from gateway_operator.clients.kube import SILENT, Kube, NotHeld
 from gateway_operator.clients.redis_connection import KeptConnection
 from gateway_operator.clients.redis_probe import Prober
-from gateway_operator.core import claim_risk, health, render, schedule, unrecorded
+from gateway_operator.core import claim_risk, health, schedule, unrecorded
 from gateway_operator.core.conditions import Facts, Problem, settled_at
 from gateway_operator.core.expose import Exposure
 from gateway_operator.core.facts import gather as gather_facts
 from gateway_operator.core.outcome import Outcome
 from gateway_operator.core.pods import LiveDeployment, PodView, gate_condition
+from gateway_operator.core.render.autoscaling import autoscaling_status
+from gateway_operator.core.render.deployment import gated
+from gateway_operator.core.render.names import Owner, gateway_network_policy_name
 from gateway_operator.core.probe_result import ProbeResult
 from gateway_operator.core.probe_result import bound as probe_bound
 from gateway_operator.core.replicas import out_of_traffic, stale_replica
@@ -241,10 +244,10 @@ class GatewayController:
         self._carried &= set(self._leaving)
         facts = gather_facts(body, spec, outcome, replicas, time.time(), self._gone + left,
                              claim_risk.silent(self._holders, replicas), [w.last for w in self._leaving.values()])
-        policy = render.gateway_network_policy_name(self.name) if spec and spec.network_policy.enabled else ""
+        policy = gateway_network_policy_name(self.name) if spec and spec.network_policy.enabled else ""
         # the autoscaler and PodMonitor asked for; a spec that does not parse keeps what status said,
         # so that they are still removed once a spec without them comes
-        autoscaling = (render.autoscaling_status(self.name, spec) if spec is not None
+        autoscaling = (autoscaling_status(self.name, spec) if spec is not None
                        else (body.get("status") or {}).get("autoscaling"))
         # the first status of a generation is what a user waits on (observedGeneration)
         token = threads.PROMPT.set(passed.generation != (body.get("status") or {}).get("observedGeneration"))
@@ -264,7 +267,7 @@ class GatewayController:
         generation = meta.get("generation")
         if kept_one is None or generation is None or kept_one.generation != generation:
             try:
-                kept_one = inputs.check(render.Owner(self.name, self.namespace, meta.get("uid", "")),
+                kept_one = inputs.check(Owner(self.name, self.namespace, meta.get("uid", "")),
                                         body.get("spec") or {}, generation, self.settings.reconcile.tenancy)
             except Exception:  # noqa: BLE001 - the pass meets it again and reports it (ReconcileError)
                 kept_one = None
@@ -352,10 +355,10 @@ class GatewayController:
         return list(self._health.values())
 
     async def _gate(self, spec: GatewaySpec, replicas: Sequence[health.ReplicaHealth]) -> None:
-        """The readiness gate of each polled pod that carries it (render.gated): False for the
+        """The readiness gate of each polled pod that carries it (render.deployment.gated): False for the
         replicas out_of_traffic says are cut off from Redis, True for the others, each written
         only when it changes (the pod index shows what was written once its watch event comes)."""
-        if not render.gated(spec):
+        if not gated(spec):
             return
         polled = [p for p in self.pods() if p.polled]
         pods = [p for p in polled if p.gated]

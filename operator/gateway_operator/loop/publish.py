@@ -52,7 +52,7 @@ async def publish(kube: Kube, body: Mapping[str, Any], facts: Facts, outcome: Ou
                   policy: str, log: ObjectLog, autoscaling: Mapping[str, str] | None = None) -> Mapping[str, Any] | None:
     """Writes status when it changed; returns the object as written (None: nothing to write).
     ``outcome``: the pass's (reconcile.Outcome), its problem as the schedule shows it;
-    ``autoscaling``: status.autoscaling (render.autoscaling_status)."""
+    ``autoscaling``: status.autoscaling (render.autoscaling.autoscaling_status)."""
     meta, previous = body["metadata"], body.get("status") or {}
     namespace, name = meta["namespace"], meta["name"]
     selector = ",".join(f"{k}={v}" for k, v in api.selector_for(name).items())
