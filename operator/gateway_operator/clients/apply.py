@@ -36,7 +36,7 @@ def always_absent(owner: render.Owner, spec: GatewaySpec) -> tuple[tuple[str, st
     return (("policy/v1", "PodDisruptionBudget", owner.name),) if spec.replicas <= 1 else ()
 
 
-def apply(kube: Kube, owner: render.Owner, spec: GatewaySpec, objects: Sequence[Mapping[str, Any]],
+def apply(kube: Kube, owner: render.Owner, spec: GatewaySpec, objects: Sequence[render.Manifest],
           before: tuple[bool, bool] = (False, False), routes_allowed: bool = True,
           held: Collection[tuple[str, str]] = (), autoscaling_before: Mapping[str, str] | None = None) -> Applied:
     """``objects``: what render says should exist. ``before``: whether status says routes
