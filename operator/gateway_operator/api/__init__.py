@@ -217,7 +217,7 @@ class ManagedRedisSpec(fields.Section):
 
 
 @dataclass(frozen=True)
-class RedisSpec:
+class RedisSpec(fields.Section):
     url: str | None = fields.api(fields.scalar(
         "url", "string", "redis://host:port/db or rediss://host:port/db (port 1-65535, db 0-15), without credentials; "
         "at most {max_length} characters. Default: none.", convert=_or_none, max_length=2048))

@@ -14,6 +14,7 @@ from gateway_operator.clients.kube import Kube, NotServed, controlled_by
 from gateway_operator.core import expose
 from gateway_operator.core.expose import Exposure
 from gateway_operator.core.render.autoscaling import HPA_API, POD_MONITOR_API
+from gateway_operator.core.render.manifest import Manifest
 from gateway_operator.core.render.names import Owner, gateway_network_policy_name
 
 #: the route kinds, and the spec field that asks for each
@@ -39,7 +40,7 @@ def always_absent(owner: Owner, spec: GatewaySpec) -> tuple[tuple[str, str, str]
     return (("policy/v1", "PodDisruptionBudget", owner.name),) if spec.replicas <= 1 else ()
 
 
-def apply(kube: Kube, owner: Owner, spec: GatewaySpec, objects: Sequence[Mapping[str, Any]],
+def apply(kube: Kube, owner: Owner, spec: GatewaySpec, objects: Sequence[Manifest],
           before: tuple[bool, bool] = (False, False), routes_allowed: bool = True,
           held: Collection[tuple[str, str]] = (), autoscaling_before: Mapping[str, str] | None = None) -> Applied:
     """``objects``: what render says should exist. ``before``: whether status says routes

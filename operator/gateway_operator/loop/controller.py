@@ -18,8 +18,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, NamedTuple, Sequence
 
-import kopf
-from kubernetes.client.rest import ApiException
+from kubernetes.client.exceptions import ApiException
 
 from gateway_operator import api
 from gateway_operator.api import GatewaySpec, HealthSpec
@@ -46,9 +45,9 @@ from gateway_operator.core.schedule import PassKind, Schedule
 from gateway_operator.core.settings import ControllerSettings
 from gateway_operator.loop import inputs, metrics, threads
 from gateway_operator.loop.inputs import Checked, SecretInputs, kept, resource_version
-from gateway_operator.loop.publish import ObjectLog, now_iso, publish
-from gateway_operator.loop.reconcile import Observation, reconcile
-from gateway_operator.loop.steps import Rendered
+from gateway_operator.loop.publish import ObjectLog, now_iso, post_event, publish
+from gateway_operator.loop.reconcile import reconcile
+from gateway_operator.loop.steps import Observation, Rendered
 from gateway_operator.pod import gwop_contract as contract
 
 log = logging.getLogger(__name__)
@@ -393,13 +392,13 @@ class GatewayController:
                 taken_out += 1
                 self.log.warning("pod %s cannot reach Redis while %s can: taken out of the traffic", pod.name,
                                  ", ".join(reachers[:3]))
-                kopf.event(dict(self.body), type="Warning", reason="ReplicaCutOffFromRedis",
-                           message=f"pod {pod.name} cannot reach Redis while {', '.join(reachers[:3])} can: it leaves "
+                post_event(self.body, "Warning", "ReplicaCutOffFromRedis",
+                           f"pod {pod.name} cannot reach Redis while {', '.join(reachers[:3])} can: it leaves "
                                    "the Service and the edge (readiness gate) until it reaches Redis again")
             elif pod.gate is False:
                 self.log.info("pod %s reaches Redis again: back in the traffic", pod.name)
-                kopf.event(dict(self.body), type="Normal", reason="ReplicaBackInTraffic",
-                           message=f"pod {pod.name} reaches Redis again: back in the Service and the edge")
+                post_event(self.body, "Normal", "ReplicaBackInTraffic",
+                           f"pod {pod.name} reaches Redis again: back in the Service and the edge")
         live = {p.uid for p in pods}
         self._gates = {uid: w for uid, w in self._gates.items() if uid in live}
         metrics.traffic_gated(self.namespace, self.name, taken_out, sum(1 for p in pods if p.name in out))
@@ -415,6 +414,6 @@ class GatewayController:
         await threads.run(self.kube.delete_pod, self.namespace, pod.name, pod.uid)
         metrics.restarted_stale_replica(self.namespace, self.name)
         self.log.info("restarted pod %s: it kept the build-time SQLite fallback", pod.name)
-        kopf.event(dict(self.body), type="Normal", reason="RestartedStaleReplica",
-                   message=f"restarted pod {pod.name}: it kept the per-replica SQLite fallback after Redis "
+        post_event(self.body, "Normal", "RestartedStaleReplica",
+                   f"restarted pod {pod.name}: it kept the per-replica SQLite fallback after Redis "
                            "came back (the gateway rebuilds its store only on restart)")

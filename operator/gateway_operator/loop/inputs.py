@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping, NamedTuple
 
-from kubernetes.client.rest import ApiException
+from kubernetes.client.exceptions import ApiException
 
 from gateway_operator import api
 from gateway_operator.api import reasons

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
-from typing import Any, Mapping, MutableMapping, Sequence
+from typing import Any, Mapping, MutableMapping, Sequence, cast
 
 import kopf
 
@@ -75,4 +75,11 @@ def _post_events(body: Mapping[str, Any], before: Sequence[Mapping[str, Any]],
         log.info("%s %s -> %s (%s): %s", t.type, t.old or "-", t.new["status"], t.new["reason"], t.new["message"])
         event = events.event_for(t)
         if event:
-            kopf.event(dict(body), type=event[0], reason=event[1], message=event[2])
+            post_event(body, event[0], event[1], event[2])
+
+
+def post_event(body: Mapping[str, Any], type: str, reason: str, message: str) -> None:
+    """An Event on the object ``body`` (kopf posts it in the background)."""
+    # cast: kopf.event is annotated for kopf's own Body, but of the object it reads only the fields of
+    # the Event's reference, with .get (kopf's bodies.build_object_reference): a plain copy does
+    kopf.event(cast(kopf.Body, dict(body)), type=type, reason=reason, message=message)

@@ -22,7 +22,7 @@ import secrets as token_source
 from dataclasses import dataclass, field
 from typing import Any, Awaitable, Callable, Mapping, NamedTuple, Sequence
 
-from kubernetes.client.rest import ApiException
+from kubernetes.client.exceptions import ApiException
 
 from gateway_operator import api
 from gateway_operator.api import GatewaySpec
