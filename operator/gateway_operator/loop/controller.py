@@ -34,8 +34,6 @@ from gateway_operator.core.conditions import Problem, settled_at
 from gateway_operator.core.facts import gather as gather_facts
 from gateway_operator.core.pods import LiveDeployment, PodView
 from gateway_operator.core.probe_result import bound as probe_bound
-from gateway_operator.core.render.autoscaling import autoscaling_status
-from gateway_operator.core.render.names import gateway_network_policy_name
 from gateway_operator.core.rollouts import RolloutGate
 from gateway_operator.core.schedule import PassKind, Schedule
 from gateway_operator.core.settings import ControllerSettings
@@ -43,17 +41,20 @@ from gateway_operator.loop import metrics, threads
 from gateway_operator.loop.inputs import Checked, kept, resource_version
 from gateway_operator.loop.pass_memory import Passed, PassMemory
 from gateway_operator.loop.pod_actuators import PodActuators
-from gateway_operator.loop.publish import ObjectLog, publish
+from gateway_operator.loop.publish import ObjectLog, at_generation, publish
 from gateway_operator.loop.reconcile import reconcile
 from gateway_operator.loop.replica_answers import ReplicaAnswers
 
 log = logging.getLogger(__name__)
 
 
-def _at_generation(body: Mapping[str, Any], generation: object) -> Mapping[str, Any]:
-    """``body`` as of the generation a pass reconciled (a newer spec is not reconciled yet)."""
-    meta = body["metadata"]
-    return body if meta.get("generation") == generation else {**body, "metadata": {**meta, "generation": generation}}
+def _failure(e: Exception) -> tuple[str, bool]:
+    """What the log says of an error of a step, and whether with its traceback (a surprise's)."""
+    if isinstance(e, ApiException):  # e.g. 422 when a status write meets a CRD rule the spec no longer passes
+        return f"the API server refused a request: {e.status} {e.reason}", False
+    if isinstance(e, SILENT):  # a status write the API server did not answer in time: retried
+        return f"the API server did not answer in time: {type(e).__name__}", False
+    return f"step failed: {type(e).__name__}", True
 
 
 @dataclass
@@ -140,16 +141,11 @@ class GatewayController:
                 await self.step()
             except NotHeld:   # its shard's Lease lapsed: the holder stops this loop, or renews it
                 self.log.debug("not written: this replica no longer holds the shard")
-            except ApiException as e:
-                if e.status == 404:  # deleted, and the watch event that says so was missed
+            except Exception as e:  # noqa: BLE001 - never let one object's surprise kill its loop
+                if isinstance(e, ApiException) and e.status == 404:  # deleted, its watch event missed
                     self.log.info("the GatewayDeployment is gone; stopping its loop")
                     return
-                # e.g. 422 when a status write meets a CRD rule the spec no longer passes
-                self._errored(f"the API server refused a request: {e.status} {e.reason}")
-            except SILENT as e:   # a status write the API server did not answer in time: retried
-                self._errored(f"the API server did not answer in time: {type(e).__name__}")
-            except Exception as e:  # noqa: BLE001 - never let one object's surprise kill its loop
-                self._errored(f"step failed: {type(e).__name__}", exc_info=True)
+                self._errored(*_failure(e))  # backs off like a failed pass
             # asyncio.timeout, not wait_for: on Python 3.11 a wait_for whose event is set in the
             # same turn as the task's cancel returns and swallows the cancel, and the loop runs on
             # after its shard was given up (supervisor.drop then waits for ever)
@@ -205,23 +201,12 @@ class GatewayController:
         await self._publish(passed, replicas)
 
     async def _publish(self, passed: Passed, replicas: list[health.ReplicaHealth]) -> None:
-        """Status from a pass's outcome and the latest poll; the body as the watch and our last
-        write left it, at the generation that pass reconciled."""
-        body, spec, outcome = _at_generation(self.body, passed.generation), passed.spec, passed.outcome
+        """Status from a pass's outcome and the latest poll (publish.py), then a stale replica restarted."""
+        spec = passed.spec
         beside = self._answers.for_status({p.name for p in self.pods()}, replicas, spec.drain_seconds if spec else 0.0)
-        facts = gather_facts(body, spec, outcome, replicas, time.time(), *beside)
-        policy = gateway_network_policy_name(self.name) if spec and spec.network_policy.enabled else ""
-        # the autoscaler and PodMonitor asked for; a spec that does not parse keeps what status said,
-        # so that they are still removed once a spec without them comes
-        autoscaling = (autoscaling_status(self.name, spec) if spec is not None
-                       else (body.get("status") or {}).get("autoscaling"))
-        # the first status of a generation is what a user waits on (observedGeneration)
-        token = threads.PROMPT.set(passed.generation != (body.get("status") or {}).get("observedGeneration"))
-        try:
-            written = await publish(self.kube, body, facts, outcome, self._memory.exposure, policy, self.log,
-                                    autoscaling)
-        finally:
-            threads.PROMPT.reset(token)
+        body = at_generation(self.body, passed.generation)
+        facts = gather_facts(body, spec, passed.outcome, replicas, time.time(), *beside)
+        written = await publish(self.kube, body, spec, facts, passed.outcome, self._memory.exposure, self.log)
         self._answers.published()
         if written is not None:  # the watch may still deliver events older than this write
             self.body, self._memory.rv_floor = kept(written), resource_version(written)
@@ -241,21 +226,17 @@ class GatewayController:
                                  self._answers.leaving())
         result = await reconcile(self.kube, self.prober, self.settings.reconcile, body, list(self.pods()),
                                  kind, seen, self.rollouts)
-        outcome = result.outcome
+        outcome, took = result.outcome, time.monotonic() - started
         self._memory.keep(result)
         self._answers.carried(outcome.carried)
-        if outcome.applied:
-            metrics.reconcile_took(self.namespace, self.name, time.monotonic() - started)
-            metrics.reconciled(self.namespace, self.name, outcome.writes)
+        metrics.pass_ended(self.namespace, self.name, outcome.applied, outcome.writes, took, outcome.error is not None)
         shown = self.schedule.settled(time.monotonic(), outcome, body["metadata"].get("generation"), random.random(),
                                       kind)
         outcome = outcome._replace(problem=shown)
-        if outcome.error is not None:
-            metrics.reconcile_failed(self.namespace, self.name)
         self.log.problem(outcome.problem, outcome.error)
         return Passed(body["metadata"].get("generation"), checked.spec if checked else None, outcome)
 
-    def _errored(self, message: str, exc_info: bool = False) -> None:
+    def _errored(self, message: str, exc_info: bool) -> None:
         metrics.reconcile_failed(self.namespace, self.name)
         self.log.problem(Problem("StepError", message), exc_info, message)
         self.schedule.errored(time.monotonic())

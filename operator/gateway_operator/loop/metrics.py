@@ -86,6 +86,15 @@ def reconcile_failed(namespace: str, name: str) -> None:
     _of(namespace, name).errors += 1
 
 
+def pass_ended(namespace: str, name: str, applied: bool, writes: int, seconds: float, failed: bool) -> None:
+    """A pass's count: a pass that applied (a full one) its duration and writes; one that failed, an error."""
+    if applied:
+        reconcile_took(namespace, name, seconds)
+        reconciled(namespace, name, writes)
+    if failed:
+        reconcile_failed(namespace, name)
+
+
 def wrote(namespace: str, name: str, writes: int = 1) -> None:
     _of(namespace, name).writes += writes
 
