@@ -15,11 +15,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import random
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from kubernetes.client.exceptions import ApiException
 
@@ -27,7 +28,6 @@ from gateway_operator.api import HealthSpec
 from gateway_operator.api.tenancy import Claim
 from gateway_operator.clients import health_poll, health_watch
 from gateway_operator.clients.kube import SILENT, Kube, NotHeld
-from gateway_operator.clients.redis_connection import KeptConnection
 from gateway_operator.clients.redis_probe import Prober
 from gateway_operator.core import health, schedule
 from gateway_operator.core.conditions import Problem, settled_at
@@ -40,6 +40,7 @@ from gateway_operator.core.settings import ControllerSettings
 from gateway_operator.loop import metrics, threads
 from gateway_operator.loop.inputs import Checked, kept, resource_version
 from gateway_operator.loop.pass_memory import Passed, PassMemory
+from gateway_operator.loop.pass_task import PassTask
 from gateway_operator.loop.pod_actuators import PodActuators
 from gateway_operator.loop.publish import ObjectLog, at_generation, publish
 from gateway_operator.loop.reconcile import reconcile
@@ -59,8 +60,7 @@ def _failure(e: Exception) -> tuple[str, bool]:
 
 @dataclass
 class GatewayController:
-    """Drives one GatewayDeployment's loop: given what it acts on (the fields up to first_pass_ended),
-    it keeps the pass's memory, the replicas' answers and the pass running."""
+    """Drives one GatewayDeployment's loop; the fields up to first_pass_ended are what it is given."""
 
     kube: Kube
     namespace: str
@@ -79,30 +79,24 @@ class GatewayController:
     # called once when the first pass ends (supervisor.py: a loop found settled gives back its turn)
     first_pass_ended: Callable[[], None] | None = None
     _memory: PassMemory = field(default_factory=PassMemory)  # what the passes leave for the next ones
-    _answers: ReplicaAnswers = field(default_factory=ReplicaAnswers)  # the replicas' answers, who is leaving
-    _probe_connection: KeptConnection = field(default_factory=KeptConnection)  # its own, left open by a probe
-    _pending: asyncio.Future[Passed] | None = None  # a pass that outlasted its step (it wakes the loop when it ends)
-    _waking: bool = False                 # ... and it will
+    _answers: ReplicaAnswers = field(init=False)  # the replicas' answers, who is leaving (asked: poller, watch)
+    _pass_task: PassTask[Passed] = field(init=False)  # one pass at a time, which may outlast its step
 
     def __post_init__(self) -> None:
         self.log = ObjectLog(log, {"object": f"{self.namespace}/{self.name}"})
         self.act = PodActuators(self.kube, self.namespace, self.name, self.log)  # the writes on its pods
         self.schedule = Schedule(self.settings.reconcile.timing)
-        self.watch = (health_watch.Watch(news=self._news, answered=lambda h: self._polled((h.state.value,)))
+        polled = functools.partial(metrics.polled, self.namespace, self.name)
+        self.watch = (health_watch.Watch(news=self._news, answered=lambda h: polled((h.state.value,)))
                       if self.settings.health_watch else None)
-
-    def _polled(self, states: Iterable[str]) -> None:
-        metrics.polled(self.namespace, self.name, states)
+        self._answers, self._pass_task = ReplicaAnswers(self.poller, self.watch, polled), PassTask(self.wake.set)
 
     def _news(self) -> None:
-        """A replica's health watch brought a change: a step publishes it (at once, or when the
-        schedule spaces it)."""
+        """A replica's health watch brought a change: a step publishes it (at once, or as the schedule spaces it)."""
         delay = self.schedule.health_news(time.monotonic())
-        if delay is None:
-            return
-        if delay <= 0:
+        if delay is not None and delay <= 0:
             self.wake.set()
-        else:
+        elif delay is not None:
             asyncio.get_running_loop().call_later(delay, self.wake.set)
 
     def update(self, body: Mapping[str, Any]) -> None:
@@ -128,12 +122,9 @@ class GatewayController:
         try:
             await self._loop()
         finally:
-            if self._pending is not None:
-                self._pending.cancel()
-            self.poller.close()
-            if self.watch is not None:
-                self.watch.close()
-            await self._probe_connection.aclose()
+            self._pass_task.cancel()
+            self._answers.close()
+            await self._memory.connection.aclose()
 
     async def _loop(self) -> None:
         while True:
@@ -145,12 +136,14 @@ class GatewayController:
                 if isinstance(e, ApiException) and e.status == 404:  # deleted, its watch event missed
                     self.log.info("the GatewayDeployment is gone; stopping its loop")
                     return
-                self._errored(*_failure(e))  # backs off like a failed pass
-            # asyncio.timeout, not wait_for: on Python 3.11 a wait_for whose event is set in the
-            # same turn as the task's cancel returns and swallows the cancel, and the loop runs on
-            # after its shard was given up (supervisor.drop then waits for ever)
+                message, exc_info = _failure(e)  # backs off like a failed pass
+                metrics.reconcile_failed(self.namespace, self.name)
+                self.log.problem(Problem("StepError", message), exc_info, message)
+                self.schedule.errored(time.monotonic())
+            # asyncio.timeout, not wait_for: on Python 3.11 a wait_for whose event is set in the same turn as
+            # the task's cancel swallows the cancel: the loop runs on once its shard is given up (supervisor.drop hangs)
             with contextlib.suppress(asyncio.TimeoutError):
-                async with asyncio.timeout(self.schedule.sleep_for(time.monotonic(), passing=self._pending is not None)):
+                async with asyncio.timeout(self.schedule.sleep_for(time.monotonic(), passing=self._pass_task.running)):
                     await self.wake.wait()
             self.wake.clear()
 
@@ -163,19 +156,14 @@ class GatewayController:
         # a replica polled without a watch that holds claims is polled every schedule.HOLDER_HEARD_S
         every = schedule.poll_every(health_spec.interval_seconds, self._answers.polled_alone())
         kind, poll_due = self.schedule.begin(started, every, random.uniform(0.5, 1.0),
-                                             passing=self._pending is not None)
+                                             passing=self._pass_task.running)
         news = self.schedule.take_news(started)  # what a health watch brought: published in this step
-        if self._pending is None:
-            self._pending = asyncio.ensure_future(self._pass(body, checked, kind,
-                                                             spec.expose.hosts if spec else ()))
-            if self.first_pass_ended is not None:
-                ended, self.first_pass_ended = self.first_pass_ended, None
-                self._pending.add_done_callback(lambda _: ended())
-        pending = self._pending
-        # the poll runs beside the pass, and waits for no pass beyond the pass's own bound: a
-        # full pass queued behind others for the API threads never delays what the replicas
-        # report, and no poll is skipped
-        replicas = await self._answers.gather(self.pods, health_spec, poll_due, self.watch, self.poller, self._polled)
+        if not self._pass_task.running:
+            ended, self.first_pass_ended = self.first_pass_ended, None
+            self._pass_task.start(self._pass(body, checked, kind, spec.expose.hosts if spec else ()), ended)
+        # the poll runs beside the pass, and waits for no pass beyond the pass's own bound: a full pass
+        # queued behind others for the API threads never delays what the replicas report, no poll skipped
+        replicas = await self._answers.gather(self.pods, health_spec, poll_due)
         every = schedule.poll_every(health_spec.interval_seconds, self._answers.polled_alone())
         if every < health_spec.interval_seconds:  # a replica took claims since: polled again that soon
             self.schedule.hurry_poll(time.monotonic(), every)
@@ -185,20 +173,10 @@ class GatewayController:
         # that a Redis that hangs never shows RedisReachable=True beside the replicas that report it
         wait = schedule.publish_wait(time.monotonic(), self.schedule.next_poll, started,
                                      probe_bound(health_spec.timeout_seconds) if poll_due or news else None)
-        if not pending.done():
-            await asyncio.wait({pending}, timeout=wait)
-        if pending.done():
-            self._pending, self._waking = None, False
-            # a pass never raises (reconcile's boundary); its bookkeeping might
-            passed = self._memory.ended(pending.result())
-        else:  # the pass goes on; it wakes the loop when it ends
-            if not self._waking:
-                pending.add_done_callback(lambda _: self.wake.set())
-                self._waking = True
-            if not (poll_due or news) or self._memory.last is None:
-                return
-            passed = self._memory.last  # this poll's news, with what the last pass saw
-        await self._publish(passed, replicas)
+        done = await self._pass_task.ended(wait)  # None: the pass goes on (it wakes the loop when it ends)
+        passed = self._memory.ended(done)  # ... then the last one's, published again with this poll's news
+        if passed is not None and (done is not None or poll_due or news):
+            await self._publish(passed, replicas)
 
     async def _publish(self, passed: Passed, replicas: list[health.ReplicaHealth]) -> None:
         """Status from a pass's outcome and the latest poll (publish.py), then a stale replica restarted."""
@@ -215,28 +193,19 @@ class GatewayController:
 
     async def _pass(self, body: Mapping[str, Any], checked: Checked | None, kind: PassKind,
                     hosts: Sequence[str]) -> Passed:
-        """The pass, then what it leaves for the next ones (pass_memory.PassMemory.keep, the
-        replicas whose stop's word it read) and the schedule (the next full pass; a sticky problem
-        survives observation)."""
-        started = time.monotonic()
+        """The pass, then what it leaves for the next ones (PassMemory.keep, the replicas whose stop's
+        word it read) and the schedule (the next full pass; a sticky problem survives observation)."""
+        started, generation = time.monotonic(), body["metadata"].get("generation")
         # a spec not reconciled yet (a user waits on it) takes the prompt threads (threads.py);
         # this task's own context: the loop's next passes decide again
-        threads.PROMPT.set(kind.applies and body["metadata"].get("generation") != self.schedule.reconciled_generation)
-        seen = self._memory.seen(self.deployment(), self.claims(hosts), checked, self._probe_connection,
-                                 self._answers.leaving())
+        threads.PROMPT.set(kind.applies and generation != self.schedule.reconciled_generation)
+        seen = self._memory.seen(self.deployment(), self.claims(hosts), checked, self._answers.leaving())
         result = await reconcile(self.kube, self.prober, self.settings.reconcile, body, list(self.pods()),
                                  kind, seen, self.rollouts)
         outcome, took = result.outcome, time.monotonic() - started
         self._memory.keep(result)
         self._answers.carried(outcome.carried)
         metrics.pass_ended(self.namespace, self.name, outcome.applied, outcome.writes, took, outcome.error is not None)
-        shown = self.schedule.settled(time.monotonic(), outcome, body["metadata"].get("generation"), random.random(),
-                                      kind)
-        outcome = outcome._replace(problem=shown)
-        self.log.problem(outcome.problem, outcome.error)
-        return Passed(body["metadata"].get("generation"), checked.spec if checked else None, outcome)
-
-    def _errored(self, message: str, exc_info: bool) -> None:
-        metrics.reconcile_failed(self.namespace, self.name)
-        self.log.problem(Problem("StepError", message), exc_info, message)
-        self.schedule.errored(time.monotonic())
+        shown = self.schedule.settled(time.monotonic(), outcome, generation, random.random(), kind)
+        self.log.problem(shown, outcome.error)
+        return Passed(generation, checked.spec if checked else None, outcome._replace(problem=shown))

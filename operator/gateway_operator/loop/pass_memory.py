@@ -5,7 +5,8 @@ A full pass reads the Secrets, renders, probes Redis and reads the exposure; an 
 (core.schedule.PassKind) reuses what the last one read (steps.Observation) instead of asking the
 API server again. The controller (controller.py) drives the passes and owns one ``PassMemory``:
 ``seen`` is what goes into a pass, ``keep`` what comes out of it; the other fields are the loop's
-own (its last status write, the readiness gates written, the last pass published again).
+own (its last status write, the readiness gates written, the last pass published again, the
+connection a probe left open).
 Kept apart from the controller so that the driver holds no loose fields of memory.
 """
 from __future__ import annotations
@@ -51,6 +52,7 @@ class PassMemory:
     probed: RedisTarget | None = None    # ... of which target
     gates: Gates = field(default_factory=dict)  # readiness gates written (pod_actuators.PodActuators.gate)
     last: Passed | None = None           # the last pass, published again with each poll while the next runs
+    connection: KeptConnection = field(default_factory=KeptConnection)  # its own, left open by a probe
 
     def check(self, body: Mapping[str, Any], owner_name: str, namespace: str,
               tenancy: TenancyPolicy) -> Checked | None:
@@ -67,10 +69,10 @@ class PassMemory:
         return kept_one
 
     def seen(self, deployment: LiveDeployment | None, host_claims: Mapping[str, Sequence[Claim]],
-             checked: Checked | None, connection: KeptConnection, leaving: tuple[str, ...]) -> Observation:
+             checked: Checked | None, leaving: tuple[str, ...]) -> Observation:
         """What goes into a pass: what the last ones read, beside what the watches show now."""
         return Observation(deployment, self.inputs, self.exposure, host_claims, checked, self.probe, self.probed,
-                           connection, leaving, self.rendered)
+                           self.connection, leaving, self.rendered)
 
     def keep(self, result: Result) -> None:
         """What comes out of a pass, for the next ones: its probe, the exposure it read, and after a
@@ -83,9 +85,12 @@ class PassMemory:
             self.inputs = result.inputs  # None after a problem: observation passes read again until fixed
             self.rendered = result.rendered  # None after a problem: the next full pass renders and reads
 
-    def ended(self, passed: Passed) -> Passed:
-        """A pass ended: kept as ``last``, its probe marked reused (it was assessed for the dedup
-        history when new), for the polls published while the next runs."""
+    def ended(self, passed: Passed | None) -> Passed | None:
+        """The pass to publish: one that ended (``passed``), kept as ``last`` with its probe marked
+        reused (it was assessed for the dedup history when new); while none ended, the last one,
+        published again with each poll while the next runs (None before the first)."""
+        if passed is None:
+            return self.last
         probe = passed.outcome.probe
         if probe is not None and not probe.reused:
             self.last = passed._replace(outcome=passed.outcome._replace(probe=dataclasses.replace(probe, reused=True)))

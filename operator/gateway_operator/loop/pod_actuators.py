@@ -65,7 +65,9 @@ class PodActuators:
             last = written.get(pod.uid)
             if pod.gate is want or (last is not None and last[0] is want and now - last[1] < GATE_LAG_S):
                 continue
-            reachers = ", ".join(sorted(h.pod for h in replicas if h.redis == contract.ANSWERS and h.pod != pod.name)[:3])
+            # the replicas that reach Redis (the first three named): what says this one is cut off
+            reachers = ", ".join(sorted(h.pod for h in replicas
+                                        if h.redis == contract.ANSWERS and h.pod != pod.name)[:3])
             if not await self._set_gate(pod, want, reachers, now):
                 continue
             written[pod.uid] = (want, now)

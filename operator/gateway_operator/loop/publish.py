@@ -59,7 +59,8 @@ async def publish(kube: Kube, body: Mapping[str, Any], spec: GatewaySpec | None,
     policy = gateway_network_policy_name(body["metadata"]["name"]) if spec and spec.network_policy.enabled else ""
     # the autoscaler and PodMonitor asked for (render.autoscaling.autoscaling_status); a spec that does
     # not parse keeps what status said, so that they are still removed once a spec without them comes
-    autoscaling = autoscaling_status(body["metadata"]["name"], spec) if spec is not None else previous.get("autoscaling")
+    autoscaling = (autoscaling_status(body["metadata"]["name"], spec) if spec is not None
+                   else previous.get("autoscaling"))
     # the first status of a generation is what a user waits on (observedGeneration)
     token = threads.PROMPT.set(body["metadata"].get("generation") != previous.get("observedGeneration"))
     try:

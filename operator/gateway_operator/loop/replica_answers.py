@@ -7,7 +7,7 @@ answer is published once (``gone``), or, when it said webhooks were journalled, 
 their stop's word (``leaving``, core.unrecorded.Leaving) and replicas that held claims keep
 ExactlyOnceAdmission False until they answer again or their claims expire (core.claim_risk).
 Apart from the controller so that the driver holds no replica bookkeeping: what goes in (the
-pods, the health spec, the watch and poller to ask), what comes out (the answers, ``ForStatus``).
+pods, the health spec, whether the poll is due), what comes out (the answers, ``ForStatus``).
 """
 from __future__ import annotations
 
@@ -33,8 +33,13 @@ class ForStatus(NamedTuple):
 
 @dataclass
 class ReplicaAnswers:
-    """Every replica's last answer, and the replicas gone or leaving, across steps."""
+    """Every replica's last answer, and the replicas gone or leaving, across steps; asked through the
+    loop's own ``poller`` (its connections to the replicas) and ``watch`` (settings.health_watch),
+    ``polled`` told the state of each answer polled (metrics)."""
 
+    poller: health_poll.Poller
+    watch: health_watch.Watch | None
+    polled: Callable[[Iterable[str]], None]
     _health: dict[str, health.ReplicaHealth] = field(default_factory=dict)  # each replica's last answer, by pod
     _gone: list[health.ReplicaHealth] = field(default_factory=list)  # last answers of replicas gone, until published
     # replicas gone while their last answer said webhooks journalled: waiting for their stop's word
@@ -60,13 +65,12 @@ class ReplicaAnswers:
         """A pass read these replicas' stop's word: their journals reached Redis."""
         self._carried |= set(pods)
 
-    async def gather(self, pods: Callable[[], Sequence[PodView]], health_spec: HealthSpec, due: bool,
-                     watch: health_watch.Watch | None, poller: health_poll.Poller,
-                     polled: Callable[[Iterable[str]], None]) -> list[health.ReplicaHealth]:
+    async def gather(self, pods: Callable[[], Sequence[PodView]], health_spec: HealthSpec,
+                     due: bool) -> list[health.ReplicaHealth]:
         """Every serving replica's answer: its health watch's last one while that stands, else
         polled when the poll is due, else the last one (a replica without one, a new pod, is polled
-        at once). ``pods``: the live pod index (read again after the poll); ``polled``: told the
-        state of each answer polled (metrics)."""
+        at once). ``pods``: the live pod index (read again after the poll)."""
+        watch = self.watch
         targets = [health.Target(p.name, p.ip, api.GATEWAY_PORT) for p in pods() if p.polled and p.ip]
         watched: dict[str, health.ReplicaHealth] = {}
         if watch is not None:
@@ -83,10 +87,10 @@ class ReplicaAnswers:
         if asked:
             timeouts = {t.pod: schedule.answer_timeout(health_spec.timeout_seconds, self._health.get(t.pod))
                         for t in asked}
-            answers = await poller.poll(asked, health_spec.timeout_seconds, health_spec.max_concurrency,
-                                        keep_alive=health_spec.interval_seconds < health_poll.REUSE_WITHIN_S,
-                                        timeouts=timeouts)
-            polled(r.state.value for r in answers)
+            answers = await self.poller.poll(asked, health_spec.timeout_seconds, health_spec.max_concurrency,
+                                             keep_alive=health_spec.interval_seconds < health_poll.REUSE_WITHIN_S,
+                                             timeouts=timeouts)
+            self.polled(r.state.value for r in answers)
             self._health.update((r.pod, r) for r in answers)
         self._went_away({p.name for p in pods() if not p.deleting})
         self._health = {t.pod: self._health[t.pod] for t in targets if t.pod in self._health}
@@ -120,6 +124,12 @@ class ReplicaAnswers:
         self._carried &= set(self._leaving)
         return ForStatus(self._gone + left, claim_risk.silent(self._holders, replicas),
                          [w.last for w in self._leaving.values()])
+
+    def close(self) -> None:
+        """The loop ends: its connections to the replicas are closed."""
+        self.poller.close()
+        if self.watch is not None:
+            self.watch.close()
 
     def published(self) -> None:
         """A status write went through: the gone replicas' journals are in its window now (unrecorded.py)."""
