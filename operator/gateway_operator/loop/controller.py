@@ -8,8 +8,9 @@ the last pass saw; one pass at a time. An error of the loop's own backs off like
 and is logged once per change.
 
 The controller only drives: what the passes leave for the next ones is one record (pass_memory.py),
-the replicas' answers and who is leaving are replica_answers.py's, and the writes on the pods
-(readiness gates, stale restarts) are pod_actuators.py's.
+the pass running beside the steps is pass_task.py's, the replicas' answers and who is leaving are
+replica_answers.py's, the writes on the pods (readiness gates, stale restarts) pod_actuators.py's,
+and the status write publish.py's.
 """
 from __future__ import annotations
 

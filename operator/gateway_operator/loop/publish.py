@@ -3,6 +3,9 @@ events.EVENTS names (with one log line per transition).
 
 ``status.build`` makes the new status from the facts (pure); this module writes its merge
 patch and posts the Events. A status the API server refuses raises (the loop backs off).
+``publish`` also names what status carries beside the facts (the network policy, the autoscaling
+asked for) and gives the first status of a generation the prompt threads: the controller
+(controller.py) hands it a pass's outcome and drives no more of the write.
 """
 from __future__ import annotations
 
