@@ -165,6 +165,9 @@ class Fault:
     # the heal until it was Ready again
     left_traffic_after_s: float | None = None
     back_after_s: float | None = None
+    # ... and each change of its Ready, the readiness gate and its containers' readiness seen while
+    # cut off: (seconds from the cut, "ready <bool>, gate <status>, containers <ready|not ready>")
+    traffic: tuple[tuple[float, str], ...] = ()
     # coalesced_stop: the API server refused a coalesced hook on more than one replica under
     # replicaPolicy Refuse with a message naming coalesce, and accepted it with such a warning under
     # Warn (None: not checked)
@@ -492,7 +495,8 @@ def _fault_lag(fault: Fault, timeline: Timeline) -> dict[str, Any]:
                            "announced_after_s": None, "cleared_after_s": None}
     row["bound_s"] = None if fault.expect is None else fault.expect.within
     if fault.kind in PARTITIONS:
-        row.update(left_traffic_after_s=fault.left_traffic_after_s, back_after_s=fault.back_after_s)
+        row.update(left_traffic_after_s=fault.left_traffic_after_s, back_after_s=fault.back_after_s,
+                   traffic=[list(change) for change in fault.traffic])
     if fault.kind == "coalesced_stop":
         row.update(refused=fault.refused, warned=fault.warned)
     if fault.expect is None:

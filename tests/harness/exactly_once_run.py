@@ -476,13 +476,13 @@ class Nemesis:
                     until(lambda: not self._exists(pod) or pods_module.containers_ready(
                         self.cluster.get_json("pod", pod["metadata"]["name"], "-n", NAMESPACE).get("status") or {}),
                         timeout=120, interval=0.5, what=f"{pod['metadata']['name']}'s containers ready (or gone)")
-                left = self._in_traffic_until(pod, cut, time.time() + self.rng.uniform(8, 20))
+                left, traffic = self._in_traffic_until(pod, cut, time.time() + self.rng.uniform(8, 20))
                 until(lambda: self._iptables(uid, "-D", rules) if self._exists(pod) else True, timeout=60,
                       interval=0.2, what=f"{pod['metadata']['name']} reaching Redis again (or gone)")
                 healed = time.time()
                 detail = f"{pod['metadata']['name']} ({'before' if fresh else 'after'} its store was built)"
                 self._settle()
-                fault = Fault(kind, start, healed, detail, expect, left_traffic_after_s=left,
+                fault = Fault(kind, start, healed, detail, expect, left_traffic_after_s=left, traffic=traffic,
                               back_after_s=round(time.time() - healed, 1) if self._exists(pod) else None)
                 self.faults.append(fault)
                 return fault
@@ -570,7 +570,7 @@ class Nemesis:
         restarts = self._restarts(pod)
         msg, turn = self._slow_turn(kind, pod, plan.delay_s)
         stopped: list[int] = []
-        left, cut = None, time.time()
+        left, traffic, cut = None, (), time.time()
         try:
             if partition:
                 until(lambda: self._iptables(uid, "-I", rules), timeout=30, interval=0.2,
@@ -586,7 +586,7 @@ class Nemesis:
                                  [(cut + at, *targets[i % len(targets)]) for i, at in enumerate(plan.redeliver_at)],
                                  first_copy=1)
             if partition:   # the readiness gate meanwhile, as replica_partition measures it
-                left = self._in_traffic_until(pod, cut, cut + plan.hold_s)
+                left, traffic = self._in_traffic_until(pod, cut, cut + plan.hold_s)
             time.sleep(max(0.0, cut + plan.hold_s - time.time()))
         finally:
             if partition:
@@ -609,7 +609,7 @@ class Nemesis:
                   + ("; the pod is gone" if restarted is None else ""))
         # shown while the claim is still valid: before another replica could admit the message
         expect = Expectation("ExactlyOnceAdmission", "False", clears=False, within=CLAIMS_AT_RISK_BOUND_S)
-        fault = Fault(kind, cut, healed, detail, expect, left_traffic_after_s=left)
+        fault = Fault(kind, cut, healed, detail, expect, left_traffic_after_s=left, traffic=traffic)
         try:
             self._settle()
         finally:   # recorded even when the replicas do not settle: the fault happened
@@ -674,21 +674,32 @@ class Nemesis:
             return leases.get(f"{node.RELEASE}-shard-{shards.shard_of(uid, count)}", "")
         return leases.get(f"{node.RELEASE}-leader", "")
 
-    def _in_traffic_until(self, pod: dict[str, Any], since: float, until_at: float) -> float | None:
+    def _in_traffic_until(self, pod: dict[str, Any], since: float,
+                          until_at: float) -> tuple[float | None, tuple[tuple[float, str], ...]]:
         """Watch a cut-off pod's Ready until ``until_at``: the seconds from ``since`` to the first time
         it was seen out of the traffic (not Ready) after any time in it (0.0 when it was never
-        Ready), None when it stayed in the traffic throughout."""
+        Ready), None when it stayed in the traffic throughout; and each change seen meanwhile of its
+        Ready, the operator's readiness gate and its containers' readiness (seconds from ``since``),
+        so that a late exit shows which of them was late, or whether the pod came back meanwhile."""
         left, was_ready = None, False
+        seen: list[tuple[float, str]] = []
         while time.time() < until_at:
             if not self._exists(pod):
                 break
-            ready = is_ready(self.cluster.get_json("pod", pod["metadata"]["name"], "-n", NAMESPACE))
+            now = self.cluster.get_json("pod", pod["metadata"]["name"], "-n", NAMESPACE)
+            ready = is_ready(now)
+            status = now.get("status") or {}
+            gate = pods_module.gate(status)
+            state = (f"ready {ready}, gate {gate}, containers "
+                     f"{'ready' if pods_module.containers_ready(status) else 'not ready'}")
+            if not seen or seen[-1][1] != state:
+                seen.append((round(time.time() - since, 1), state))
             if ready:
                 left, was_ready = None, True
             elif left is None:
                 left = round(time.time() - since, 1) if was_ready else 0.0
             time.sleep(0.5)
-        return left
+        return left, tuple(seen)
 
     def _exists(self, pod: dict[str, Any]) -> bool:
         """The pod is still there (the same one: its namespace goes with it)."""

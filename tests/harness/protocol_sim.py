@@ -52,7 +52,10 @@ answered a turn it could not record leaves that turn unannounced (said in docs/r
   death (or after Redis answers again, when its claim was queued in a paused Redis);
 - **nothing lost**: once every fault is healed and a lease has passed, every webhook not yet
   answered is admitted when the provider retries it; and no webhook whose provider was answered
-  2xx (``deduplicated``: it stops retrying) is left without a completed turn.
+  2xx (``deduplicated``: it stops retrying) is left without a completed turn;
+- **the journal is carried**: every turn ended and Redis usable for a lease after that, no
+  replica's journal holds an admission Redis has no record of (the AdmissionsNotRecorded window
+  that announces them ends, rather than announcing a risk forever).
 
 Each violation names the key's history in Redis (who wrote, renewed, released it, when it expired)
 and what the operator said, so that a finding says which hole it is.
@@ -843,6 +846,12 @@ def play(sim: Sim, ops: Iterable[tuple[str, int, int, float]], messages: int = 6
         for k in range(len(sim.pool)):
             if sim.deliver(k, msg) == "ran":
                 sim.runs.append(sim.pool[k].end(sim.pool[k].in_flight[-1], "ok"))
+    # and what a replica admitted without a record in Redis is carried there: every turn ended and
+    # Redis usable for a lease, no journal holds anything (AdmissionsNotRecorded ends with it)
+    sim.advance(sim.lease, polls=False)
+    for r in sim.pool:
+        assert not r.journalled(), (f"{r.name}'s journal still holds {', '.join(sorted(r.journalled()))} "
+                                    f"{sim.lease:g} s after every turn ended with Redis usable: never carried")
     return sim
 
 

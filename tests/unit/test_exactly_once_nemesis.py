@@ -179,7 +179,7 @@ def nemesis(monkeypatch: pytest.MonkeyPatch):
     monkeypatch.setattr(n, "_settle", lambda: calls.append(("settle",)))
     monkeypatch.setattr(n, "_iptables", lambda uid, action, rules: calls.append(("iptables", uid, action,
                                                                                  tuple(r[2] for r in rules))) or True)
-    monkeypatch.setattr(n, "_in_traffic_until", lambda pod, since, until_at: calls.append(("in_traffic", until_at - since)) or 6.5)
+    monkeypatch.setattr(n, "_in_traffic_until", lambda pod, since, until_at: calls.append(("in_traffic", until_at - since)) or (6.5, ()))
 
     def slow_turn(kind: str, pod: dict, delay: float) -> tuple[str, float]:
         calls.append(("slow_turn", pod["metadata"]["name"], delay))

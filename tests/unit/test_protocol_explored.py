@@ -12,7 +12,11 @@ drain finishing or cutting the turns), SIGSTOPped and resumed, their thread pool
 renewals late, their /health out of the operator's reach. Each interleaving is checked against
 protocol_sim.check: no re-run of a recorded webhook within the fail-closed window, no duplicate
 unless ExactlyOnceAdmission said so at the operator's last poll before the second admission (or
-Redis forgot), dead holders' claims freed within 90 s, nothing lost.
+Redis forgot), dead holders' claims freed within 90 s, nothing lost, every journal carried to
+Redis once it is usable.
+
+The searches are derandomized and draw the same interleavings in every process (the
+``pinned_draws`` fixture, harness.pinned_hypothesis): what one finds in CI, it finds here.
 
 The launcher before issue 56 failed it (holes 1-3), and so did the hooks with coalesce the operator
 then admitted on several replicas (hole 4): planted back, the exploration finds each hole in seconds
@@ -320,9 +324,9 @@ def _records_unchecked() -> Sim:
 @pytest.mark.parametrize("planted, finds", [
     (_without_window, "the window promises"),
     (_claims_of_900_s, "still claimed by a holder that died"),
-    # its journal never empties, so it never asks Redis again: it re-runs what Redis recorded, or
-    # (holding while it has no fresh word of Redis) never admits the retry again
-    (_journal_not_carried, "ran it again None s into a spell|never answered and its retry is not admitted"),
+    # its journal never empties: what it admitted best-effort is never carried to Redis (and the
+    # window that announces it never closes)
+    (_journal_not_carried, "never carried"),
 ], ids=["no fail-closed window", "900 s claims", "journal never written"])
 def test_the_exploration_finds_each_defect_planted_back(planted: Callable[[], Sim], finds: str) -> None:
     message = _found(planted, 15000, shape=finds)
