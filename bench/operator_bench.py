@@ -64,8 +64,12 @@ from kubernetes.client.rest import ApiException
 from gateway_operator import api as gw_api
 from gateway_operator.api import GatewaySpec
 from gateway_operator.api.redis_target import resolve
-from gateway_operator.core import pods as gw_pods, render
+from gateway_operator.core import pods as gw_pods
+from gateway_operator.core.render.names import Owner
+from gateway_operator.core.render.objects import desired_objects
+from gateway_operator.core.render.secrets import generated_secrets
 from gateway_operator.core.shards import shard_of
+from gateway_operator.pod import pod_code
 from harness import audit
 from harness.cluster import REPO, Cluster
 from harness.gateways import reconcile_latency
@@ -405,11 +409,11 @@ class Bench:
         for name in self.names:
             raw = self.spec(name)["spec"]
             spec = GatewaySpec.parse(raw)
-            owner = render.Owner(name, ns, str(uuid.uuid4()))
+            owner = Owner(name, ns, str(uuid.uuid4()))
             target = resolve(spec.redis, ns, name)
             # what the operator creates: the Secrets it generates, then what render says should exist
-            objects += [g.manifest(owner) for g in render.generated_secrets(owner, spec)]
-            objects += render.desired_objects(owner, spec, target, spec.replicas, "floor")
+            objects += [g.manifest(owner) for g in generated_secrets(owner, spec)]
+            objects += desired_objects(owner, spec, target, spec.replicas, "floor", pod_code=pod_code())
         for manifest in objects:  # no owner exists to be garbage-collected against
             manifest["metadata"].pop("ownerReferences", None)
         started = time.monotonic()

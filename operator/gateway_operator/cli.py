@@ -160,7 +160,7 @@ def cmd_check(args: argparse.Namespace) -> int:
 
 def cmd_render(args: argparse.Namespace) -> int:
     """Renders nothing unless every document passes ``check`` (same messages)."""
-    from gateway_operator.core.render import OperatorIdentity
+    from gateway_operator.core.render.names import OperatorIdentity
     from gateway_operator.offline import Refused, render_objects
     operator = OperatorIdentity(args.operator_namespace, args.operator_instance, args.managed_redis_image)
     policy = _tenancy_policy(args.values)
@@ -231,10 +231,11 @@ def cmd_run(args: argparse.Namespace) -> int:
         os.environ["KUBECONFIG"] = args.kubeconfig
     import kopf
 
-    from gateway_operator.core.render import OperatorIdentity
+    from gateway_operator.core.render.names import OperatorIdentity
     from gateway_operator.core.schedule import Timing
     from gateway_operator.core.settings import ControllerSettings, ReconcileSettings
     from gateway_operator.loop import handlers  # noqa: F401  (registers the kopf handlers)
+    from gateway_operator.pod import pod_code
 
     # The watch stream is decoded by json, which recurses per nesting level; the API server
     # admits objects nested up to 10,000 levels. Decoding such an object must not kill the
@@ -254,7 +255,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         from gateway_operator.loop import metrics
         metrics.serve(args.metrics_port, args.bind_address)
     reconcile_settings = ReconcileSettings(timing=Timing(resync_seconds=args.resync_seconds), operator=OperatorIdentity(
-        args.operator_namespace, args.operator_instance, args.managed_redis_image))
+        args.operator_namespace, args.operator_instance, args.managed_redis_image),
+        pod_code=pod_code())  # the pods' code, read once here: the render takes it as an input
     from gateway_operator.api.tenancy import TenancyPolicy
     try:
         tenancy = TenancyPolicy.from_json(args.tenancy_policy)

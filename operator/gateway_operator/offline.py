@@ -15,8 +15,10 @@ from gateway_operator.api.crd import spec_schema
 from gateway_operator.api.redis_target import InvalidRedisURL, resolve
 from gateway_operator.api.tenancy import TenancyPolicy, violations as tenancy_violations
 from gateway_operator.api.validation import RULES, Subject, limit_violations
-from gateway_operator.core import render
+from gateway_operator.core.render.names import OperatorIdentity, Owner
+from gateway_operator.core.render.objects import desired_objects
 from gateway_operator.core.replicas import replicas_to_run
+from gateway_operator.pod import pod_code
 
 _TYPES: dict[str, tuple[type, ...]] = {"object": (dict,), "array": (list,), "string": (str,),
                                        "integer": (int,), "boolean": (bool,), "number": (int, float)}
@@ -396,7 +398,7 @@ def _where(at: str) -> str:
 
 
 def render_objects(doc: Mapping[str, Any], default_namespace: str = "default",
-                   operator: render.OperatorIdentity = render.OperatorIdentity(),
+                   operator: OperatorIdentity = OperatorIdentity(),
                    policy: TenancyPolicy | None = None) -> list[dict[str, Any]]:
     """The objects the operator would apply (uid is a placeholder until the object exists).
     Raises Refused, with ``check``'s messages, for an object the operator would not act on."""
@@ -404,8 +406,8 @@ def render_objects(doc: Mapping[str, Any], default_namespace: str = "default",
     if errors:
         raise Refused(errors)
     meta = doc.get("metadata") or {}
-    owner = render.Owner(meta.get("name", "gateway"), meta.get("namespace") or default_namespace,
-                         meta.get("uid") or "00000000-0000-0000-0000-000000000000")
+    owner = Owner(meta.get("name", "gateway"), meta.get("namespace") or default_namespace,
+                  meta.get("uid") or "00000000-0000-0000-0000-000000000000")
     spec = GatewaySpec.parse(apply_defaults(copy.deepcopy(doc["spec"]), spec_schema()))
     try:
         target = resolve(spec.redis, owner.namespace, owner.name)
@@ -413,4 +415,4 @@ def render_objects(doc: Mapping[str, Any], default_namespace: str = "default",
         raise Refused([str(e)]) from None
     # once the Redis probe passes: what the spec asks for, within the replica policy
     replicas = replicas_to_run(spec, probe_ok=True, running=spec.replicas)
-    return render.desired_objects(owner, spec, target, replicas, operator=operator)
+    return desired_objects(owner, spec, target, replicas, operator=operator, pod_code=pod_code())  # read once, cached

@@ -16,7 +16,7 @@ from typing import Any, NamedTuple, NoReturn
 from websockets.sync.client import connect
 
 from gateway_operator.api import GATEWAY_PORT
-from gateway_operator.core.render import auth_secret_name
+from gateway_operator.core.render.names import auth_secret_name
 
 from . import llm_pod
 from .cluster import REPO, Cluster

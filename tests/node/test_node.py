@@ -26,7 +26,7 @@ import pytest
 import yaml
 
 from gateway_operator import api
-from gateway_operator.core.render import OPERATOR_APP_NAME
+from gateway_operator.core.render.names import OPERATOR_APP_NAME
 
 from harness import exactly_once, exactly_once_run, llm_pod, node
 from harness.cluster import REPO, Cluster

@@ -17,7 +17,7 @@ import pytest
 import yaml
 
 from harness import audit
-from gateway_operator.core.render import REDIS_CLIENT_OPTIONS
+from gateway_operator.core.render.gateway_config import REDIS_CLIENT_OPTIONS
 from harness import node
 from harness.cluster import REPO, Cluster
 from harness.gateways import (apply_gateway, conditions, create_password_secret, events, redis_gateway,

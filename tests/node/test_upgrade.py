@@ -43,7 +43,9 @@ import yaml
 
 from gateway_operator import api
 from gateway_operator.api import reasons
-from gateway_operator.core import render
+from gateway_operator.core.render.gateway_config import config_hash
+from gateway_operator.core.render.names import config_map_name
+from gateway_operator.pod import pod_code
 
 from harness import earlier, llm_pod, node
 from harness.cluster import REPO, Cluster
@@ -744,7 +746,7 @@ def upgrade(cluster: Cluster, operators: dict[Path, Any]) -> Iterator[Run]:
         analysis = analyse(records, gateways, baseline, t_up)
         webhooks = webhook_figures(stream, turns)
         final_deployments = {gw.key: cluster.get_json("deployment", gw.name, "-n", gw.namespace) for gw in gateways}
-        final_cms = {gw.key: cluster.get_json("configmap", render.config_map_name(gw.name), "-n", gw.namespace)
+        final_cms = {gw.key: cluster.get_json("configmap", config_map_name(gw.name), "-n", gw.namespace)
                      for gw in gateways}
         final_pods = {gw.key: [p for p in cluster.get_json("pods", "-n", gw.namespace, "-l",
                                                            f"{api.LABEL_INSTANCE}={gw.name},"
@@ -811,13 +813,13 @@ def upgrade(cluster: Cluster, operators: dict[Path, Any]) -> Iterator[Run]:
 # -- what a user is promised ---------------------------------------------------------------
 
 def test_every_gatewaydeployment_rolled_to_the_new_release_and_is_ready(upgrade: Run) -> None:
-    pod_code = render.pod_code()
+    shipped = pod_code()
     for gw in upgrade.gateways:
         body, deployment = upgrade.final[gw.key], upgrade.final_deployments[gw.key]
         config_map = upgrade.final_config_maps[gw.key]
-        assert {k: config_map["data"].get(k) for k in pod_code} == pod_code, \
+        assert {k: config_map["data"].get(k) for k in shipped} == shipped, \
             f"{gw.key}: the ConfigMap holds another launcher"
-        new_hash = render.config_hash({"data": config_map["data"]})
+        new_hash = config_hash({"data": config_map["data"]})
         assert template_hash_of(deployment) == new_hash, gw.key
         assert api.ANNOTATION_TEMPLATE_HASH in (deployment["metadata"].get("annotations") or {}), gw.key
         pods = [p for p in upgrade.final_pods[gw.key] if not p["metadata"].get("deletionTimestamp")]

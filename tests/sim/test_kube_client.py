@@ -10,7 +10,8 @@ import pytest
 from gateway_operator import api
 from gateway_operator.api import GatewaySpec
 from gateway_operator.clients.kube import Kube, NotOwned, load_config
-from gateway_operator.core import render
+from gateway_operator.core.render.names import Owner
+from gateway_operator.core.render.secrets import generated_secrets
 from harness.cluster import Cluster
 from harness.gateways import apply_gateway
 from harness.operator import gateway_deployment, install_crd
@@ -22,10 +23,10 @@ def test_a_generated_secret_is_created_once_and_its_create_answers_what_a_read_w
     install_crd(cluster)
     apply_gateway(cluster, namespace, gateway_deployment("made"))
     uid = cluster.get_json("-n", namespace, "gatewaydeployment", "made")["metadata"]["uid"]
-    owner = render.Owner("made", namespace, uid)
+    owner = Owner("made", namespace, uid)
     # the auth token's kind of generated Secret, under a name no operator running beside this test
     # would create for "made"
-    generated = render.generated_secrets(owner, GatewaySpec.parse(gateway_deployment("made")["spec"]))[0]
+    generated = generated_secrets(owner, GatewaySpec.parse(gateway_deployment("made")["spec"]))[0]
     generated = generated._replace(name="made-client-test")
     kube = Kube(load_config(str(cluster.kubeconfig)))
 

@@ -18,11 +18,19 @@ from gateway_operator.api import validation
 from gateway_operator.api import GatewaySpec
 from gateway_operator.clients import apply
 from gateway_operator.clients.kube import NotServed
-from gateway_operator.core import problems, render, replicas
+from gateway_operator.core import problems, replicas
+from gateway_operator.core.render.autoscaling import (autoscaler, autoscaling_bounds, autoscaling_status,
+                                                      canonical_quantity, pod_monitor)
+from gateway_operator.core.render.deployment import deployment
+from gateway_operator.core.render.managed_redis import managed_redis
+from gateway_operator.core.render.names import OperatorIdentity, Owner
+from gateway_operator.core.render.objects import desired_objects
+from gateway_operator.pod import pod_code as shipped_pod_code
 from harness.operator import gateway_deployment, redis_store
 
 REPO = Path(__file__).resolve().parents[2]
-OWNER = render.Owner("gw", "prod", "uid-1")
+OWNER = Owner("gw", "prod", "uid-1")
+POD_CODE = shipped_pod_code()  # the pods' code, as the operator's entry points read it
 AUTOSCALING = {"enabled": True, "minReplicas": 2, "maxReplicas": 6}
 
 
@@ -44,7 +52,7 @@ def test_an_autoscaler_past_one_sqlite_replica_is_refused_under_refuse_with_one_
     # the operator says the same if the CRD's rule were missing, and runs one replica meanwhile
     problem = problems.policy_problem(spec(autoscaling=AUTOSCALING))
     assert problem is not None and problem.message == validation.MSG_AUTOSCALING_NEEDS_REDIS
-    assert render.autoscaling_bounds(spec(autoscaling=AUTOSCALING)) == (1, 1)
+    assert autoscaling_bounds(spec(autoscaling=AUTOSCALING)) == (1, 1)
 
 
 @pytest.mark.parametrize("overrides", [
@@ -61,7 +69,7 @@ def test_under_warn_it_is_accepted_with_the_warning_replicas_get() -> None:
     body = gateway_deployment("gw", replicaPolicy="Warn", autoscaling=AUTOSCALING)
     assert offline.check(body) == []
     assert validation.autoscaling_warn_message(6) in validation.warnings(body["spec"])
-    assert render.autoscaling_bounds(GatewaySpec.parse(body["spec"])) == (2, 6)
+    assert autoscaling_bounds(GatewaySpec.parse(body["spec"])) == (2, 6)
 
 
 def test_the_chart_warns_of_an_autoscaler_in_the_same_words() -> None:
@@ -95,7 +103,7 @@ def test_the_target_is_a_positive_decimal(value: str, accepted: bool) -> None:
 def test_the_hpa_scales_the_gateway_deployment_on_turns_in_flight_within_its_bounds() -> None:
     s = spec(autoscaling={**AUTOSCALING, "target": {"averageValue": "1.5"}}, config=redis_store(),
              redis={"managed": {"enabled": True}})
-    hpa = render.autoscaler(OWNER, s)
+    hpa = autoscaler(OWNER, s)
     assert (hpa["apiVersion"], hpa["kind"], hpa["metadata"]["name"]) == ("autoscaling/v2", "HorizontalPodAutoscaler",
                                                                            "gw")
     assert hpa["metadata"]["ownerReferences"] == [OWNER.reference()]
@@ -113,18 +121,18 @@ def test_scale_in_stops_one_replica_per_grace_period(drain: int | None, period: 
     may stop the next one: never two replicas draining their turns at once."""
     s = spec(autoscaling=AUTOSCALING, config=redis_store(), redis={"managed": {"enabled": True}},
              **({"drainSeconds": drain} if drain else {}))
-    grace = render.deployment(OWNER, s, None, 2, "hash")["spec"]["template"]["spec"]["terminationGracePeriodSeconds"]
+    grace = deployment(OWNER, s, None, 2, "hash")["spec"]["template"]["spec"]["terminationGracePeriodSeconds"]
     assert grace == period
-    assert render.autoscaler(OWNER, s)["spec"]["behavior"] == {"scaleDown": {
+    assert autoscaler(OWNER, s)["spec"]["behavior"] == {"scaleDown": {
         "stabilizationWindowSeconds": window,
         "policies": [{"type": "Pods", "value": 1, "periodSeconds": grace}]}}
 
 
 def test_disabled_renders_no_hpa_and_no_pod_monitor() -> None:
     for s in (spec(), spec(autoscaling={"enabled": False, "maxReplicas": 6})):
-        kinds = {o["kind"] for o in render.desired_objects(OWNER, s, None, 1)}
+        kinds = {o["kind"] for o in desired_objects(OWNER, s, None, 1, pod_code=POD_CODE)}
         assert not kinds & {"HorizontalPodAutoscaler", "PodMonitor"}
-        assert render.autoscaling_status("gw", s) == {}
+        assert autoscaling_status("gw", s) == {}
 
 
 def test_the_operator_leaves_spec_replicas_to_the_autoscaler() -> None:
@@ -134,7 +142,7 @@ def test_the_operator_leaves_spec_replicas_to_the_autoscaler() -> None:
     body["spec"]["replicas"] = 5  # as the HPA left it
     s = GatewaySpec.parse(body["spec"])
     assert replicas.replicas_to_run(s, probe_ok=True, running=5) == 5
-    objects = render.desired_objects(OWNER, s, None, replicas.replicas_to_run(s, True, 5))
+    objects = desired_objects(OWNER, s, None, replicas.replicas_to_run(s, True, 5), pod_code=POD_CODE)
     assert "GatewayDeployment" not in {o["kind"] for o in objects}
     assert next(o for o in objects if o["kind"] == "Deployment" and o["metadata"]["name"] == "gw")[
         "spec"]["replicas"] == 5
@@ -152,7 +160,7 @@ def test_the_autoscalers_moves_never_restart_the_managed_redis(max_replicas: int
         body["spec"]["replicas"] = count  # as the HPA left it
         s = GatewaySpec.parse(body["spec"])
         assert (s.redis.managed_persistence is not None) is persists
-        return next(o for o in render.managed_redis(OWNER, s, render.OperatorIdentity()) if o["kind"] == "Deployment")
+        return next(o for o in managed_redis(OWNER, s, OperatorIdentity()) if o["kind"] == "Deployment")
     assert all(redis_deployment(count) == redis_deployment(1) for count in range(2, max_replicas + 1))
     # without autoscaling, spec.replicas still decides; an explicit setting always wins
     assert GatewaySpec.parse(gateway_deployment("gw", redis={"managed": {"enabled": True}})["spec"]
@@ -167,7 +175,7 @@ def test_the_autoscalers_moves_never_restart_the_managed_redis(max_replicas: int
 def test_the_pod_monitor_scrapes_metrics_with_the_token_by_reference_only() -> None:
     s = spec(autoscaling=AUTOSCALING, config=redis_store(), redis={"managed": {"enabled": True}},
              podMonitor={"labels": {"release": "prometheus"}})
-    monitor = render.pod_monitor(OWNER, s)
+    monitor = pod_monitor(OWNER, s)
     assert (monitor["apiVersion"], monitor["kind"]) == ("monitoring.coreos.com/v1", "PodMonitor")
     assert monitor["metadata"]["labels"]["release"] == "prometheus"
     assert monitor["spec"]["selector"] == {"matchLabels": api.selector_for("gw")}
@@ -176,7 +184,7 @@ def test_the_pod_monitor_scrapes_metrics_with_the_token_by_reference_only() -> N
         "authorization": {"type": "Bearer", "credentials": {"name": "gw-gateway-auth", "key": "token"}}}]
     own = spec(autoscaling=AUTOSCALING, config=redis_store(), redis={"managed": {"enabled": True}},
                authTokenSecretRef={"name": "my-token", "key": "t"})
-    assert render.pod_monitor(OWNER, own)["spec"]["podMetricsEndpoints"][0]["authorization"]["credentials"] == {
+    assert pod_monitor(OWNER, own)["spec"]["podMetricsEndpoints"][0]["authorization"]["credentials"] == {
         "name": "my-token", "key": "t"}
 
 
@@ -198,10 +206,10 @@ def test_the_token_never_appears_in_any_rendered_object() -> None:
 
 def test_the_pod_monitor_follows_autoscaling_unless_the_spec_says_otherwise() -> None:
     redis = {"config": redis_store(), "redis": {"managed": {"enabled": True}}}
-    assert render.pod_monitor(OWNER, spec(autoscaling=AUTOSCALING, podMonitor={"enabled": False}, **redis)) is None
+    assert pod_monitor(OWNER, spec(autoscaling=AUTOSCALING, podMonitor={"enabled": False}, **redis)) is None
     alone = spec(podMonitor={"enabled": True})  # the scrape alone, no autoscaler
-    assert render.pod_monitor(OWNER, alone) is not None and render.autoscaler(OWNER, alone) is None
-    assert render.autoscaling_status("gw", alone) == {"podMonitor": "gw"}
+    assert pod_monitor(OWNER, alone) is not None and autoscaler(OWNER, alone) is None
+    assert autoscaling_status("gw", alone) == {"podMonitor": "gw"}
 
 
 def test_the_adapter_rule_serves_the_metric_the_hpa_asks_for() -> None:
@@ -251,19 +259,19 @@ class Kube:
 def test_the_hpa_and_pod_monitor_are_applied_where_served_and_removed_with_the_fields(served: bool) -> None:
     kube = Kube(pod_monitors=served)
     on = spec(autoscaling=AUTOSCALING, config=redis_store(), redis={"managed": {"enabled": True}})
-    apply.apply(kube, OWNER, on, render.desired_objects(OWNER, on, None, 2))  # type: ignore[arg-type]
+    apply.apply(kube, OWNER, on, desired_objects(OWNER, on, None, 2, pod_code=POD_CODE))  # type: ignore[arg-type]
     assert ("HorizontalPodAutoscaler", "gw") in kube.objects
     assert (("PodMonitor", "gw") in kube.objects) is served  # skipped without prometheus-operator's CRD
     off = spec(config=redis_store(), redis={"managed": {"enabled": True}})
-    apply.apply(kube, OWNER, off, render.desired_objects(OWNER, off, None, 2),  # type: ignore[arg-type]
-                autoscaling_before=render.autoscaling_status("gw", on))
+    apply.apply(kube, OWNER, off, desired_objects(OWNER, off, None, 2, pod_code=POD_CODE),  # type: ignore[arg-type]
+                autoscaling_before=autoscaling_status("gw", on))
     assert ("HorizontalPodAutoscaler", "gw") not in kube.objects and ("PodMonitor", "gw") not in kube.objects
     # nothing is looked for when status never said it was asked for
     kube.deleted.clear()
-    apply.apply(kube, OWNER, off, render.desired_objects(OWNER, off, None, 2))  # type: ignore[arg-type]
+    apply.apply(kube, OWNER, off, desired_objects(OWNER, off, None, 2, pod_code=POD_CODE))  # type: ignore[arg-type]
     assert not {"HorizontalPodAutoscaler", "PodMonitor"} & set(kube.deleted)
 
 
 def test_canonical_quantity() -> None:
-    assert [render.canonical_quantity(v) for v in ("3", "3.0", "1.5", "0.25", "0.005", "12.125")] == [
+    assert [canonical_quantity(v) for v in ("3", "3.0", "1.5", "0.25", "0.005", "12.125")] == [
         "3", "3", "1500m", "250m", "5m", "12125m"]

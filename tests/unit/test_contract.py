@@ -22,9 +22,13 @@ import yaml
 from gateway_operator.api import GatewaySpec
 from gateway_operator.api.redis_target import resolve
 from gateway_operator.clients import redis_protocol
-from gateway_operator.core import pods, render
+from gateway_operator.core import pods
 from gateway_operator.core.health import ReplicaHealth, parse_answer
+from gateway_operator.core.render.deployment import deployment
+from gateway_operator.core.render.gateway_config import gateway_config
+from gateway_operator.core.render.names import Owner
 from gateway_operator.pod import gwop_contract as contract
+from gateway_operator.pod import pod_code as shipped_pod_code
 from harness import pod_code
 from harness.operator import gateway_deployment, redis_store
 
@@ -41,12 +45,12 @@ import gwop_watch  # noqa: E402
 import launch  # noqa: E402
 
 CONTRACT = pod_code.POD_CODE / "gwop_contract.py"
-OWNER = render.Owner("gw", "prod", "uid-1")
+OWNER = Owner("gw", "prod", "uid-1")
 PREFIX = "gwop:prod:gw:"
 
 
 def test_the_contract_ships_with_the_pod_code_and_imports_the_standard_library_alone() -> None:
-    assert render.pod_code()["gwop_contract.py"] == CONTRACT.read_text()
+    assert shipped_pod_code()["gwop_contract.py"] == CONTRACT.read_text()
     tree = ast.parse(CONTRACT.read_text())
     imported = {a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
     imported |= {n.module.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
@@ -175,7 +179,7 @@ def full_spec() -> GatewaySpec:
 def test_the_pod_template_starts_the_launcher_on_the_contracts_ports_with_its_env(monkeypatch) -> None:
     spec = full_spec()
     target = resolve(spec.redis, OWNER.namespace, OWNER.name)
-    container = render.deployment(OWNER, spec, target, 3, "h", migration="tok")["spec"]["template"]["spec"][
+    container = deployment(OWNER, spec, target, 3, "h", migration="tok")["spec"]["template"]["spec"][
         "containers"][0]
     args = launch.parse_args(container["command"][2:])
     assert (args.port, args.watch_port) == (contract.GATEWAY_PORT, contract.WATCH_PORT)
@@ -193,7 +197,7 @@ def test_the_pod_template_starts_the_launcher_on_the_contracts_ports_with_its_en
 
 def test_the_launcher_reads_its_sections_of_the_config_the_operator_writes() -> None:
     spec = full_spec()
-    written = render.gateway_config(OWNER, spec, resolve(spec.redis, OWNER.namespace, OWNER.name))
+    written = gateway_config(OWNER, spec, resolve(spec.redis, OWNER.namespace, OWNER.name))
     assert gwop_config.session_settings(written) == written[contract.SESSION_HISTORY_KEY]
     assert gwop_config.guard_settings(written) == written[contract.GUARD_KEY]
 

@@ -14,11 +14,13 @@ from gateway_operator import api, offline
 from gateway_operator.api import GatewaySpec, validation
 from gateway_operator.api import reasons as R
 from gateway_operator.api.redis_target import resolve
-from gateway_operator.core import conditions, facts, render
+from gateway_operator.core import conditions, facts
 from gateway_operator.core.dedup_history import StoreFacts
 from gateway_operator.core.health import Idempotency, ReplicaHealth
 from gateway_operator.core.outcome import Outcome
 from gateway_operator.core.probe_result import ProbeResult
+from gateway_operator.core.render.gateway_config import gateway_config
+from gateway_operator.core.render.names import Owner
 from harness import pod_code
 from harness.cluster import REPO
 from harness.operator import gateway_deployment, redis_store
@@ -27,7 +29,7 @@ pod_code.importable()
 import gwop_config  # noqa: E402
 
 REDIS = {"url": "redis://redis.example:6379/0"}
-OWNER = render.Owner("gw", "prod", "uid-1")
+OWNER = Owner("gw", "prod", "uid-1")
 
 
 def coalesced(enabled: bool = True) -> dict:
@@ -109,7 +111,7 @@ def test_the_spec_reaches_the_launcher_whose_guard_settings_read_it_and_refuse_w
         72 * 3600, 60, 1024 * 1024)
     spec = GatewaySpec.parse(gateway_deployment("gw", maxRequestBodyBytes=4096, config=redis_store(), redis={
         **REDIS, "recordTTLSeconds": 7200, "claimLeaseSeconds": 30})["spec"])
-    rendered = render.gateway_config(OWNER, spec, resolve(spec.redis, OWNER.namespace, OWNER.name))
+    rendered = gateway_config(OWNER, spec, resolve(spec.redis, OWNER.namespace, OWNER.name))
     assert rendered["idempotency_guard"] == {"fail_closed_seconds": 30, "claim_lease_seconds": 30,
                                              "record_ttl_seconds": 7200, "max_body_bytes": 4096}
     assert gwop_config.guard_settings(rendered) == {"fail_closed_seconds": 30.0, "claim_lease_seconds": 30.0,

@@ -268,7 +268,7 @@ def test_a_store_built_while_redis_is_down_holds_then_asks_redis_once_it_answers
     again (a silent duplicate). The launcher treats it as an outage of the Redis store: the delivery
     is answered 503 (retry), /health says "unreachable at runtime", nothing runs; once Redis answers
     the replica asks it, and the webhook that the other replica ran meanwhile is deduplicated."""
-    from gateway_operator.core.render import REDIS_CLIENT_OPTIONS
+    from gateway_operator.core.render.gateway_config import REDIS_CLIENT_OPTIONS
     documented = documented_config(real_redis)
     documented["push"]["redis"]["url"] += f"?{REDIS_CLIENT_OPTIONS}"
     cut_off = launch("cut-off", documented)
@@ -295,7 +295,7 @@ def test_a_replica_says_it_cannot_reach_redis_before_any_webhook(
     (its readiness gate). A replica cut off before its first webhook (store not built, its journal
     never asked Redis) says so within the probe's period and timeout; once Redis answers again it
     says so, and for how long without a break (the operator waits for that before it believes it)."""
-    from gateway_operator.core.render import REDIS_CLIENT_OPTIONS
+    from gateway_operator.core.render.gateway_config import REDIS_CLIENT_OPTIONS
     import gwop_reach
     documented = documented_config(real_redis)
     documented["push"]["redis"]["url"] += f"?{REDIS_CLIENT_OPTIONS}"
@@ -332,7 +332,7 @@ def test_the_health_watch_says_at_once_what_health_says_and_the_operator_hears_i
     import gwop_reach
     from gateway_operator.clients.health_watch import Watch
     from gateway_operator.core.health import Target
-    from gateway_operator.core.render import REDIS_CLIENT_OPTIONS
+    from gateway_operator.core.render.gateway_config import REDIS_CLIENT_OPTIONS
     documented = documented_config(real_redis)
     documented["push"]["redis"]["url"] += f"?{REDIS_CLIENT_OPTIONS}"
     watch_port = free_port()
@@ -383,7 +383,7 @@ def test_a_hung_redis_is_answered_503_within_a_second_then_fails_open_after_the_
     that cannot ask Redis answers 503 with Retry-After within a second and runs nothing (the
     provider retries), without asking Redis again for each delivery; past failClosedSeconds it
     admits best-effort, as the gateway documents."""
-    from gateway_operator.core.render import REDIS_CLIENT_OPTIONS
+    from gateway_operator.core.render.gateway_config import REDIS_CLIENT_OPTIONS
     window = 4.0
     documented = documented_config(real_redis, guard={"fail_closed_seconds": window})
     documented["push"]["redis"]["url"] += f"?{REDIS_CLIENT_OPTIONS}"
@@ -425,7 +425,7 @@ def test_a_stall_shorter_than_the_window_never_runs_a_recorded_webhook_again(
     webhook Redis has recorded is not run again (0.1.16's breaker admitted it without asking Redis),
     and a new webhook held meanwhile runs once when retried, though its claim may have reached Redis
     after the timeout (the replica releases it once Redis answers)."""
-    from gateway_operator.core.render import REDIS_CLIENT_OPTIONS
+    from gateway_operator.core.render.gateway_config import REDIS_CLIENT_OPTIONS
     documented = documented_config(real_redis)
     documented["push"]["redis"]["url"] += f"?{REDIS_CLIENT_OPTIONS}"
     gw = launch("blip", documented)
@@ -490,7 +490,7 @@ def test_what_a_replica_admitted_while_redis_was_paused_is_recorded_once_it_answ
     back ran the agent again while every condition said exactly-once held (the checker's silent
     duplicates after a Redis pause). The launcher journals what it admitted meanwhile and writes
     it to Redis once Redis answers: the redelivery, to another replica, is deduplicated."""
-    from gateway_operator.core.render import REDIS_CLIENT_OPTIONS
+    from gateway_operator.core.render.gateway_config import REDIS_CLIENT_OPTIONS
     documented = documented_config(real_redis, guard={"fail_closed_seconds": 0})  # fail open at once
     documented["push"]["redis"]["url"] += f"?{REDIS_CLIENT_OPTIONS}"
     a, b = launch("paused-a", documented), launch("paused-b", documented)
@@ -525,7 +525,7 @@ def test_a_replica_stopped_with_a_journal_says_when_it_carried_it_all_to_redis(
     operator counts its journal as left behind."""
     import threading
     from gateway_operator.pod.gwop_contract import carried_key
-    from gateway_operator.core.render import REDIS_CLIENT_OPTIONS
+    from gateway_operator.core.render.gateway_config import REDIS_CLIENT_OPTIONS
     documented = documented_config(real_redis, guard={"fail_closed_seconds": 0})  # fail open at once
     documented["push"]["redis"]["url"] += f"?{REDIS_CLIENT_OPTIONS}"
     for pod, resume_after in (("pod-carries", 1.0), ("pod-cannot", None)):
@@ -1334,13 +1334,14 @@ def own_redis_config(redis: RedisServer) -> Dict[str, Any]:
     from gateway_operator import api
     from gateway_operator.api import GatewaySpec
     from gateway_operator.api.redis_target import resolve
-    from gateway_operator.core import render
+    from gateway_operator.core.render.gateway_config import gateway_config
+    from gateway_operator.core.render.names import Owner
     spec = GatewaySpec.parse({"image": "x", "replicas": 2, "config": {"hooks": {"idempotency": {
         "store_backend": "redis"}}}, "redis": {
         "host": "127.0.0.1", "port": redis.port, "prefix": PREFIX, "passwordSecretRef": {"name": "login"},
         "usernameSecretRef": {"name": "login"},
         "tls": {"enabled": True, "caSecretRef": {"name": "ca"}, "serverName": TLS_NAME}}})
-    rendered = render.gateway_config(render.Owner("gw", "testns", "uid"), spec, resolve(spec.redis, "testns", "gw"))
+    rendered = gateway_config(Owner("gw", "testns", "uid"), spec, resolve(spec.redis, "testns", "gw"))
     push = rendered["push"]["redis"]
     assert redis.tls is not None
     push["url"] = push["url"].replace(f"{api.REDIS_CA_DIR}/{api.REDIS_CA_FILE}", str(redis.tls.ca_path))
@@ -1425,7 +1426,7 @@ def test_a_turn_admitted_around_an_outage_keeps_its_claim_after_redis_answers(
     on. When Redis answers, the queued claim lands; the journal must make the running turn's claim
     its own (held and renewed) instead of writing nothing and then releasing the held delivery's
     claim, which left the key free while the turn ran: a redelivery to another replica ran it again."""
-    from gateway_operator.core.render import REDIS_CLIENT_OPTIONS
+    from gateway_operator.core.render.gateway_config import REDIS_CLIENT_OPTIONS
     guard = {"fail_closed_seconds": 2, "claim_lease_seconds": 10}
     documented = documented_config(real_redis, guard=guard)
     documented["push"]["redis"]["url"] += f"?{REDIS_CLIENT_OPTIONS}"

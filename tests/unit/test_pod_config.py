@@ -122,14 +122,15 @@ def test_the_launcher_and_the_operator_agree_on_what_they_still_spell_apart() ->
     on its own, this test keeps equal."""
     from gateway_operator import api
     from gateway_operator.api import validation
-    from gateway_operator.core import render
+    from gateway_operator.core.render.gateway_config import gateway_config
+    from gateway_operator.core.render.names import Owner
     assert config._OTHER_IDEMPOTENCY_FORMS == validation.OTHER_IDEMPOTENCY_FORMS
     # whatever the operator writes into push.redis, the launcher takes (the fullest spec.redis there is)
     spec = spec_of({"redis": {"host": "10.0.0.5", "passwordSecretRef": {"name": "l"},
                                     "usernameSecretRef": {"name": "l"},
                                     "tls": {"enabled": True, "caSecretRef": {"name": "c"}, "serverName": "r.x"}}})
     from gateway_operator.api.redis_target import resolve
-    pushed = render.gateway_config(render.Owner("g", "n", "u"), spec, resolve(spec.redis, "n", "g"))["push"]["redis"]
+    pushed = gateway_config(Owner("g", "n", "u"), spec, resolve(spec.redis, "n", "g"))["push"]["redis"]
     assert set(pushed) <= config._REDIS_KEYS and {"username", "tls_server_name"} <= set(pushed)
     # the env vars it renders as ${VAR} are the ones the launcher keeps out of its log lines
     names = {api.AUTH_TOKEN_ENV, api.REDIS_PASSWORD_ENV, api.REDIS_USERNAME_ENV}

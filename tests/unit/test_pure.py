@@ -10,13 +10,22 @@ from gateway_operator.api import reasons
 from gateway_operator.api import GatewaySpec
 from gateway_operator.api.redis_target import InvalidRedisURL, resolve
 from gateway_operator.clients.kube import is_subset
-from gateway_operator.core import conditions, render, replicas, status
+from gateway_operator.core import conditions, replicas, status
 from gateway_operator.core.conditions import Facts, Problem
 from gateway_operator.core.health import DESCRIPTIONS, Idempotency, ReplicaHealth, classify, own_view
 from gateway_operator.core.probe_result import ProbeResult
+from gateway_operator.core.render.autoscaling import disruption_budget
+from gateway_operator.core.render.deployment import deployment
+from gateway_operator.core.render.gateway_config import config_hash, config_map, gateway_config
+from gateway_operator.core.render.managed_redis import managed_redis
+from gateway_operator.core.render.names import OperatorIdentity, Owner
+from gateway_operator.core.render.network import gateway_network_policy, service
+from gateway_operator.core.render.objects import desired_objects
+from gateway_operator.pod import pod_code as shipped_pod_code
 from harness.operator import gateway_deployment, redis_store
 
-OWNER = render.Owner("gw", "prod", "uid-1")
+OWNER = Owner("gw", "prod", "uid-1")
+POD_CODE = shipped_pod_code()  # the pods' code, as the operator's entry points read it
 OK = ProbeResult(True, "ProbeSucceeded", "ok")
 DOWN = ProbeResult(False, "ConnectionFailed", "cannot connect")
 
@@ -54,7 +63,7 @@ def test_malformed_urls_are_specific_errors(url: str) -> None:
 def test_rendered_config_carries_redis_without_secrets() -> None:
     s = spec(replicas=3, config=redis_store(), redis={"url": "redis://r:6379/0", "passwordSecretRef": {"name": "pw"}})
     target = resolve(s.redis, OWNER.namespace, OWNER.name)
-    config = render.gateway_config(OWNER, s, target)
+    config = gateway_config(OWNER, s, target)
     assert config["push"]["redis"] == {"url": "redis://r:6379/0?socket_timeout=0.3&socket_connect_timeout=1",
                                        "prefix": "gwop:prod:gw:",
                                        "password": "${GATEWAY_REDIS_PASSWORD}"}
@@ -64,30 +73,30 @@ def test_rendered_config_carries_redis_without_secrets() -> None:
 
 def test_user_turn_lock_choice_is_kept() -> None:
     s = spec(config=redis_store({"turn_lock": {"backend": "local"}}), redis={"url": "redis://r:6379/0"})
-    assert render.gateway_config(OWNER, s, resolve(s.redis, "prod", "gw"))["turn_lock"] == {"backend": "local"}
+    assert gateway_config(OWNER, s, resolve(s.redis, "prod", "gw"))["turn_lock"] == {"backend": "local"}
 
 
 def test_config_change_changes_the_pod_template_hash() -> None:
     a, b = spec(), spec(config={"agents": {"assistant": {"instructions": "other"}}})
-    ha = render.config_hash(render.config_map(OWNER, a, None))
-    hb = render.config_hash(render.config_map(OWNER, b, None))
+    ha = config_hash(config_map(OWNER, a, None, POD_CODE))
+    hb = config_hash(config_map(OWNER, b, None, POD_CODE))
     assert ha != hb
-    assert render.deployment(OWNER, a, None, 1, ha)["spec"]["template"]["metadata"]["annotations"][
+    assert deployment(OWNER, a, None, 1, ha)["spec"]["template"]["metadata"]["annotations"][
         api.ANNOTATION_CONFIG_HASH] == ha
 
 
 def test_strategy_pdb_and_affinity_follow_the_store() -> None:
     single = spec()
     shared = spec(replicas=3, config=redis_store(), redis={"url": "redis://r:6379/0"})
-    assert render.deployment(OWNER, single, None, 1, "h")["spec"]["strategy"] == {"type": "Recreate"}
-    assert render.deployment(OWNER, shared, None, 3, "h")["spec"]["strategy"]["type"] == "RollingUpdate"
-    assert render.disruption_budget(OWNER, single) is None
-    assert render.disruption_budget(OWNER, shared)["spec"]["maxUnavailable"] == 1
-    assert render.service(OWNER, shared)["spec"]["sessionAffinity"] == "ClientIP"
+    assert deployment(OWNER, single, None, 1, "h")["spec"]["strategy"] == {"type": "Recreate"}
+    assert deployment(OWNER, shared, None, 3, "h")["spec"]["strategy"]["type"] == "RollingUpdate"
+    assert disruption_budget(OWNER, single) is None
+    assert disruption_budget(OWNER, shared)["spec"]["maxUnavailable"] == 1
+    assert service(OWNER, shared)["spec"]["sessionAffinity"] == "ClientIP"
 
 
 def test_pod_security_is_restricted() -> None:
-    pod = render.deployment(OWNER, spec(), None, 1, "h")["spec"]["template"]["spec"]
+    pod = deployment(OWNER, spec(), None, 1, "h")["spec"]["template"]["spec"]
     c = pod["containers"][0]["securityContext"]
     assert pod["securityContext"]["runAsNonRoot"] and pod["securityContext"]["seccompProfile"]["type"] == "RuntimeDefault"
     assert c["allowPrivilegeEscalation"] is False and c["readOnlyRootFilesystem"] is True
@@ -95,8 +104,8 @@ def test_pod_security_is_restricted() -> None:
 
 
 def test_managed_redis_objects() -> None:
-    operator = render.OperatorIdentity("ops-system", "ops")
-    objects = render.managed_redis(OWNER, spec(config=redis_store(), redis={"managed": {"enabled": True}}), operator)
+    operator = OperatorIdentity("ops-system", "ops")
+    objects = managed_redis(OWNER, spec(config=redis_store(), redis={"managed": {"enabled": True}}), operator)
     kinds = {o["kind"]: o for o in objects}
     assert set(kinds) == {"Deployment", "Service", "NetworkPolicy"}
     policy = kinds["NetworkPolicy"]["spec"]
@@ -116,8 +125,8 @@ def test_managed_redis_objects() -> None:
     (2, {"size": "2Gi"}, True)])
 def test_a_managed_redis_shared_by_several_replicas_persists_and_never_evicts(replicas, persistence, on) -> None:
     managed = {"enabled": True, **({"persistence": persistence} if persistence is not None else {})}
-    objects = render.managed_redis(OWNER, spec(replicas=replicas, config=redis_store(), redis={"managed": managed}),
-                                   render.OperatorIdentity())
+    objects = managed_redis(OWNER, spec(replicas=replicas, config=redis_store(), redis={"managed": managed}),
+                            OperatorIdentity())
     command = next(o for o in objects if o["kind"] == "Deployment")["spec"]["template"]["spec"]["containers"][0]["command"][2]
     assert "--maxmemory-policy noeviction" in command
     assert ("--appendonly yes" in command) is on and ("--appendonly no" in command) is not on
@@ -431,7 +440,7 @@ def test_probe_outcomes(redis_server) -> None:
 def test_pod_placement_knobs_reach_the_pod() -> None:
     s = spec(priorityClassName="gateways", topologySpreadConstraints=[
         {"maxSkew": 1, "topologyKey": "kubernetes.io/hostname", "whenUnsatisfiable": "ScheduleAnyway"}])
-    pod = render.deployment(OWNER, s, None, 1, "h")["spec"]["template"]["spec"]
+    pod = deployment(OWNER, s, None, 1, "h")["spec"]["template"]["spec"]
     assert pod["priorityClassName"] == "gateways"
     assert pod["topologySpreadConstraints"][0]["labelSelector"] == {"matchLabels": api.selector_for("gw")}
 
@@ -458,7 +467,7 @@ def test_managed_redis_command_keeps_dedup_records_across_a_kill_only_with_persi
 
     managed = {"enabled": True, **({"persistence": {"enabled": True}} if persistent else {})}
     s = spec(config=redis_store(), redis={"managed": managed})
-    deployment = next(o for o in render.managed_redis(OWNER, s, render.OperatorIdentity()) if o["kind"] == "Deployment")
+    deployment = next(o for o in managed_redis(OWNER, s, OperatorIdentity()) if o["kind"] == "Deployment")
     command = deployment["spec"]["template"]["spec"]["containers"][0]["command"]
     assert deployment["spec"]["template"]["spec"]["containers"][0]["image"] == api.DEFAULT_MANAGED_REDIS_IMAGE
     assert (deployment["spec"]["template"]["spec"]["volumes"][0].get("persistentVolumeClaim") is not None) == persistent
@@ -493,11 +502,11 @@ def test_managed_redis_command_keeps_dedup_records_across_a_kill_only_with_persi
 
 def test_a_managed_redis_runs_the_operators_default_image_unless_its_spec_names_one() -> None:
     """The chart's managedRedis.image (--managed-redis-image) is the default; spec.redis.managed.image wins."""
-    local = render.OperatorIdentity(managed_redis_image="localhost/gateway-operator/redis:7")
+    local = OperatorIdentity(managed_redis_image="localhost/gateway-operator/redis:7")
 
     def image(managed: dict) -> str:
         s = spec(config=redis_store(), redis={"managed": {"enabled": True, **managed}})
-        deployment = next(o for o in render.managed_redis(OWNER, s, local) if o["kind"] == "Deployment")
+        deployment = next(o for o in managed_redis(OWNER, s, local) if o["kind"] == "Deployment")
         return deployment["spec"]["template"]["spec"]["containers"][0]["image"]
 
     assert image({}) == "localhost/gateway-operator/redis:7"
@@ -561,7 +570,7 @@ EDGE = {"ingress": {"className": "traefik", "host": "gw.example.test", "tlsSecre
 
 def exposed(replicas: int) -> list[dict]:
     s = spec(replicas=replicas, config=redis_store(), redis={"url": "redis://r:6379/0"}, expose=EDGE)
-    objects = render.desired_objects(OWNER, s, resolve(s.redis, OWNER.namespace, OWNER.name), replicas)
+    objects = desired_objects(OWNER, s, resolve(s.redis, OWNER.namespace, OWNER.name), replicas, pod_code=POD_CODE)
     return objects
 
 
@@ -602,7 +611,7 @@ def test_one_replica_needs_no_edge_affinity_and_no_expose_renders_no_route() -> 
     ingress = next(o for o in objects if o["kind"] == "Ingress")
     assert "nginx.ingress.kubernetes.io/affinity" not in ingress["metadata"]["annotations"]
     assert "annotations" not in next(o for o in objects if o["kind"] == "Service")["metadata"]
-    plain = render.desired_objects(OWNER, spec(), None, 1)
+    plain = desired_objects(OWNER, spec(), None, 1, pod_code=POD_CODE)
     assert not {"Ingress", "HTTPRoute"} & {o["kind"] for o in plain}
 
 
@@ -640,10 +649,10 @@ def test_status_expose_appears_and_goes_with_the_spec() -> None:
 
 
 def test_the_gateway_network_policy_admits_the_namespace_the_operator_and_the_listed_namespaces() -> None:
-    operator = render.OperatorIdentity("ops", "gwop")
-    assert render.gateway_network_policy(OWNER, spec(), operator) is None  # off by default
+    operator = OperatorIdentity("ops", "gwop")
+    assert gateway_network_policy(OWNER, spec(), operator) is None  # off by default
     on = spec(networkPolicy={"enabled": True, "fromNamespaces": ["edge"]})
-    policy = render.gateway_network_policy(OWNER, on, operator)
+    policy = gateway_network_policy(OWNER, on, operator)
     assert policy["metadata"]["name"] == "gw-gateway"
     assert policy["spec"]["podSelector"] == {"matchLabels": api.selector_for("gw")}
     rule = policy["spec"]["ingress"][0]
@@ -655,7 +664,7 @@ def test_the_gateway_network_policy_admits_the_namespace_the_operator_and_the_li
     assert {"namespaceSelector": {"matchExpressions": [{"key": "kubernetes.io/metadata.name", "operator": "In",
                                                         "values": ["edge"]}]}} in peers
     assert len(peers) == 3
-    kinds = [o["kind"] for o in render.desired_objects(OWNER, on, None, 1, operator=operator)]
+    kinds = [o["kind"] for o in desired_objects(OWNER, on, None, 1, operator=operator, pod_code=POD_CODE)]
     assert kinds.count("NetworkPolicy") == 1
 
 
@@ -663,10 +672,10 @@ def test_the_gateway_network_policy_admits_the_namespace_the_operator_and_the_li
 def test_drain_seconds_sets_the_grace_period_the_prestop_pause_and_the_gateways_drain(drain) -> None:
     s = spec(replicas=3, config=redis_store(), **({"drainSeconds": drain} if drain else {}))
     expected = drain or api.DEFAULT_DRAIN_SECONDS
-    pod = render.deployment(OWNER, s, None, 3, "hash")["spec"]["template"]["spec"]
+    pod = deployment(OWNER, s, None, 3, "hash")["spec"]["template"]["spec"]
     assert pod["terminationGracePeriodSeconds"] == expected + 25  # preStop 5 + exit margin 20
     assert pod["containers"][0]["lifecycle"] == {"preStop": {"sleep": {"seconds": 5}}}
-    assert render.gateway_config(OWNER, s, None)["gateway"]["drain_timeout"] == expected
+    assert gateway_config(OWNER, s, None)["gateway"]["drain_timeout"] == expected
 
 
 def test_the_switch_from_one_sqlite_replica_holds_one_replica_on_its_pvc_until_the_records_are_in_redis() -> None:
@@ -678,7 +687,7 @@ def test_the_switch_from_one_sqlite_replica_holds_one_replica_on_its_pvc_until_t
         return migration_state(s, previous, lambda: claim, marker, lambda: next(tokens))
     pending = state({}, True, None)
     assert pending == Migration("t1", False) and replicas_to_run(s, True, 1, pending) == 1
-    objects = render.desired_objects(OWNER, s, None, 1, migration=pending.token)
+    objects = desired_objects(OWNER, s, None, 1, migration=pending.token, pod_code=POD_CODE)
     deployment = next(o for o in objects if o["kind"] == "Deployment")["spec"]
     pod = deployment["template"]["spec"]
     assert deployment["strategy"] == {"type": "Recreate"}  # the old pod lets go of the PVC first
@@ -689,7 +698,8 @@ def test_the_switch_from_one_sqlite_replica_holds_one_replica_on_its_pvc_until_t
     done = state(pending.status(), True, "t1")
     assert done == Migration("t1", True) and replicas_to_run(s, True, 1, done) == 3
     assert state(done.status(), False, None) == done  # done stays done
-    after = next(o for o in render.desired_objects(OWNER, s, None, 3) if o["kind"] == "Deployment")["spec"]
+    after = next(o for o in desired_objects(OWNER, s, None, 3, pod_code=POD_CODE)
+                 if o["kind"] == "Deployment")["spec"]
     assert {"name": "state", "emptyDir": {}} in after["template"]["spec"]["volumes"]
     # nothing to carry over: no PVC (an emptyDir's records died with its pod), or not on Redis
     assert state({}, False, None) is None
@@ -708,7 +718,7 @@ def test_session_history_is_shared_whenever_redis_is_wired(sessions, redis, repl
     s = spec(replicas=replicas, config=redis_store() if redis else None, **extra) if redis else spec(replicas=replicas)
     store, status, reason = expected
     assert s.sessions_store == store
-    rendered = render.gateway_config(OWNER, s, resolve(s.redis, OWNER.namespace, OWNER.name) if redis else None)
+    rendered = gateway_config(OWNER, s, resolve(s.redis, OWNER.namespace, OWNER.name) if redis else None)
     # with or without Redis: the launcher keeps each session's history apart (never 0.1.16's one per hook)
     assert rendered["session_history"] == {"store": store, "max_messages": 50, "ttl_seconds": 604800,
                                            "max_sessions": 10_000}
@@ -722,17 +732,17 @@ def test_session_history_is_shared_whenever_redis_is_wired(sessions, redis, repl
 def test_the_session_history_key_reaches_the_pods_only_from_a_secret() -> None:
     shared = spec(replicas=3, config=redis_store(), redis={"managed": {"enabled": True}})
     target = resolve(shared.redis, OWNER.namespace, OWNER.name)
-    env = {e["name"]: e for e in render.deployment(OWNER, shared, target, 3, "h")["spec"]["template"]["spec"][
+    env = {e["name"]: e for e in deployment(OWNER, shared, target, 3, "h")["spec"]["template"]["spec"][
         "containers"][0]["env"]}
     assert env["GATEWAY_SESSION_KEY"] == {"name": "GATEWAY_SESSION_KEY", "valueFrom": {"secretKeyRef": {
         "name": "gw-session-key", "key": "key"}}}
     own = spec(replicas=3, config=redis_store(), redis={"managed": {"enabled": True}},
                sessions={"encryptionKeySecretRef": {"name": "mine"}})
-    env = {e["name"]: e for e in render.deployment(OWNER, own, target, 3, "h")["spec"]["template"]["spec"][
+    env = {e["name"]: e for e in deployment(OWNER, own, target, 3, "h")["spec"]["template"]["spec"][
         "containers"][0]["env"]}
     assert env["GATEWAY_SESSION_KEY"]["valueFrom"]["secretKeyRef"] == {"name": "mine", "key": "key"}
     local = spec(replicas=3, config=redis_store(), redis={"managed": {"enabled": True}}, sessions={"store": "replica"})
-    assert "GATEWAY_SESSION_KEY" not in {e["name"] for e in render.deployment(OWNER, local, target, 3, "h")[
+    assert "GATEWAY_SESSION_KEY" not in {e["name"] for e in deployment(OWNER, local, target, 3, "h")[
         "spec"]["template"]["spec"]["containers"][0]["env"]}
 
 
@@ -746,12 +756,12 @@ def test_your_own_redis_reaches_the_pods_as_a_mounted_ca_and_secret_backed_user(
                 "serverName": "redis.prod.internal"}})
     target = resolve(own.redis, OWNER.namespace, OWNER.name)
     assert target is not None and target.server_name == "redis.prod.internal"
-    assert render.gateway_config(OWNER, own, target)["push"]["redis"] == {
+    assert gateway_config(OWNER, own, target)["push"]["redis"] == {
         "url": f"rediss://10.0.0.5:6380/0?socket_timeout=0.3&socket_connect_timeout=1&ssl_ca_certs={api.REDIS_CA_DIR}"
                "/ca.crt",
         "prefix": "gwop:prod:gw:", "password": "${GATEWAY_REDIS_PASSWORD}", "username": "${GATEWAY_REDIS_USERNAME}",
         "tls_server_name": "redis.prod.internal"}
-    pod = render.deployment(OWNER, own, target, 3, "h")["spec"]["template"]["spec"]
+    pod = deployment(OWNER, own, target, 3, "h")["spec"]["template"]["spec"]
     container = pod["containers"][0]
     env = {e["name"]: e for e in container["env"]}
     assert env["GATEWAY_REDIS_USERNAME"]["valueFrom"]["secretKeyRef"] == {"name": "redis-login", "key": "username"}
@@ -762,8 +772,8 @@ def test_your_own_redis_reaches_the_pods_as_a_mounted_ca_and_secret_backed_user(
     skip = spec(replicas=3, config=redis_store(), redis={"url": "rediss://r:6380/0",
                                                          "tls": {"insecureSkipVerify": True}})
     skip_target = resolve(skip.redis, OWNER.namespace, OWNER.name)
-    assert render.gateway_config(OWNER, skip, skip_target)["push"]["redis"]["url"].endswith("&ssl_cert_reqs=none")
-    assert "redis-ca" not in {v["name"] for v in render.deployment(OWNER, skip, skip_target, 3, "h")["spec"][
+    assert gateway_config(OWNER, skip, skip_target)["push"]["redis"]["url"].endswith("&ssl_cert_reqs=none")
+    assert "redis-ca" not in {v["name"] for v in deployment(OWNER, skip, skip_target, 3, "h")["spec"][
         "template"]["spec"]["volumes"]}
 
 
@@ -772,10 +782,10 @@ def test_a_spec_without_the_new_fields_renders_the_pod_template_it_did_before() 
     for url in ("redis://r:6379/0", "rediss://r:6380/0"):
         plain = spec(replicas=3, config=redis_store(), redis={"url": url, "passwordSecretRef": {"name": "p"}})
         target = resolve(plain.redis, OWNER.namespace, OWNER.name)
-        pod = render.deployment(OWNER, plain, target, 3, "h")["spec"]["template"]["spec"]
+        pod = deployment(OWNER, plain, target, 3, "h")["spec"]["template"]["spec"]
         assert [v["name"] for v in pod["volumes"]] == ["config", "work", "state", "tmp"]
         assert "GATEWAY_REDIS_USERNAME" not in {e["name"] for e in pod["containers"][0]["env"]}
-        assert render.gateway_config(OWNER, plain, target)["push"]["redis"] == {
+        assert gateway_config(OWNER, plain, target)["push"]["redis"] == {
             "url": f"{url}?socket_timeout=0.3&socket_connect_timeout=1", "prefix": "gwop:prod:gw:",
             "password": "${GATEWAY_REDIS_PASSWORD}"}
 

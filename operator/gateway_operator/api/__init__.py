@@ -90,7 +90,7 @@ class Policy:
 
 # spec.autoscaling: the HPA's bounds, and how long its scale-down period may be (autoscaling/v2
 # refuses a policy's periodSeconds over 1800): a pod's grace period must fit in one period, so
-# that scale-in never has two pods draining at once (render.autoscaler)
+# that scale-in never has two pods draining at once (render.autoscaling.autoscaler)
 MAX_AUTOSCALING_REPLICAS = 100
 DEFAULT_MAX_REPLICAS = 4
 HPA_MAX_PERIOD_SECONDS = 1800
@@ -217,7 +217,7 @@ class ManagedRedisSpec(fields.Section):
 
 
 @dataclass(frozen=True)
-class RedisSpec:
+class RedisSpec(fields.Section):
     url: str | None = fields.api(fields.scalar(
         "url", "string", "redis://host:port/db or rediss://host:port/db (port 1-65535, db 0-15), without credentials; "
         "at most {max_length} characters. Default: none.", convert=_or_none, max_length=2048))

@@ -77,7 +77,7 @@ def prop_schema(prop: fields.Prop) -> Schema:
     if prop.section is not None:
         return object_schema(prop.section, prop.text, prop.validations)
     if prop.kind is not None:
-        return _built(prop)
+        return _built(prop, prop.kind)
     if prop.type == "array":
         assert prop.items is not None
         return {"type": "array", **prop.keywords, "description": prop.text, "items": prop_schema(prop.items)}
@@ -87,22 +87,22 @@ def prop_schema(prop: fields.Prop) -> Schema:
     return schema
 
 
-def _built(prop: fields.Prop) -> Schema:
+def _built(prop: fields.Prop, kind: str) -> Schema:
     """The schema of a field whose shape is not a scalar's: a Secret reference, the gateway's own
     config, the edge, a string map, or a pod field as the pinned Kubernetes publishes it."""
-    if prop.kind == "secret":
+    if kind == "secret":
         return _secret_ref(prop.text, prop.secret_key, prop.secret_default)
-    if prop.kind == "config":
+    if kind == "config":
         return config_schema()
-    if prop.kind == "expose":
+    if kind == "expose":
         return _expose_schema()
-    if prop.kind == "env":
+    if kind == "env":
         return _env()
-    if prop.kind == "map":
+    if kind == "map":
         return {"type": "object", "description": prop.text, "additionalProperties": {"type": "string"}}
-    if prop.kind == "resources":
+    if kind == "resources":
         return _resources(prop.text)
-    return _pod_field(prop.kind, prop.text)
+    return _pod_field(kind, prop.text)
 
 
 def _pod_field(name: str, description: str) -> Schema:

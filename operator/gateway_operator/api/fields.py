@@ -15,6 +15,7 @@ Pure: imports nothing of the package (api.py imports it).
 """
 from __future__ import annotations
 
+import builtins
 import dataclasses
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Mapping
@@ -41,7 +42,7 @@ class Prop:
     convert: Callable[[Any], Any] = as_written  # the typed value of the raw one (default applied)
     keywords: Mapping[str, Any] = dataclasses.field(default_factory=dict)  # SCALAR_KEYWORDS, maxItems
     items: "Prop | None" = None    # an array's element
-    section: type | None = None    # an object declared by a spec dataclass of its own
+    section: builtins.type[Section] | None = None  # an object declared by a spec dataclass of its own (builtins: ``type`` is the field above)
     validations: str | None = None  # a section's validation.RULES (their ``at``)
     kind: str | None = None        # a schema crd.py builds: "secret", "map", "config", a pod field's name...
     secret_key: str = ""           # kind "secret": the key's default
@@ -98,7 +99,7 @@ def scalar(name: str, type_: str, description: str, default: Any = NO_DEFAULT, *
     return Prop(name, type_, description, default, convert, keywords, required=required)
 
 
-def section(name: str, cls: type, description: str, validations: str | None = None) -> Prop:
+def section(name: str, cls: type[Section], description: str, validations: str | None = None) -> Prop:
     return Prop(name, "object", description, section=cls, validations=validations)
 
 

@@ -87,7 +87,7 @@ def _get(node: Any, *path: str) -> Any:
     return node
 
 
-def spec_hosts(spec: Spec) -> list[str]:
+def spec_hosts(spec: Spec | None) -> list[str]:
     """Every host name spec.expose claims (Ingress host, HTTPRoute hostnames), lower case."""
     hosts = []
     host = _get(spec, "expose", "ingress", "host")

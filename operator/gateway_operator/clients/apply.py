@@ -1,6 +1,6 @@
-"""The pass's writes: apply what render says should exist (server-side apply, owned objects
-only), remove what the spec no longer asks for, and read the address the edge published for
-spec.expose. Synchronous API calls; reconcile.py runs them in threads.
+"""The pass's writes: apply what the render (core/render/) says should exist (server-side apply,
+owned objects only), remove what the spec no longer asks for, and read the address the edge
+published for spec.expose. Synchronous API calls; reconcile.py runs them in threads.
 """
 from __future__ import annotations
 
@@ -11,8 +11,11 @@ from kubernetes.client.rest import ApiException
 from gateway_operator import api
 from gateway_operator.api import GatewaySpec
 from gateway_operator.clients.kube import Kube, NotServed, controlled_by
-from gateway_operator.core import expose, render
+from gateway_operator.core import expose
 from gateway_operator.core.expose import Exposure
+from gateway_operator.core.render.autoscaling import HPA_API, POD_MONITOR_API
+from gateway_operator.core.render.manifest import Manifest
+from gateway_operator.core.render.names import Owner, gateway_network_policy_name
 
 #: the route kinds, and the spec field that asks for each
 EXPOSE_FIELD = {api.INGRESS_API[1]: "spec.expose.ingress", api.ROUTE_API[1]: "spec.expose.httpRoute"}
@@ -27,16 +30,17 @@ class Applied(NamedTuple):
 
 #: kinds written only where the cluster serves them, skipped elsewhere (spec.podMonitor: the
 #: Prometheus operator's CRD); nothing else of the gateway depends on them
-OPTIONAL_KINDS = (render.POD_MONITOR_API[1],)
+OPTIONAL_KINDS = (POD_MONITOR_API[1],)
 
 
-def always_absent(owner: render.Owner, spec: GatewaySpec) -> tuple[tuple[str, str, str], ...]:
+def always_absent(owner: Owner, spec: GatewaySpec) -> tuple[tuple[str, str, str], ...]:
     """(apiVersion, kind, name) of what every apply of this spec removes when it is there, whatever
-    status says: the PodDisruptionBudget of one replica (render.disruption_budget renders none)."""
+    status says: the PodDisruptionBudget of one replica (render.autoscaling.disruption_budget
+    renders none)."""
     return (("policy/v1", "PodDisruptionBudget", owner.name),) if spec.replicas <= 1 else ()
 
 
-def apply(kube: Kube, owner: render.Owner, spec: GatewaySpec, objects: Sequence[Mapping[str, Any]],
+def apply(kube: Kube, owner: Owner, spec: GatewaySpec, objects: Sequence[Manifest],
           before: tuple[bool, bool] = (False, False), routes_allowed: bool = True,
           held: Collection[tuple[str, str]] = (), autoscaling_before: Mapping[str, str] | None = None) -> Applied:
     """``objects``: what render says should exist. ``before``: whether status says routes
@@ -67,7 +71,7 @@ def apply(kube: Kube, owner: render.Owner, spec: GatewaySpec, objects: Sequence[
         writes += kube.delete_if_present(api_version, kind, owner.namespace, name, owner.uid)
     if policy_before and not spec.network_policy.enabled:
         writes += kube.delete_if_present("networking.k8s.io/v1", "NetworkPolicy", owner.namespace,
-                                         render.gateway_network_policy_name(owner.name), owner.uid)
+                                         gateway_network_policy_name(owner.name), owner.uid)
     writes += _remove_autoscaling(kube, owner, spec, autoscaling_before or {})
     if exposed_before or not routes_allowed:  # a route the spec no longer asks for, or may not have
         for (api_version, kind), wanted in ((api.INGRESS_API, spec.expose.ingress),
@@ -80,13 +84,13 @@ def apply(kube: Kube, owner: render.Owner, spec: GatewaySpec, objects: Sequence[
     return Applied(writes, routes, generation, deployment)
 
 
-def _remove_autoscaling(kube: Kube, owner: render.Owner, spec: GatewaySpec, before: Mapping[str, str]) -> int:
+def _remove_autoscaling(kube: Kube, owner: Owner, spec: GatewaySpec, before: Mapping[str, str]) -> int:
     """The HPA and the PodMonitor status says were asked for, once the spec stops asking (only
     those this GatewayDeployment controls: kube.delete_if_present)."""
     removed = 0
     for key, (api_version, kind), wanted in (
-            ("horizontalPodAutoscaler", render.HPA_API, spec.autoscaling.enabled),
-            ("podMonitor", render.POD_MONITOR_API, spec.pod_monitor_enabled)):
+            ("horizontalPodAutoscaler", HPA_API, spec.autoscaling.enabled),
+            ("podMonitor", POD_MONITOR_API, spec.pod_monitor_enabled)):
         if before.get(key) and not wanted:
             try:
                 removed += kube.delete_if_present(api_version, kind, owner.namespace, before[key], owner.uid)
@@ -95,7 +99,7 @@ def _remove_autoscaling(kube: Kube, owner: render.Owner, spec: GatewaySpec, befo
     return removed
 
 
-def exposure(kube: Kube, owner: render.Owner, spec: GatewaySpec,
+def exposure(kube: Kube, owner: Owner, spec: GatewaySpec,
               applied: Mapping[str, dict[str, Any]] | None = None) -> Exposure | None:
     """The address the edge published for the routes of spec.expose (None: no spec.expose).
     ``applied``: the routes a full pass just applied (read here only when absent)."""
@@ -124,7 +128,7 @@ def exposure(kube: Kube, owner: render.Owner, spec: GatewaySpec,
     return expose.exposure(spec.expose, ingress, route, {k: v for k, v in gateways.items() if v})
 
 
-def _ours(live: dict[str, Any] | None, owner: render.Owner) -> dict[str, Any] | None:
+def _ours(live: dict[str, Any] | None, owner: Owner) -> dict[str, Any] | None:
     return live if live is not None and controlled_by(live, owner.uid) else None
 
 

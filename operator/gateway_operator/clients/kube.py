@@ -13,7 +13,7 @@ import logging
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator, Mapping, NamedTuple, Sequence
+from typing import Any, Callable, Iterator, Mapping, NamedTuple, Sequence, cast
 
 import urllib3
 from kubernetes import client, config
@@ -24,7 +24,8 @@ from kubernetes.utils import parse_quantity
 
 from gateway_operator import api
 from gateway_operator.core.pods import controller_of
-from gateway_operator.core.render import POD_MONITOR_API, Manifest, applied_hash
+from gateway_operator.core.render.autoscaling import POD_MONITOR_API
+from gateway_operator.core.render.manifest import Manifest, applied_hash
 
 log = logging.getLogger(__name__)
 
@@ -390,7 +391,7 @@ class Kube:
             for item in json.loads(response.data).get("items") or []:
                 meta = item.get("metadata") or {}
                 try:
-                    found[(meta.get("namespace") or "", meta["name"])] = int(meta.get("resourceVersion"))
+                    found[(meta.get("namespace") or "", meta["name"])] = int(meta["resourceVersion"])
                 except (KeyError, TypeError, ValueError):
                     continue
         return found
@@ -420,9 +421,10 @@ class Kube:
 
     def patch_status(self, namespace: str, name: str, status: Mapping[str, Any]) -> dict[str, Any]:
         with self._sending() as bound:
-            return self.custom.patch_namespaced_custom_object_status(
+            # cast: the client answers a custom object as its JSON, a dict, annotated ``object``
+            return cast(dict[str, Any], self.custom.patch_namespaced_custom_object_status(
                 api.GROUP, api.VERSION, namespace, api.PLURAL, name, {"status": status},
-                _request_timeout=bound)
+                _request_timeout=bound))
 
     def delete_pod(self, namespace: str, name: str, uid: str) -> None:
         with self._sending() as bound:

@@ -276,7 +276,8 @@ async def _store_facts(client: resp.Connection, prefix: str, answers: list[Any])
     if isinstance(server, redis.RedisError) or isinstance(persistence, redis.RedisError):
         refused.append("INFO")
     else:
-        aof = (resp.info(persistence, ("aof_enabled",)) or {}).get("aof_enabled") == 1
+        facts = resp.info(persistence, ("aof_enabled",))  # a dict, or None for a reply that is no INFO
+        aof = isinstance(facts, dict) and facts.get("aof_enabled") == 1
     if isinstance(policy_answer, redis.RedisError):
         refused.append("CONFIG GET")
     else:  # as when each was sent alone: the policy is kept when only CONFIG GET save is refused

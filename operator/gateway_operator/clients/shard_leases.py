@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import datetime
 import re
-from typing import Any
+from typing import Any, cast
 
 from kubernetes import client
 from kubernetes.client.rest import ApiException
@@ -41,14 +41,17 @@ class ShardLeases:
         return [view for lease in listed.items if (view := self._view(lease)) is not None]
 
     def _view(self, lease: client.V1Lease) -> LeaseView | None:
-        name, spec = lease.metadata.name, lease.spec
+        meta, spec = lease.metadata, lease.spec
+        if meta is None or meta.name is None or meta.resource_version is None:
+            return None  # the API server's Leases always name theirs
+        name, version = meta.name, meta.resource_version
         shard = _SHARD.search(name)
         if not name.startswith(f"{self.group}-") or (shard is None and not name.startswith(f"{self.group}-member-")):
             return None
         # any write changes the resourceVersion: a renewal within the same microsecond included
-        renewed = f"{spec.renew_time.isoformat() if spec and spec.renew_time else ''}@{lease.metadata.resource_version}"
+        renewed = f"{spec.renew_time.isoformat() if spec and spec.renew_time else ''}@{version}"
         return LeaseView(name, (spec.holder_identity if spec else None) or "", renewed,
-                         lease.metadata.resource_version, int(shard.group(1)) if shard else None)
+                         version, int(shard.group(1)) if shard else None)
 
     def write(self, name: str, read: LeaseView | None, holder: str, duration: float) -> LeaseView | None:
         """Holder ``holder`` ('' to give it up) with a fresh renewTime: the Lease as written, or
@@ -61,12 +64,16 @@ class ShardLeases:
                      "renewTime": now}}
         if holder and (read is None or read.holder != holder):
             body["spec"]["acquireTime"] = now
+        # cast: the client sends a dict body as it is (ApiClient.sanitize_for_serialization), though its
+        # annotations name only its V1Lease model
         try:
             if read is None:
-                written = self.api.create_namespaced_lease(self.namespace, body, _request_timeout=self.timeout)
+                written = self.api.create_namespaced_lease(self.namespace, cast(client.V1Lease, body),
+                                                           _request_timeout=self.timeout)
             else:
                 body["metadata"]["resourceVersion"] = read.version
-                written = self.api.replace_namespaced_lease(name, self.namespace, body, _request_timeout=self.timeout)
+                written = self.api.replace_namespaced_lease(name, self.namespace, cast(client.V1Lease, body),
+                                                            _request_timeout=self.timeout)
         except ApiException as e:
             if e.status == 409:
                 return None

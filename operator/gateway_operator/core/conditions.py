@@ -220,9 +220,11 @@ def _degraded(f: Facts) -> Condition:
     window that outlives its cause (a lost dedup history, admissions never recorded) follows in the
     message, or is the reason when no replica is degraded."""
     degraded = f.degraded
-    windows = [(R.DEDUP_HISTORY_LOST, lost_message(f.dedup, f.record_ttl)) if f.dedup_lost else None,
-               (R.ADMISSIONS_NOT_RECORDED, unrecorded_message(f.unrecorded)) if f.unrecorded_open else None]
-    windows = [w for w in windows if w]
+    windows: list[tuple[str, str]] = []
+    if f.dedup_lost:
+        windows.append((R.DEDUP_HISTORY_LOST, lost_message(f.dedup, f.record_ttl)))
+    if f.unrecorded_open:
+        windows.append((R.ADMISSIONS_NOT_RECORDED, unrecorded_message(f.unrecorded)))
     also = "".join(f"; also {message}" for _, message in windows[1:])
     if not degraded and windows:
         return Condition(IDEMPOTENCY_DEGRADED, "True", windows[0][0], windows[0][1] + also)

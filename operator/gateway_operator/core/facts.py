@@ -79,5 +79,6 @@ def _dedup_history(body: Mapping[str, Any], outcome: Outcome, now: float, ttl: f
     if target is None:
         return dedup_history.History()
     previous = dedup_history.History.from_status(_remembered(body, outcome))
-    fresh = outcome.probe is not None and not outcome.probe.reused  # a kept result was assessed when it was new
-    return dedup_history.assess(previous, outcome.probe.store if fresh else None, now, ttl)
+    probe = outcome.probe
+    fresh = probe.store if probe is not None and not probe.reused else None  # a kept result was assessed when it was new
+    return dedup_history.assess(previous, fresh, now, ttl)

@@ -168,11 +168,12 @@ def own_view(health: Mapping[str, Any]) -> OwnView:
     store = store if isinstance(store, Mapping) else {}
     redis = store.get(contract.REDIS)
     found = tuple(versions.get(p) for p in VERSIONED) if isinstance(versions, Mapping) else ()
-    ok = all(isinstance(v, str) and _VERSION.fullmatch(v) for v in found)
+    good = tuple(v for v in found if isinstance(v, str) and _VERSION.fullmatch(v))
+    ok = len(good) == len(found)
     redis = redis if redis in OWN_REDIS else None
     since = _number(store.get(contract.ANSWERS_FOR_S), MAX_SECONDS) if redis == contract.ANSWERS else None
     lost = sum(int(_number(store.get(k), MAX_COUNT) or 0) for k in (contract.JOURNAL_DROPPED, contract.LEASES_LOST))
-    return OwnView(redis, found if found and ok else (), since, lost,
+    return OwnView(redis, good if good and ok else (), since, lost,
                    _number(store.get(contract.LAST_UNRECORDED_AT), 1e11) if lost else None,
                    int(_number(store.get(contract.JOURNALLED), MAX_COUNT) or 0),
                    _number(store.get(contract.UNUSABLE_FOR_S), MAX_SECONDS) if redis in UNUSABLE else None,

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from typing import Sequence
 
-from kubernetes.client.rest import ApiException
+from kubernetes.client.exceptions import ApiException
 
 from gateway_operator.api import reasons as R
 from gateway_operator.api import GatewaySpec, Policy
@@ -132,6 +132,8 @@ def api_server_unavailable(error: Exception) -> Problem:
 def namespace_terminating(e: ApiException) -> bool:
     """The API server refused to create something because the namespace is being deleted (the
     cause NamespaceTerminating): not a problem of the spec, and nothing to retry there."""
+    if e.body is None:
+        return False
     try:
         causes = (json.loads(e.body).get("details") or {}).get("causes") or []
     except (TypeError, ValueError, AttributeError):
@@ -140,6 +142,8 @@ def namespace_terminating(e: ApiException) -> bool:
 
 
 def api_message(e: ApiException) -> str:
+    if e.body is None:
+        return str(e.reason)
     try:
         return str(json.loads(e.body).get("message", e.reason))[:500]
     except (TypeError, ValueError, AttributeError):

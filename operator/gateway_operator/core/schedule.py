@@ -183,7 +183,7 @@ class Schedule:
     # the spec changed (FULL), or an owned object did (REAPPLY): such a pass is due
     dirty: PassKind = PassKind.FULL
     reconciled_generation: int | None = None
-    latest_generation: object = None     # the newest generation a watch event showed
+    latest_generation: int | None = None  # the newest generation a watch event showed
     next_full: float = 0.0
     failures: int = 0                    # consecutive passes that ended with a problem or an error
     sticky: Problem | None = None        # a problem of the last full pass that observation cannot see
@@ -207,7 +207,7 @@ class Schedule:
         self.news_at, self.last_news = None, now
         return True
 
-    def spec_changed(self, generation: object) -> bool:
+    def spec_changed(self, generation: int | None) -> bool:
         """A watch event's generation: True (and a prompt first try) when it is not the reconciled one."""
         self.latest_generation = generation
         if generation == self.reconciled_generation:
@@ -218,7 +218,7 @@ class Schedule:
     def nudge(self) -> None:
         self.dirty = _most(self.dirty, PassKind.REAPPLY)
 
-    def adopt(self, now: float, generation: object, jitter: float) -> None:
+    def adopt(self, now: float, generation: int | None, jitter: float) -> None:
         """The loop starts on an object whose status says a pass reconciled ``generation`` and left
         nothing to do (conditions.settled_at: an operator start, a shard taken over from a replica
         that died): its first passes observe, and its first full pass comes anywhere in the
@@ -249,7 +249,7 @@ class Schedule:
             return PassKind.OBSERVE, poll
         return (PassKind.FULL if now >= self.next_full else self.dirty), poll
 
-    def settled(self, now: float, outcome: Outcome, generation: object, jitter: float,
+    def settled(self, now: float, outcome: Outcome, generation: int | None, jitter: float,
                 kind: PassKind = PassKind.FULL) -> Problem | None:
         """A pass of ``kind`` ended with ``outcome`` (``jitter`` in [0, 1) spreads the resync);
         returns the problem status shows (a sticky one survives observation passes). Only a full

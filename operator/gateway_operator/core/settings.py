@@ -4,9 +4,10 @@ of ``gateway-operator run``): low in the layering, so that every reader types th
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Mapping
 
 from gateway_operator.api.tenancy import TenancyPolicy
-from gateway_operator.core.render import OperatorIdentity
+from gateway_operator.core.render.names import OperatorIdentity
 from gateway_operator.core.rollouts import DEFAULT_LIMIT
 from gateway_operator.core.schedule import Timing
 from gateway_operator.core.shards import Timing as ShardTiming
@@ -17,6 +18,9 @@ class ReconcileSettings:
     timing: Timing = field(default_factory=Timing)     # the resync and the backoff (schedule.py)
     operator: OperatorIdentity = field(default_factory=OperatorIdentity)
     tenancy: TenancyPolicy = field(default_factory=TenancyPolicy)  # the administrator's (chart values tenancy)
+    # the pods' launcher and its modules by file name, shipped in each ConfigMap: read once at start by
+    # ``gateway-operator run`` (gateway_operator.pod.pod_code), an input here as the core reads no file
+    pod_code: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

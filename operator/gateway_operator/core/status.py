@@ -18,7 +18,7 @@ def build(previous: Mapping[str, Any] | None, facts: Facts, target: RedisTarget 
     """``selector``: the gateway pods' label selector (the scale subresource reads it);
     ``exposure``: where clients outside reach the replicas (spec.expose), when set;
     ``network_policy``: the gateway NetworkPolicy's name (spec.networkPolicy), when enabled;
-    ``autoscaling``: the HPA and PodMonitor the spec asks for (render.autoscaling_status)."""
+    ``autoscaling``: the HPA and PodMonitor the spec asks for (render.autoscaling.autoscaling_status)."""
     previous = previous or {}
     merged = conditions.merge(previous.get("conditions") or [], conditions.compute(facts), facts.generation, now)
     exactly_once = next(c["status"] for c in merged if c["type"] == conditions.EXACTLY_ONCE)

@@ -7,7 +7,7 @@ import logging
 import os
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any, Iterable
+from typing import Any, Iterable, Mapping
 
 import kopf
 
@@ -47,11 +47,11 @@ class Indices:
         """Every claimant of each host the indices know."""
         return {h: tuple(c for index in self.claims for c in index.get(h, [])) for h in hosts}
 
-    def foreign_managed_redis(self, namespace: str, owner: str, host: str, addresses: Any) -> bool:
+    def foreign_managed_redis(self, namespace: str, owner: str, host: str, addresses: Iterable[str]) -> bool:
         """Is ``host`` (by Service name) or one of ``addresses`` the managed Redis of a
         GatewayDeployment other than namespace/owner? A managed Redis serves its own only."""
         labels = host.lower().rstrip(".").split(".")
-        keys = [("ip", a) for a in addresses]
+        keys: list[tuple[str, ...]] = [("ip", a) for a in addresses]
         if len(labels) == 1:
             keys.append(("service", namespace, labels[0]))
         elif len(labels) == 2 or labels[2] == "svc":  # name.ns, name.ns.svc, name.ns.svc.<cluster domain>
@@ -59,7 +59,9 @@ class Indices:
         return any(o != (namespace, owner) for index in self.managed_redis for k in keys for o in index.get(k, []))
 
 
-@kopf.on.startup()
+# ignore: kopf hands the startup handler each index by its name, which kopf's ActivityFn protocol
+# (its fixed keywords and **kwargs) cannot declare
+@kopf.on.startup()  # type: ignore[arg-type]
 async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, gateway_pods: kopf.Index[Any, Any],
                     gateway_deployments: kopf.Index[Any, Any], gateway_host_claims: kopf.Index[Any, Any],
                     ingress_host_claims: kopf.Index[Any, Any], route_host_claims: kopf.Index[Any, Any],
@@ -188,16 +190,18 @@ def watch_probe(memo: kopf.Memo, **_: Any) -> str:
 
 
 @kopf.index("", "v1", "services", labels={**OWNED, api.LABEL_COMPONENT: "redis"})
-def managed_redis_services(namespace: str, name: str, labels: Any, spec: Any,
-                           **_: Any) -> dict[tuple[str, ...], tuple[str, str]]:
+def managed_redis_services(namespace: str | None, name: str, labels: kopf.Labels, spec: kopf.Spec,
+                           **_: Any) -> dict[tuple[str | None, ...], tuple[str | None, str]]:
     """Where each managed Redis is: its Service by name and by cluster IP ..."""
     owner = (namespace, labels.get(api.LABEL_INSTANCE, ""))
-    keys = [("service", namespace, name), *(("ip", ip) for ip in spec.get("clusterIPs") or [] if ip != "None")]
+    keys: list[tuple[str | None, ...]] = [("service", namespace, name),
+                                         *(("ip", ip) for ip in spec.get("clusterIPs") or [] if ip != "None")]
     return {k: owner for k in keys}
 
 
 @kopf.index("", "v1", "pods", labels={**OWNED, api.LABEL_COMPONENT: "redis"})
-def managed_redis_pods(namespace: str, labels: Any, status: Any, **_: Any) -> dict[tuple[str, ...], tuple[str, str]]:
+def managed_redis_pods(namespace: str | None, labels: kopf.Labels, status: kopf.Status,
+                       **_: Any) -> dict[tuple[str, ...], tuple[str | None, str]]:
     """... and its pods by IP."""
     ip = status.get("podIP")
     return {("ip", ip): (namespace, labels.get(api.LABEL_INSTANCE, ""))} if ip else {}
@@ -215,25 +219,26 @@ async def shutdown(memo: kopf.Memo, **_: Any) -> None:
 
 
 @kopf.index("", "v1", "pods", labels={**OWNED, api.LABEL_COMPONENT: "gateway"})
-def gateway_pods(namespace: str, name: str, uid: str, labels: Any, status: Any, meta: Any, spec: Any,
-                 **_: Any) -> dict[tuple[str, str], PodView]:
+def gateway_pods(namespace: str | None, name: str, uid: str, labels: kopf.Labels, status: kopf.Status,
+                 meta: kopf.Meta, spec: kopf.Spec, **_: Any) -> dict[tuple[str | None, str], PodView]:
     return {(namespace, labels.get(api.LABEL_INSTANCE, "")): pod_view(name, uid, meta, status, spec)}
 
 
 @kopf.index("apps", "v1", "deployments", labels={**OWNED, api.LABEL_COMPONENT: "gateway"})
-def gateway_deployments(namespace: str, name: str, body: kopf.Body,
-                        **_: Any) -> dict[tuple[str, str], LiveDeployment]:
+def gateway_deployments(namespace: str | None, name: str, body: kopf.Body,
+                        **_: Any) -> dict[tuple[str | None, str], LiveDeployment]:
     return {(namespace, name): live_deployment(body)}
 
 
-def pod_view(name: str, uid: str, meta: Any, status: Any, spec: Any = None) -> PodView:
+def pod_view(name: str, uid: str, meta: Mapping[str, Any], status: Mapping[str, Any],
+             spec: Mapping[str, Any] | None = None) -> PodView:
     containers = status.get("containerStatuses") or []
-    state = next((c["state"]["waiting"] for c in containers if (c.get("state") or {}).get("waiting")), {})
+    state: Mapping[str, Any] = next((c["state"]["waiting"] for c in containers if (c.get("state") or {}).get("waiting")), {})
     waiting = state.get("reason")
     # the kubelet's words for an image or config problem (stable across retries, unlike a
     # crash loop's back-off countdown, so the status is not rewritten on every retry)
     message = str(state.get("message") or "")[:WAITING_MESSAGE_LIMIT] if waiting in reasons.POD_WAITING else ""
-    terminated = next((c["lastState"]["terminated"] for c in containers
+    terminated: Mapping[str, Any] = next((c["lastState"]["terminated"] for c in containers
                        if (c.get("lastState") or {}).get("terminated")), {})
     last_exit = terminated.get("exitCode")
     return PodView(name=name, uid=uid, ip=status.get("podIP"),
@@ -245,32 +250,36 @@ def pod_view(name: str, uid: str, meta: Any, status: Any, spec: Any = None) -> P
                    gate=pods.gate(status))
 
 
+_INGRESS_GROUP, _INGRESS_VERSION = api.INGRESS_API[0].split("/")
+_ROUTE_GROUP, _ROUTE_VERSION = api.ROUTE_API[0].split("/")
+
+
 # Host claims (tenancy.py): every host a GatewayDeployment exposes, and every host of an Ingress or
 # HTTPRoute the operator did not write (someone with rights on routes made it: it holds the edge
 # as much as ours do). Other route kinds (GRPCRoute, Traefik's IngressRoute, ...) are not read:
 # the operator writes none and has no rights on them.
 @kopf.index(api.GROUP, api.VERSION, api.PLURAL)
-def gateway_host_claims(meta: Any, spec: Any, **_: Any) -> dict[str, Claim]:
+def gateway_host_claims(meta: kopf.Meta, spec: kopf.Spec, **_: Any) -> dict[str, Claim]:
     if meta.get("deletionTimestamp"):
         return {}
     claim = claim_of(api.KIND, meta)
     return {h: claim for h in spec_hosts(spec)}
 
 
-def _foreign_route_claims(kind: str, body: kopf.Body, meta: Any, labels: Any) -> dict[str, Claim]:
+def _foreign_route_claims(kind: str, body: kopf.Body, meta: kopf.Meta, labels: kopf.Labels) -> dict[str, Claim]:
     if labels.get(api.LABEL_MANAGED_BY) == api.MANAGED_BY or meta.get("deletionTimestamp"):
         return {}  # the operator's own: the GatewayDeployment's claim stands for it
     claim = claim_of(kind, meta)
     return {h: claim for h in route_hosts(kind, body)}
 
 
-@kopf.index(*api.INGRESS_API[0].split("/"), "ingresses")
-def ingress_host_claims(body: kopf.Body, meta: Any, labels: Any, **_: Any) -> dict[str, Claim]:
+@kopf.index(_INGRESS_GROUP, _INGRESS_VERSION, "ingresses")
+def ingress_host_claims(body: kopf.Body, meta: kopf.Meta, labels: kopf.Labels, **_: Any) -> dict[str, Claim]:
     return _foreign_route_claims(api.INGRESS_API[1], body, meta, labels)
 
 
-@kopf.index(*api.ROUTE_API[0].split("/"), "httproutes")
-def route_host_claims(body: kopf.Body, meta: Any, labels: Any, **_: Any) -> dict[str, Claim]:
+@kopf.index(_ROUTE_GROUP, _ROUTE_VERSION, "httproutes")
+def route_host_claims(body: kopf.Body, meta: kopf.Meta, labels: kopf.Labels, **_: Any) -> dict[str, Claim]:
     return _foreign_route_claims(api.ROUTE_API[1], body, meta, labels)
 
 
@@ -283,15 +292,15 @@ async def gateway_deployment_changed(type: str | None, body: kopf.Body, memo: ko
                                                       type == "DELETED"), (meta["namespace"], meta["name"]))
 
 
-@kopf.on.event(*api.INGRESS_API[0].split("/"), "ingresses")
-@kopf.on.event(*api.ROUTE_API[0].split("/"), "httproutes")
-async def route_changed(body: kopf.Body, labels: Any, memo: kopf.Memo, **_: Any) -> None:
+@kopf.on.event(_INGRESS_GROUP, _INGRESS_VERSION, "ingresses")
+@kopf.on.event(_ROUTE_GROUP, _ROUTE_VERSION, "httproutes")
+async def route_changed(body: kopf.Body, labels: kopf.Labels, memo: kopf.Memo, **_: Any) -> None:
     """A route appeared, moved or went: the GatewayDeployments claiming its hosts look again."""
     if labels.get(api.LABEL_MANAGED_BY) != api.MANAGED_BY and "supervisor" in memo:
         _nudge_claimants(memo, route_hosts(body.get("kind", ""), body), None)
 
 
-def _nudge_claimants(memo: kopf.Memo, hosts: Any, own: tuple[str, str] | None) -> None:
+def _nudge_claimants(memo: kopf.Memo, hosts: Iterable[str], own: tuple[str, str] | None) -> None:
     """A claim came or went: every other GatewayDeployment claiming one of these hosts
     reconciles soon (the younger one stops, or gets, its routes)."""
     for claims in memo.supervisor.claims_of(hosts).values():
@@ -305,7 +314,8 @@ def _nudge_claimants(memo: kopf.Memo, hosts: Any, own: tuple[str, str] | None) -
 @kopf.on.event("", "v1", "configmaps", labels=OWNED)
 @kopf.on.event("", "v1", "services", labels=OWNED)
 @kopf.on.event("policy", "v1", "poddisruptionbudgets", labels=OWNED)
-async def owned_object_changed(namespace: str, labels: Any, memo: kopf.Memo, type: str | None, body: kopf.Body,
+async def owned_object_changed(namespace: str | None, labels: kopf.Labels, memo: kopf.Memo, type: str | None,
+                               body: kopf.Body,
                                **_: Any) -> None:
     """Drift or progress of something the operator owns: reconcile its gateway soon."""
     if "supervisor" in memo and type not in (None, "DELETED"):

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping, NamedTuple
 
-from kubernetes.client.rest import ApiException
+from kubernetes.client.exceptions import ApiException
 
 from gateway_operator import api
 from gateway_operator.api import reasons
@@ -20,9 +20,12 @@ from gateway_operator.api.tenancy import violations as tenancy_violations
 from gateway_operator.api.validation import MSG_REPLICAS_NEED_REDIS, limit_violations, violations
 from gateway_operator.clients.kube import Kube, NotOwned, SecretUndecodable
 from gateway_operator.clients.redis_connection import Credentials, ca_bundle_loads
-from gateway_operator.core import problems, render
+from gateway_operator.core import problems
 from gateway_operator.core.conditions import Problem
 from gateway_operator.core.pods import LiveDeployment, Observed, live_deployment, serving
+from gateway_operator.core.render.manifest import digest
+from gateway_operator.core.render.names import Owner, auth_token_ref, session_key_ref
+from gateway_operator.core.render.secrets import generated_secrets
 
 
 class SecretInputs(NamedTuple):
@@ -42,7 +45,7 @@ class Prepared(NamedTuple):
     stays in the operator's memory (the loop keeps it for the observation passes), never in
     status, events or logs."""
 
-    owner: render.Owner
+    owner: Owner
     spec: GatewaySpec | None = None
     target: RedisTarget | None = None
     inputs: SecretInputs | None = None
@@ -71,7 +74,7 @@ class Checked(NamedTuple):
     problem: Problem | None = None
 
 
-def check(owner: render.Owner, raw_spec: Mapping[str, Any], generation: object,
+def check(owner: Owner, raw_spec: Mapping[str, Any], generation: object,
           tenancy: TenancyPolicy = TenancyPolicy()) -> Checked:
     """Parse and check the spec: every bad input becomes a Problem."""
     try:
@@ -103,7 +106,7 @@ def reads_the_api(checked: Checked, fresh: bool, cached: SecretInputs | None) ->
     return checked.problem is None and (fresh or cached is None or bool(checked.target and checked.target.managed))
 
 
-def prepare(kube: Kube, owner: render.Owner, checked: Checked, fresh: bool, cached: SecretInputs | None) -> Prepared:
+def prepare(kube: Kube, owner: Owner, checked: Checked, fresh: bool, cached: SecretInputs | None) -> Prepared:
     """``fresh`` (a full pass): create the generated Secrets when absent. Read the Secrets the
     pods use (unless ``cached`` holds what the last full pass read) and the managed Redis's address."""
     if checked.problem is not None or checked.spec is None:
@@ -125,12 +128,12 @@ def prepare(kube: Kube, owner: render.Owner, checked: Checked, fresh: bool, cach
     return Prepared(owner, spec, target, inputs, managed_ip, writes=writes)
 
 
-def _ensure_generated_secrets(kube: Kube, owner: render.Owner, spec: GatewaySpec,
+def _ensure_generated_secrets(kube: Kube, owner: Owner, spec: GatewaySpec,
                               read: dict[str, dict[str, Any]]) -> int:
-    """The Secrets render.generated_secrets names: created once when absent, never rotated
+    """The Secrets render.secrets.generated_secrets names: created once when absent, never rotated
     behind the user's back. ``read`` gets the ones found, so that the pass does not read them again."""
     created = 0
-    for g in render.generated_secrets(owner, spec):
+    for g in generated_secrets(owner, spec):
         made, live = kube.create_if_absent(g.manifest(owner), owner.uid)
         created += made
         if live is not None:
@@ -138,11 +141,11 @@ def _ensure_generated_secrets(kube: Kube, owner: render.Owner, spec: GatewaySpec
     return created
 
 
-def _secret_inputs(kube: Kube, owner: render.Owner, spec: GatewaySpec, target: RedisTarget | None,
+def _secret_inputs(kube: Kube, owner: Owner, spec: GatewaySpec, target: RedisTarget | None,
                    read: Mapping[str, dict[str, Any]]) -> SecretInputs:
     """Checks every Secret the pods will read (env vars are read at container start, so a
     rotated Secret must roll the pods: its resourceVersion goes into ``revision``)."""
-    refs = [("spec.authTokenSecretRef", render.auth_token_ref(owner.name, spec))]
+    refs = [("spec.authTokenSecretRef", auth_token_ref(owner.name, spec))]
     if target is not None and target.password_ref is not None:
         refs.append(("spec.redis.passwordSecretRef", target.password_ref))
     if target is not None and target.username_ref is not None:
@@ -150,7 +153,7 @@ def _secret_inputs(kube: Kube, owner: render.Owner, spec: GatewaySpec, target: R
     ca_ref = target.ca_ref if target is not None else None
     if ca_ref is not None:
         refs.append(("spec.redis.tls.caSecretRef", ca_ref))
-    session_key = render.session_key_ref(owner.name, spec) if target is not None else None
+    session_key = session_key_ref(owner.name, spec) if target is not None else None
     if session_key is not None:
         refs.append(("spec.sessions.encryptionKeySecretRef", session_key))
     found: dict[SecretKeyRef, str] = {}
@@ -174,12 +177,12 @@ def _secret_inputs(kube: Kube, owner: render.Owner, spec: GatewaySpec, target: R
         versions.append(f"{ref.name}@{version}")
         found[ref] = value
     target_refs = (target.password_ref, target.username_ref) if target is not None else (None, None)
-    return SecretInputs(found.get(target_refs[0]) if target_refs[0] else None, render.digest(sorted(versions)),
+    return SecretInputs(found.get(target_refs[0]) if target_refs[0] else None, digest(sorted(versions)),
                         username=found.get(target_refs[1]) if target_refs[1] else None,
                         ca=found.get(ca_ref) if ca_ref else None)
 
 
-def _managed_redis_ip(kube: Kube, owner: render.Owner, target: RedisTarget) -> str | None:
+def _managed_redis_ip(kube: Kube, owner: Owner, target: RedisTarget) -> str | None:
     """Probe a managed Redis at its ready pod's IP: the Service name resolves only inside
     the cluster network, the pod IP wherever pods are routable. "" when none is ready."""
     if not target.managed:
@@ -190,13 +193,13 @@ def _managed_redis_ip(kube: Kube, owner: render.Owner, target: RedisTarget) -> s
     return ""
 
 
-def observe(kube: Kube, owner: render.Owner) -> LiveDeployment | None:
+def observe(kube: Kube, owner: Owner) -> LiveDeployment | None:
     """The Deployment as it is now (None: there is none)."""
     live = kube.get("apps/v1", "Deployment", owner.namespace, owner.name)
     return None if live is None else live_deployment(live)
 
 
-def observed_if_ours(live: LiveDeployment | None, owner: render.Owner) -> Observed:
+def observed_if_ours(live: LiveDeployment | None, owner: Owner) -> Observed:
     """The Deployment's counts; a same-named Deployment of someone else counts as nothing."""
     return live.observed if live is not None and live.controller_uid == owner.uid else Observed()
 

@@ -14,10 +14,10 @@ import logging
 import os
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, NamedTuple
+from typing import Any, Callable, NamedTuple, cast
 
 from kubernetes import client
-from kubernetes.client.rest import ApiException
+from kubernetes.client.exceptions import ApiException
 from kubernetes.leaderelection import electionconfig, leaderelection
 from kubernetes.leaderelection.resourcelock.leaselock import LeaseLock
 
@@ -61,11 +61,12 @@ class _BoundedLeases:
 
 def _lease_lock(settings: ElectionSettings) -> LeaseLock:
     lock = LeaseLock(settings.lease_name, settings.namespace, settings.identity)
-    lock.api_instance = _BoundedLeases((2.0, max(1.0, settings.renew_deadline / 2)))
+    # cast: LeaseLock calls its CoordinationV1Api's lease methods only, which _BoundedLeases forwards
+    lock.api_instance = cast(client.CoordinationV1Api, _BoundedLeases((2.0, max(1.0, settings.renew_deadline / 2))))
     return lock
 
 
-def _exit_when_done(elector: threading.Thread, lost: Any) -> None:
+def _exit_when_done(elector: threading.Thread, lost: Callable[[], None]) -> None:
     elector.join()
     lost()
 

@@ -20,7 +20,11 @@ from typing import Any, Callable, Iterable, Iterator, Mapping
 from prometheus_client import generate_latest
 from prometheus_client.core import REGISTRY, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.registry import Collector
-from prometheus_client.utils import floatToGoString as _number   # a sample value, as generate_latest writes it
+from prometheus_client.utils import floatToGoString
+
+# a sample value, as generate_latest writes it (prometheus_client leaves the function unannotated:
+# its type declared here)
+_number: Callable[[float], str] = floatToGoString
 
 # prometheus_client's default buckets (seconds)
 BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, float("inf"))
@@ -80,6 +84,15 @@ def reconcile_took(namespace: str, name: str, seconds: float) -> None:
 
 def reconcile_failed(namespace: str, name: str) -> None:
     _of(namespace, name).errors += 1
+
+
+def pass_ended(namespace: str, name: str, applied: bool, writes: int, seconds: float, failed: bool) -> None:
+    """A pass's count: a pass that applied (a full one) its duration and writes; one that failed, an error."""
+    if applied:
+        reconcile_took(namespace, name, seconds)
+        reconciled(namespace, name, writes)
+    if failed:
+        reconcile_failed(namespace, name)
 
 
 def wrote(namespace: str, name: str, writes: int = 1) -> None:
@@ -251,11 +264,17 @@ class _Scrape(BaseHTTPRequestHandler):
         pass
 
 
+class _MetricsServer(ThreadingHTTPServer):
+    daemon_threads = True
+
+
+class _MetricsServer6(_MetricsServer):
+    address_family = socket.AF_INET6
+
+
 def serve(port: int, address: str = "0.0.0.0") -> ThreadingHTTPServer:
     """Serves the metrics on ``address``:``port`` from a daemon thread (as
     prometheus_client.start_http_server did); returns the server."""
-    family = socket.AF_INET6 if ":" in address else socket.AF_INET
-    server_class = type("MetricsServer", (ThreadingHTTPServer,), {"address_family": family, "daemon_threads": True})
-    server = server_class((address, port), _Scrape)
+    server = (_MetricsServer6 if ":" in address else _MetricsServer)((address, port), _Scrape)
     threading.Thread(target=server.serve_forever, name="metrics", daemon=True).start()
     return server

@@ -3,22 +3,27 @@ events.EVENTS names (with one log line per transition).
 
 ``status.build`` makes the new status from the facts (pure); this module writes its merge
 patch and posts the Events. A status the API server refuses raises (the loop backs off).
+``publish`` also names what status carries beside the facts (the network policy, the autoscaling
+asked for) and gives the first status of a generation the prompt threads: the controller
+(controller.py) hands it a pass's outcome and drives no more of the write.
 """
 from __future__ import annotations
 
 import datetime as dt
 import logging
-from typing import Any, Mapping, MutableMapping, Sequence
+from typing import Any, Mapping, MutableMapping, Sequence, cast
 
 import kopf
 
 from gateway_operator import api
-from gateway_operator.api import reasons
+from gateway_operator.api import GatewaySpec, reasons
 from gateway_operator.clients.kube import Kube
 from gateway_operator.core import conditions, events, status
 from gateway_operator.core.conditions import Facts, Problem
 from gateway_operator.core.expose import Exposure
 from gateway_operator.core.outcome import Outcome
+from gateway_operator.core.render.autoscaling import autoscaling_status
+from gateway_operator.core.render.names import gateway_network_policy_name
 from gateway_operator.loop import metrics, threads
 
 
@@ -48,11 +53,35 @@ def now_iso() -> str:
     return dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-async def publish(kube: Kube, body: Mapping[str, Any], facts: Facts, outcome: Outcome, exposure: Exposure | None,
-                  policy: str, log: ObjectLog, autoscaling: Mapping[str, str] | None = None) -> Mapping[str, Any] | None:
-    """Writes status when it changed; returns the object as written (None: nothing to write).
-    ``outcome``: the pass's (reconcile.Outcome), its problem as the schedule shows it;
-    ``autoscaling``: status.autoscaling (render.autoscaling_status)."""
+async def publish(kube: Kube, body: Mapping[str, Any], spec: GatewaySpec | None, facts: Facts, outcome: Outcome,
+                  exposure: Exposure | None, log: ObjectLog) -> Mapping[str, Any] | None:
+    """Status from a pass's outcome and the latest poll; returns the object as written (None:
+    nothing to write). ``body``: at the generation that pass reconciled (``at_generation``), of its
+    ``spec``; ``outcome``: the pass's (reconcile.Outcome), its problem as the schedule shows it."""
+    previous = body.get("status") or {}
+    policy = gateway_network_policy_name(body["metadata"]["name"]) if spec and spec.network_policy.enabled else ""
+    # the autoscaler and PodMonitor asked for (render.autoscaling.autoscaling_status); a spec that does
+    # not parse keeps what status said, so that they are still removed once a spec without them comes
+    autoscaling = (autoscaling_status(body["metadata"]["name"], spec) if spec is not None
+                   else previous.get("autoscaling"))
+    # the first status of a generation is what a user waits on (observedGeneration)
+    token = threads.PROMPT.set(body["metadata"].get("generation") != previous.get("observedGeneration"))
+    try:
+        return await _write(kube, body, facts, outcome, exposure, policy, log, autoscaling)
+    finally:
+        threads.PROMPT.reset(token)
+
+
+def at_generation(body: Mapping[str, Any], generation: object) -> Mapping[str, Any]:
+    """``body`` as the watch and our last write left it, as of the generation a pass reconciled (a
+    newer spec is not reconciled yet)."""
+    meta = body["metadata"]
+    return body if meta.get("generation") == generation else {**body, "metadata": {**meta, "generation": generation}}
+
+
+async def _write(kube: Kube, body: Mapping[str, Any], facts: Facts, outcome: Outcome, exposure: Exposure | None,
+                 policy: str, log: ObjectLog, autoscaling: Mapping[str, str] | None) -> Mapping[str, Any] | None:
+    """Writes status when it changed."""
     meta, previous = body["metadata"], body.get("status") or {}
     namespace, name = meta["namespace"], meta["name"]
     selector = ",".join(f"{k}={v}" for k, v in api.selector_for(name).items())
@@ -75,4 +104,11 @@ def _post_events(body: Mapping[str, Any], before: Sequence[Mapping[str, Any]],
         log.info("%s %s -> %s (%s): %s", t.type, t.old or "-", t.new["status"], t.new["reason"], t.new["message"])
         event = events.event_for(t)
         if event:
-            kopf.event(dict(body), type=event[0], reason=event[1], message=event[2])
+            post_event(body, event[0], event[1], event[2])
+
+
+def post_event(body: Mapping[str, Any], type: str, reason: str, message: str) -> None:
+    """An Event on the object ``body`` (kopf posts it in the background)."""
+    # cast: kopf.event is annotated for kopf's own Body, but of the object it reads only the fields of
+    # the Event's reference, with .get (kopf's bodies.build_object_reference): a plain copy does
+    kopf.event(cast(kopf.Body, dict(body)), type=type, reason=reason, message=message)

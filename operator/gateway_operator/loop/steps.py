@@ -22,7 +22,7 @@ import secrets as token_source
 from dataclasses import dataclass, field
 from typing import Any, Awaitable, Callable, Mapping, NamedTuple, Sequence
 
-from kubernetes.client.rest import ApiException
+from kubernetes.client.exceptions import ApiException
 
 from gateway_operator import api
 from gateway_operator.api import GatewaySpec
@@ -32,11 +32,13 @@ from gateway_operator.clients import apply, redis_protocol
 from gateway_operator.clients.kube import Kube, NotOwned, NotServed
 from gateway_operator.clients.redis_connection import KeptConnection
 from gateway_operator.clients.redis_probe import Prober
-from gateway_operator.core import compat, problems, render, rollouts
+from gateway_operator.core import compat, problems, rollouts
 from gateway_operator.core.conditions import Problem
 from gateway_operator.core.expose import Exposure
 from gateway_operator.core.pods import LiveDeployment, Observed, PodView, live_deployment
 from gateway_operator.core.probe_result import ProbeResult
+from gateway_operator.core.render.names import Owner, config_map_name, state_claim_name
+from gateway_operator.core.render.objects import desired_objects
 from gateway_operator.core.replicas import Migration, migration_state, reads_the_claim, replicas_to_run
 from gateway_operator.core.rollouts import RolloutGate, RolloutState
 from gateway_operator.core.schedule import PassKind
@@ -113,9 +115,9 @@ class Pass:
         return self.prepared.spec
 
     @property
-    def owner(self) -> render.Owner:
+    def owner(self) -> Owner:
         meta = self.body["metadata"]
-        return render.Owner(meta["name"], meta["namespace"], meta["uid"])
+        return Owner(meta["name"], meta["namespace"], meta["uid"])
 
 
 async def read_inputs(p: Pass) -> bool:
@@ -173,7 +175,7 @@ async def decide(p: Pass) -> bool:
     state = functools.partial(
         migration_state, spec, previous,
         lambda: p.kube.get("v1", "PersistentVolumeClaim", owner.namespace,
-                           render.state_claim_name(owner.name)) is not None,
+                           state_claim_name(owner.name)) is not None,
         p.probe.store.migrated if p.probe and p.probe.store else None, lambda: token_source.token_hex(8))
     p.migration = await threads.run(state) if reads_the_claim(spec, previous) else state()
     # the gateway release, as the last status and the pods show it
@@ -205,8 +207,8 @@ async def write(p: Pass) -> bool:
             p.rollouts.not_held((p.owner.namespace, p.owner.name))
         p.rendered = last
         return True
-    objects = await threads.run(render.desired_objects, p.owner, p.spec, p.prepared.target, p.replicas,
-                                      p.prepared.revision, p.settings.operator, token)  # CPU: off the event loop
+    objects = await threads.run(desired_objects, p.owner, p.spec, p.prepared.target, p.replicas, p.prepared.revision,
+                                p.settings.operator, token, pod_code=p.settings.pod_code)  # CPU: off the event loop
     held = _held_for_the_rollout_cap(p, next(o for o in objects if o["kind"] == "Deployment"
                                              and o["metadata"]["name"] == p.owner.name))
     try:
@@ -254,7 +256,7 @@ def _held_for_the_rollout_cap(p: Pass, deployment: Mapping[str, Any]) -> tuple[t
         p.rollout = RolloutState.OPERATOR
         return ()
     p.rollout = RolloutState.QUEUED
-    return ("Deployment", p.owner.name), ("ConfigMap", render.config_map_name(p.owner.name))
+    return ("Deployment", p.owner.name), ("ConfigMap", config_map_name(p.owner.name))
 
 
 async def read_exposure(p: Pass) -> bool:

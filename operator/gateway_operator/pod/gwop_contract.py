@@ -4,7 +4,7 @@ operator sets and the launcher reads, the ports, the config sections the operato
 launcher, the launcher's exit codes and last words, and the launcher's section of ``GET /health``
 (``IDEMPOTENCY_FIELDS``: each field's name, JSON types and meaning).
 
-It ships in the ConfigMap beside ``launch.py`` (render.pod_code), where the pod modules import it
+It ships in the ConfigMap beside ``launch.py`` (gateway_operator.pod.pod_code), where the pod modules import it
 by its flat name (``import gwop_contract``); the operator imports it as
 ``gateway_operator.pod.gwop_contract``, below its every layer. So: standard library only, constants
 and small pure functions, no I/O. tests/unit/test_contract.py checks that what the pod writes is

@@ -104,7 +104,7 @@ class Leases:
         self.fenced = 0
         self.failing_since: Optional[float] = None    # monotonic: renewal rounds fail since
         self.owner_key: Optional[str] = None          # <prefix>hookidem-owner:<pod>, refreshed each round
-        self.on_failure: Optional[Callable[[], None]] = None  # told (from the renewal thread) a round failed
+        self.on_failure: Optional[Callable[[], object]] = None  # told (from the renewal thread) a round failed
         self._lock = threading.Lock()
         # turns admitted without a claim (best-effort, while Redis could not be asked): their request
         # task, so that the claim the journal adopts for one later is fenced like any other, and the

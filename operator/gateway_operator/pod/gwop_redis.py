@@ -16,11 +16,12 @@ RELEASE_BUDGET_SECONDS = 5.0   # scanning for and releasing this replica's unfin
 
 def redis_client(redis: Mapping[str, Any], timeout: float = 5.0) -> Any:
     import redis as redis_py
-    kwargs = dict(socket_timeout=timeout, socket_connect_timeout=timeout, decode_responses=True)
     if "url" in redis:
-        return redis_py.Redis.from_url(str(redis["url"]), **kwargs)
+        return redis_py.Redis.from_url(str(redis["url"]), socket_timeout=timeout, socket_connect_timeout=timeout,
+                                       decode_responses=True)
     return redis_py.Redis(host=redis["host"], port=int(redis.get("port", 6379)), db=int(redis.get("db", 0)),
-                          password=redis.get("password") or None, **kwargs)
+                          password=redis.get("password") or None, socket_timeout=timeout,
+                          socket_connect_timeout=timeout, decode_responses=True)
 
 
 def store_client(redis: Mapping[str, Any]) -> Any:

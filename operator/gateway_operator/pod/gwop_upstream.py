@@ -575,7 +575,7 @@ def connection_classes_naming(server_name: str) -> Tuple[Any, Any]:
     import redis.asyncio.connection as async_connection
     import redis.connection as sync_connection
 
-    class NamedSSLConnection(sync_connection.SSLConnection):  # type: ignore[misc, valid-type]
+    class NamedSSLConnection(sync_connection.SSLConnection):
         def _wrap_socket_with_ssl(self, sock: Any) -> Any:
             host, self.host = self.host, server_name  # the one name it is read by
             try:
@@ -583,7 +583,7 @@ def connection_classes_naming(server_name: str) -> Tuple[Any, Any]:
             finally:
                 self.host = host
 
-    class NamedAsyncSSLConnection(async_connection.SSLConnection):  # type: ignore[misc, valid-type]
+    class NamedAsyncSSLConnection(async_connection.SSLConnection):
         def _connection_arguments(self) -> Any:
             return {**super()._connection_arguments(), "server_hostname": server_name}
 
