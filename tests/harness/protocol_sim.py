@@ -375,6 +375,7 @@ class Replica:
         self.next_renewal, self.next_tick, self.next_probe = now + sim.lease * RENEW_EVERY, now + 1.0, now + 2.0
         self.paused = False            # SIGSTOPped
         self.resumed = 0.0             # when it was last resumed (SIGCONT)
+        self.paused_at = 0.0           # when it was last SIGSTOPped
         self.socket: list[str] = []    # deliveries waiting in its socket while it is paused
         self.pool_busy_until = 0.0     # its default executor is held by the agent's calls until then
         self.hidden = False            # the operator cannot reach its /health
@@ -546,14 +547,22 @@ class Sim:
     def _unusable(self, replica: Replica) -> bool:
         return replica.cut_off or self.redis.paused or self.redis.oom
 
+    def _blind_until(self, r: Replica, ended: float) -> float:
+        """Until when ``r`` could not have seen a spell that ended at ``ended`` end: its journal asks
+        Redis once a tick, after its pool frees and after it resumes; a replica SIGSTOPped since
+        before that tick sees nothing until it is resumed (and ticks)."""
+        if r.paused and r.paused_at <= ended + JOURNAL_TICK_S:
+            return self.clock.now + JOURNAL_TICK_S
+        return max(ended, r.pool_busy_until, r.resumed) + JOURNAL_TICK_S
+
     def _spells(self) -> None:
         """Each replica's spells of Redis being unusable. One that begins before the replica's journal
-        could have seen the last one end (it asks once a tick) is that one going on, to the replica."""
+        could have seen the last one end (it asks once a tick; not at all while it is stopped) is
+        that one going on, to the replica: the window it promises is of spells it could see."""
         for r in self.pool:
             if self._unusable(r):
                 began, ended = self.last_spell.get(r.name, (None, None))
-                again = began is not None and ended is not None and \
-                    self.clock.now <= max(ended, r.pool_busy_until, r.resumed) + JOURNAL_TICK_S
+                again = began is not None and ended is not None and self.clock.now <= self._blind_until(r, ended)
                 self.spells.setdefault(r.name, began if again else self.clock.now)
             elif (began := self.spells.pop(r.name, None)) is not None:
                 self.usable_again.append(self.clock.now)
@@ -568,8 +577,7 @@ class Sim:
         began, ended = self.last_spell.get(replica.name, (None, None))
         if since is not None:
             return self.clock.now - since
-        if began is None or ended is None or \
-                self.clock.now > max(ended, replica.pool_busy_until, replica.resumed) + JOURNAL_TICK_S:
+        if began is None or ended is None or self.clock.now > self._blind_until(replica, ended):
             return None
         return ended - began
 
@@ -692,7 +700,9 @@ class Sim:
 
     def pause_replica(self, replica: int) -> None:
         """SIGSTOP: nothing of it runs until unpause."""
-        self.replica(replica).paused = True
+        r = self.replica(replica)
+        if not r.paused:
+            r.paused, r.paused_at = True, self.clock.now
 
     def unpause(self, replica: int) -> None:
         """SIGCONT: the overdue timers fire at once, then the requests that waited in its socket run

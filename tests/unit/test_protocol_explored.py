@@ -351,6 +351,26 @@ def test_the_record_the_exploration_found_dropped_is_kept_until_it_is_written() 
         explore(lambda: _unfenced(_records_unchecked()), RECORD_LOST)
 
 
+#: found by a random exploration: Redis paused; r3 SIGSTOPped at +29 as Redis comes back (empty);
+#: r1 runs m2 and records it; Redis is paused again at +32 and r3 resumed. r3 saw no moment of
+#: Redis answering: to it the outage is one of 32 s, past its window, and it runs m2's redelivery
+#: best-effort while the operator says Redis is unreachable
+STOPPED_ACROSS_A_RECOVERY = [("pause", 0, 1, 1.0), ("deliver", 2, 5, 1.0), ("advance", 0, 0, 29.0),
+                             ("sigstop", 2, 0, 1.0), ("restart_empty", 0, 0, 1.0), ("deliver", 0, 2, 1.0),
+                             ("advance", 0, 0, 3.0), ("deliver", 2, 2, 1.0), ("finish", 0, 0, 1.0),
+                             ("pause", 0, 0, 1.0)]
+
+
+def test_a_replica_stopped_across_a_recovery_it_never_saw_keeps_its_window_and_is_announced() -> None:
+    """The window is of the spells a replica could see: stopped while Redis came back and went again,
+    it resumes into what is, to it, one outage past its window. Its best-effort run of a webhook
+    Redis recorded meanwhile is announced (the operator says Redis is unreachable), never silent."""
+    sim = explore(Sim, STOPPED_ACROSS_A_RECOVERY)
+    again = [run for run in sim.runs if run.msg == "m2" and run.recorded_in_redis]
+    assert [run.replica for run in again] == ["r3"] and again[0].best_effort, again
+    assert again[0].said[0] != "True", again[0].said
+
+
 #: r1 admits m1 and is SIGSTOPped past its lease; r2 admits the redelivery once the claim expired
 #: (announced: r1, a holder, went silent); r1 is resumed and its turn would end next
 PAUSED_PAST_THE_LEASE = [("deliver", 0, 1, 1.0), ("sigstop", 0, 0, 1.0), ("advance", 0, 0, 61.0),
