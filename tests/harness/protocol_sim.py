@@ -133,9 +133,18 @@ def at(t: float) -> str:
     return f"+{t - T0:.0f} s"
 
 
+#: above 0 while a call the pod makes on a thread of its own runs (the journal's flush, its probe of
+#: Redis): what a replica's event loop does meanwhile (``Replica.meanwhile``) can run inside it
+OFF_LOOP = [0]
+
+
 async def _inline(function: Callable[..., Any], *args: Any) -> Any:
     """asyncio.to_thread, without a thread: the stand-in never blocks."""
-    return function(*args)
+    OFF_LOOP[0] += 1
+    try:
+        return function(*args)
+    finally:
+        OFF_LOOP[0] -= 1
 
 
 def drive(coroutine: Any) -> Any:
@@ -248,17 +257,27 @@ class SimClient:
     def __init__(self, redis: SimRedis, replica: "Replica") -> None:
         self.redis, self.replica = redis, replica
 
-    def _call(self, command: Callable[[], Any], write: bool = True) -> Any:
-        return self.redis.call(self.replica.cut_off, command, write)
+    def _call(self, command: Callable[[], Any], write: bool = True, key: str | None = None) -> Any:
+        answer = self.redis.call(self.replica.cut_off, command, write)
+        meanwhile = self.replica.meanwhile
+        if OFF_LOOP[0] and meanwhile is not None and meanwhile[0] == key:
+            # the replica's event loop runs between this call's answer, on a thread of its own, and
+            # what that thread does with it (the two run at once in the pod)
+            self.replica.meanwhile, depth, OFF_LOOP[0] = None, OFF_LOOP[0], 0
+            try:
+                meanwhile[1]()
+            finally:
+                OFF_LOOP[0] = depth
+        return answer
 
     def set(self, key: str, value: str, nx: bool = False, px: int | None = None) -> Any:
-        return self._call(lambda: self.redis.set(key, value, nx=nx, px=px))
+        return self._call(lambda: self.redis.set(key, value, nx=nx, px=px), key=key)
 
     def get(self, key: str) -> Any:
-        return self._call(lambda: self.redis.value(key), write=False)
+        return self._call(lambda: self.redis.value(key), write=False, key=key)
 
     def eval(self, script: str, numkeys: int, key: str, *args: Any) -> Any:
-        return self._call(lambda: self.redis.eval(script, key, *args))
+        return self._call(lambda: self.redis.eval(script, key, *args), key=key)
 
     def ping(self) -> bool:
         return self._call(lambda: True, write=False)
@@ -362,7 +381,8 @@ class Replica:
             app=types.SimpleNamespace(routes=[self.route])))
         self.gateway.get_hook = lambda path: None  # gwop_limits.refusal: no id template to check here
         self.leases = gwop_leases.Leases(self.gateway, sim.lease, name, clock=sim.clock.monotonic, wall=sim.clock.time)
-        self.journal = gwop_journal.OutageJournal(self.gateway, sim.window, adopt=self.leases.adopt)
+        self.journal = gwop_journal.OutageJournal(self.gateway, sim.window, adopt=self.leases.adopt,
+                                                   disown=self.leases.disown)
         self.journal.wrap()   # the order of gwop_serve.guard_webhooks
         self.leases.wrap()
         assert answer_inflight_duplicates(self.gateway, self.journal, self.leases, 1 << 20), \
@@ -379,6 +399,9 @@ class Replica:
         self.socket: list[str] = []    # deliveries waiting in its socket while it is paused
         self.pool_busy_until = 0.0     # its default executor is held by the agent's calls until then
         self.hidden = False            # the operator cannot reach its /health
+        # (a key, event-loop work) run once a thread of its own (the journal's) has a Redis call on
+        # that key answered (SimClient._call)
+        self.meanwhile: tuple[str, Callable[[], Any]] | None = None
 
     @property
     def token(self) -> str:
@@ -716,6 +739,15 @@ class Sim:
         for msg in waiting:
             r.deliver(msg)
 
+    def finish_mid_flush(self, replica: int, which: int) -> None:
+        """The replica's turn ``which`` ends on its event loop just as its journal's thread has
+        written that turn's key to Redis (the flush carrying what it journalled), before the thread
+        notes it: in the pod the two run at once."""
+        r = self.replica(replica)
+        if r.in_flight and not r.paused:
+            run = r.in_flight[which % len(r.in_flight)]
+            r.meanwhile = (PREFIX + run.msg, lambda: run in r.in_flight and self.runs.append(r.end(run, "ok")))
+
     def busy(self, replica: int, seconds: float) -> None:
         """The agent's calls hold the replica's default executor for ``seconds``: what goes through it
         waits (the launcher's own work did before issue 56: ``journal_on_the_pool``,
@@ -808,6 +840,7 @@ ACTIONS: dict[str, Callable[[Sim, int, str, int, float], Any]] = {
     "stop_cut": lambda sim, replica, *_: sim.stop(replica, cut=True),
     "sigstop": lambda sim, replica, *_: sim.pause_replica(replica),
     "sigcont": lambda sim, replica, *_: sim.unpause(replica),
+    "finish_mid_flush": lambda sim, replica, _, which, __: sim.finish_mid_flush(replica, which),
     "busy": lambda sim, replica, _, __, seconds: sim.busy(replica, seconds),
     "late": lambda sim, replica, _, __, seconds: sim.late(replica, seconds),
     "hide": lambda sim, replica, *_: sim.hide(replica, True),

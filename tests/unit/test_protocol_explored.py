@@ -6,7 +6,7 @@ around praisonai-bot 0.1.16's claim calls and its real Redis store) run for thre
 the REDIS STAND-IN of harness.protocol_sim, on a simulated clock, with the operator's poll and its
 real ``conditions.compute`` over the replicas' /health answers, through interleavings Hypothesis
 generates: deliveries (to any replica, its own in-flight messages included), turns that end or
-fail, time passing, Redis paused, one replica cut off (for longer than the lease too), writes
+fail (one ending just as the journal's flush, on its own thread, writes its key), time passing, Redis paused, one replica cut off (for longer than the lease too), writes
 refused (OOM), flushes, restarts with and without persistence, replicas killed, stopped (their
 drain finishing or cutting the turns), SIGSTOPped and resumed, their thread pool busy, their
 renewals late, their /health out of the operator's reach. Each interleaving is checked against
@@ -385,3 +385,40 @@ def test_a_holder_resumed_past_its_lease_stops_its_turn_instead_of_answering_it(
     sim = explore(lambda: Sim(replicas=2), PAUSED_PAST_THE_LEASE)
     answered = [run.replica for run in sim.runs if run.msg == "m1" and run.answered]
     assert answered == ["r2"], [(run.replica, run.ended) for run in sim.runs if run.msg == "m1"]
+
+
+# -- the flush and a turn's end at once -------------------------------------------------------------
+
+def _adoption_kept_after_its_turn() -> Sim:
+    """The journal before this change: a claim its flush adopted for a turn that ended meanwhile
+    (on the event loop, as the flush's thread wrote it) stays held and renewed, the turn's record
+    goes out under another token and finds that claim."""
+    def undisowned(replica: Any) -> None:
+        replica.journal.disown = None
+    return _each_replica(Sim(), undisowned)
+
+
+#: seen under load in tests/unit/test_launcher_real_gateway.py (a record never written, the key
+#: claimed for as long as the replica ran), then found by the model: Redis paused; m1 held on r1
+#: (the window opens); past the window r1 admits m0 best-effort and journals it; Redis answers, and
+#: r1's turn of m0 ends just as the flush has written m0's claim for it, before the flush notes it
+#: running
+ENDED_MID_FLUSH = [("pause", 0, 1, 1.0), ("deliver", 0, 1, 1.0), ("advance", 0, 0, 31.0),
+                   ("deliver", 0, 0, 1.0), ("finish_mid_flush", 0, 0, 1.0)]
+
+
+def test_a_turn_that_ends_while_the_flush_claims_it_is_recorded_over_that_claim() -> None:
+    """The flush's thread and the event loop at once: the claim adopted for a turn that has already
+    ended is let go and the turn's record written over it. Planted back (the claim kept held),
+    the record never reaches Redis and the key stays claimed while the replica lives."""
+    explore(Sim, ENDED_MID_FLUSH)
+    with pytest.raises(AssertionError, match="r1's journal still holds m0 .* never carried"):
+        explore(_adoption_kept_after_its_turn, ENDED_MID_FLUSH)
+
+
+def test_the_exploration_finds_a_turn_ending_mid_flush_planted_back() -> None:
+    started = time.process_time()
+    message = _found(_adoption_kept_after_its_turn, 3000,
+                     interleavings(("deliver", "finish", "advance", "pause", "resume", "finish_mid_flush"),
+                                   replicas=2, messages=2, min_size=6, max_size=14, seconds=MARKS), "never carried")
+    print(f"found in {time.process_time() - started:.1f} s of CPU: {message}")

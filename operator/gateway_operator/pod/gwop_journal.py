@@ -71,12 +71,16 @@ class OutageJournal:
     EVIDENCE_S = 3.0
 
     def __init__(self, gateway: Any, fail_closed_seconds: float = 0.0,
-                 adopt: Optional[Callable[[str, float, Optional[str]], bool]] = None) -> None:
+                 adopt: Optional[Callable[[str, float, Optional[str]], bool]] = None,
+                 disown: Optional[Callable[[str], Optional[str]]] = None) -> None:
         self.gateway = gateway
         # writes, holds and renews the claim of a turn admitted while Redis could not be asked, once
         # it answers (gwop_leases.Leases.adopt: key, unix time admitted, the token of a claim this
         # replica's held delivery of it may have left -> written)
         self.adopt = adopt
+        # a claim adopted for a turn that ended while the flush wrote it: no longer held, its token
+        # (gwop_leases.Leases.disown), so that the turn's record is written over it
+        self.disown = disown
         # the fail-closed window: from the first failed call, new deliveries are held (503) this long
         self.fail_closed = float(fail_closed_seconds)
         self.broken_since: Optional[float] = None   # monotonic, while broken
@@ -132,12 +136,15 @@ class OutageJournal:
 
     def _keep(self, table: "collections.OrderedDict[str, float]", key: str) -> None:
         with self._lock:
-            table[key] = time.time()
-            table.move_to_end(key)
-            while len(self.admitted) + len(self.done) + len(self.contested) > self.MAX_KEYS:
-                (self.done if self.done else self.contested if self.contested else self.admitted).popitem(last=False)
-                self.dropped += 1
-                self.dropped_at = time.time()
+            self._keep_locked(table, key)
+
+    def _keep_locked(self, table: "collections.OrderedDict[str, float]", key: str) -> None:
+        table[key] = time.time()
+        table.move_to_end(key)
+        while len(self.admitted) + len(self.done) + len(self.contested) > self.MAX_KEYS:
+            (self.done if self.done else self.contested if self.contested else self.admitted).popitem(last=False)
+            self.dropped += 1
+            self.dropped_at = time.time()
 
     def wrap(self) -> None:
         calls = upstream.claim_calls(self.gateway)
@@ -174,14 +181,17 @@ class OutageJournal:
             store = self._store()
             if store is None or not self.broken:
                 record(key)
+            journalled = store is not None and (self.broken or store.degraded())
+            if journalled:
+                self._break()
+            # one step, as the flush's thread sees it: running, or ended and journalled
             with self._lock:
                 self.admitted.pop(key, None)
                 self.running.discard(key)
-            if store is not None and (self.broken or store.degraded()):
-                self._break()
-                self.tokens[key] = store.token  # the turn's claim, if it had one (gwop_leases)
-                self._keep(self.done, key)
-            elif store is not None:
+                if store is not None and journalled:
+                    self.tokens[key] = store.token  # the turn's claim, if it had one (gwop_leases)
+                    self._keep_locked(self.done, key)
+            if store is not None and not journalled:
                 self._verify(store, key)
 
         def release_journalled(key: str) -> None:
@@ -306,13 +316,23 @@ class OutageJournal:
                 # a finished turn: the store's own owner-checked record (over nothing, its claim or a
                 # record); a running one: its claim, held and renewed from now until the turn ends
                 contested = ran and left > 0 and not store.record(key, left, self.tokens.get(key, NO_CLAIM))
-                if not ran and self.adopt is not None and self.adopt(key, at, self.maybe_claimed.get(key)):
+                adopted = not ran and self.adopt is not None and self.adopt(key, at, self.maybe_claimed.get(key))
+                if adopted:
                     self.maybe_claimed.pop(key, None)  # its held delivery's claim, if any, is the turn's now
             except Exception as exc:  # noqa: BLE001 - still down: the next attempt
                 self._saw_failure()
                 self.refusal = refusal_of(exc)
                 break
             with self._lock:
+                if not ran and key not in self.admitted:
+                    # its turn ended on the event loop while this thread wrote its claim: journalled
+                    # as done (record_journalled), its record is written over that claim at the next
+                    # flush; the claim is no longer held, or it would be renewed for ever and block
+                    # the key (found by the protocol model; seen under load as a record never written)
+                    disowned = self.disown(key) if adopted and self.disown is not None else None
+                    if disowned is not None:
+                        self.tokens[key] = disowned
+                    continue
                 (self.done if ran else self.admitted).pop(key, None)
                 if not ran:
                     self.running.add(key)

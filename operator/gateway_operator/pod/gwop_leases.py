@@ -165,6 +165,14 @@ class Leases:
             self.held[key] = Claim(token, since, task=task)
         return True
 
+    def disown(self, key: str) -> Optional[str]:
+        """The token of ``key``'s claim, no longer held here (not renewed, not fenced): the journal's
+        adoption wrote it for a turn that ended meanwhile, on the event loop, before the journal's
+        thread could note it running. None when nothing is held (the turn's end took it)."""
+        with self._lock:
+            claim = self.held.pop(key, None)
+        return claim.token if claim is not None else None
+
     # -- the claim calls -------------------------------------------------------------------------
 
     def wrap(self) -> None:

@@ -82,7 +82,7 @@ async def serve(gateway: Any, config_path: str, drain: float, guard: Mapping[str
     stopper = asyncio.ensure_future(_stop_when_requested(gateway, start, stop_requested, drain))
     pod = os.environ.get("HOSTNAME", "")
     leases = Leases(gateway, guard["claim_lease_seconds"], pod, store_redis)
-    journal = OutageJournal(gateway, guard["fail_closed_seconds"], adopt=leases.adopt)
+    journal = OutageJournal(gateway, guard["fail_closed_seconds"], adopt=leases.adopt, disown=leases.disown)
     # a renewal round that fails is an outage of Redis for this replica at once: new deliveries are
     # held (the fail-closed window) until the journal's own attempt finds Redis answering again
     leases.on_failure = lambda: loop.call_soon_threadsafe(journal.note_unusable)
