@@ -4,6 +4,7 @@
 #   kube-scheduler and kwok (hack/kwok), with kwok's own "fast" stages beside it
 #                                                   (the SIMULATED node of clusters without a real one)
 #   helm                                            (the npm lambda-layer-kubectl package)
+#   kube-score                                      (hack/kube-score: the chart's policy linter, tests/unit/test_chart_lint.py)
 #   the Flux and Argo CD CRDs of the GitOps examples ($GWOP_CACHE/crds/gitops-*, bin/gitops-crds)
 # Binaries live in $GWOP_CACHE/bin/<name>-<version>, outside the work tree, and are
 # rebuilt only when missing. Prints the directory that holds them (symlinked by plain name).
@@ -87,6 +88,14 @@ build_kube_oldest() { build_kube_set k8s-oldest "$KUBE_OLDEST_VERSION" "${OLDEST
 # once with an IP from the node's podCIDR; a deleted one goes at once), read from the pinned module.
 KWOK_STAGES=(node/fast/node-initialize.yaml node/heartbeat-with-lease/node-heartbeat-with-lease.yaml
              pod/fast/pod-ready.yaml pod/fast/pod-complete.yaml pod/fast/pod-delete.yaml)
+build_kube_score() {
+  local out=$bin/kube-score-$KUBE_SCORE_VERSION
+  [[ -x $out ]] && return
+  log "building kube-score $KUBE_SCORE_VERSION (one-off, under a minute)"
+  (cd "$here/kube-score" && go build -trimpath -ldflags "-s -w" -o "$out.tmp" github.com/zegl/kube-score/cmd/kube-score \
+    && mv "$out.tmp" "$out")
+}
+
 build_kwok() {
   local out=$bin/kwok-$KWOK_VERSION stages=$bin/kwok-$KWOK_VERSION-stages.yaml
   if [[ ! -x $out ]]; then
@@ -324,6 +333,7 @@ kube_components=(kube-apiserver kube-controller-manager kube-scheduler kubectl)
 kube_newest() { timed "${kube_components[*]}" build_kube_set k8s "$KUBE_VERSION" "${kube_components[@]}"; }
 etcd_() { timed etcd build_etcd; }
 helm_() { timed helm fetch_layer_tools; }
+kube_score_() { timed kube-score build_kube_score; }
 coredns_() { timed coredns build_coredns; }
 containerd_() { timed "${CONTAINERD_COMMANDS[*]}" build_containerd; }
 gateway_api_() { fetch_gateway_api_crds; }
@@ -339,7 +349,7 @@ oldest_() { timed "${OLDEST_COMPONENTS[*]} $KUBE_OLDEST_VERSION" build_kube_olde
 # the control plane's own Kubernetes build is the longest: it has a lane; the rest share one
 ((core)) && lane kubernetes kube_newest
 other=()
-((core)) && other+=(helm_ etcd_)
+((core)) && other+=(helm_ etcd_ kube_score_)
 ((node)) && other+=(coredns_ containerd_ gateway_api_)
 ((sim)) && other+=(kwok_ gitops_)
 ((monitoring)) && other+=(prometheus_ prometheus_crds_)
@@ -354,6 +364,7 @@ if ((core)); then
   for name in "${kube_components[@]}"; do ln -sf "$name-$KUBE_VERSION" "$bin/$name"; done
   ln -sf "etcd-$ETCD_VERSION" "$bin/etcd"
   ln -sf "helm-$LAYER_HELM_VERSION" "$bin/helm"
+  ln -sf "kube-score-$KUBE_SCORE_VERSION" "$bin/kube-score"
 fi
 if ((node)); then
   ln -sf "coredns-$COREDNS_VERSION-node" "$bin/coredns"

@@ -251,8 +251,8 @@ metadata:
   annotations: {kwok.x-k8s.io/node: fake}
 spec: {podCIDR: "$pod_network"}
 status:
-  allocatable: {cpu: "1000", memory: 1Ti, pods: "10000"}
-  capacity: {cpu: "1000", memory: 1Ti, pods: "10000"}
+  allocatable: {cpu: "1000", memory: 1Ti, ephemeral-storage: 1Ti, pods: "10000"}
+  capacity: {cpu: "1000", memory: 1Ti, ephemeral-storage: 1Ti, pods: "10000"}
 EOF
   wait_for "simulated node $SIMULATED_NODE" 60 "$bin/kubectl" --kubeconfig "$kubeconfig" wait --for=condition=Ready "node/$SIMULATED_NODE" --timeout=1s
 }
