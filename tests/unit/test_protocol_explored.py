@@ -6,9 +6,10 @@ around praisonai-bot 0.1.16's claim calls and its real Redis store) run for thre
 the REDIS STAND-IN of harness.protocol_sim, on a simulated clock, with the operator's poll and its
 real ``conditions.compute`` over the replicas' /health answers, through interleavings Hypothesis
 generates: deliveries (to any replica, its own in-flight messages included), turns that end or
-fail (one ending just as the journal's flush, on its own thread, writes its key), time passing, Redis paused, one replica cut off (for longer than the lease too), writes
-refused (OOM), flushes, restarts with and without persistence, replicas killed, stopped (their
-drain finishing or cutting the turns), SIGSTOPped and resumed, their thread pool busy, their
+fail (one ending just as the journal's flush, on its own thread, writes its key), time passing,
+Redis paused, one replica cut off (for longer than the lease too), writes refused (OOM), flushes,
+restarts with and without persistence, replicas killed, stopped (their drain finishing or cutting
+the turns), SIGSTOPped and resumed, their thread pool busy, their
 renewals late, their /health out of the operator's reach. Each interleaving is checked against
 protocol_sim.check: no re-run of a recorded webhook within the fail-closed window, no duplicate
 unless ExactlyOnceAdmission said so at the operator's last poll before the second admission (or
