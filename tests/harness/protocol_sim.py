@@ -23,7 +23,8 @@ executor, the journal's ticks and today's renewals, waits while the agent's call
 turns still progress), given late renewals (a renewal round late by N seconds, whatever runs it),
 and hidden from the operator (its /health cannot be reached). The clock is an input: the journal's,
 leases', probe's and /health's ``time`` is the simulation's, and the journal's once-a-second tick,
-the leases' renewal (every third of the lease), the reach probe (2 s) and the operator's poll (2 s)
+the leases' renewal (every third of the lease; a round that fails opens the breaker, wired by the
+pod's own gwop_claims.guard_claim_calls), the reach probe (2 s) and the operator's poll (2 s)
 run when the simulated clock says so.
 
 THE OPERATOR is simulated too, with its real pure code: every POLL_S it reads each replica's
@@ -43,6 +44,9 @@ answered a turn it could not record leaves that turn unannounced (said in docs/r
 - **no re-run of a recorded webhook because of a blip**: a webhook whose record Redis held is
   admitted again only best-effort, and only after the replica had been unable to use Redis for
   the promised fail-closed window;
+- **a replica says its own best-effort admissions**: each webhook a replica admits without asking
+  Redis is admitted while its own /health lists ``durability:idempotency`` (what
+  IdempotencyDegraded counts), whatever opened its breaker (a webhook's call, a renewal round);
 - **no silent duplicate, in time**: a webhook answered twice is excused only when, at its second
   admission, the operator's ExactlyOnceAdmission as of its last poll was not True (an announcement
   visible before the second run), or Redis forgot its records (a flush, a restart without
@@ -91,7 +95,7 @@ import gwop_journal  # noqa: E402
 import gwop_leases  # noqa: E402
 import gwop_reach  # noqa: E402
 import gwop_upstream as upstream  # noqa: E402
-from gwop_claims import answer_inflight_duplicates, release_unfinished_claims  # noqa: E402
+from gwop_claims import guard_claim_calls, release_unfinished_claims  # noqa: E402
 
 from gateway_operator.api import IDEMPOTENCY_OWNER  # noqa: E402 - the operator's pure code
 from gateway_operator.api import reasons as R  # noqa: E402
@@ -360,6 +364,7 @@ class Run:
     unusable_for: float | None      # how long its replica had been unable to use Redis, at admission
     recorded_in_redis: bool         # Redis held the webhook's record when it was admitted
     said: tuple[str, str, str]      # the operator's ExactlyOnceAdmission at its last poll: status, reason, message
+    owner_said: bool = False        # its replica's own /health listed durability:idempotency as it was admitted
     request: Any = None
     context: Any = None
     coroutine: Any = None
@@ -383,9 +388,9 @@ class Replica:
         self.leases = gwop_leases.Leases(self.gateway, sim.lease, name, clock=sim.clock.monotonic, wall=sim.clock.time)
         self.journal = gwop_journal.OutageJournal(self.gateway, sim.window, adopt=self.leases.adopt,
                                                    disown=self.leases.disown)
-        self.journal.wrap()   # the order of gwop_serve.guard_webhooks
-        self.leases.wrap()
-        assert answer_inflight_duplicates(self.gateway, self.journal, self.leases, 1 << 20), \
+        # as gwop_serve guards them; a failed renewal round opens the breaker at once (the pod hands it
+        # to the event loop, which runs it before anything else of this replica here)
+        assert guard_claim_calls(self.gateway, self.journal, self.leases, 1 << 20, lambda call: call()), \
             "the /hooks/ route was not found"
         self.reach = gwop_reach.Reach({"prefix": SIM_PREFIX}, clock=sim.clock.monotonic)
         self.reach._client = SimClient(sim.redis, self)
@@ -438,6 +443,7 @@ class Replica:
                 self.groups.append(run)
             return told
         run.best_effort = self.journal.best_effort > before
+        run.owner_said = self.owner_said()
         self.in_flight.append(run)
         return "ran"
 
@@ -489,13 +495,18 @@ class Replica:
                 if run is not None:
                     self.sim.runs.append(self.end(run, "cancel"))
 
+    def owner_said(self) -> bool:
+        """Its /health lists durability:idempotency: 0.1.16's registry entry, one per process, set and
+        cleared with its store's degraded fact."""
+        store = upstream.redis_store(self.gateway)
+        return store is not None and store.degraded()
+
     def health(self) -> ReplicaHealth:
         """What the operator's poll reads of it: its /health answer, through parse_answer."""
         if self.paused or self.hidden:
             return parse_answer(self.name, 0, b"")
         body: dict[str, Any] = {"status": "ok"}
-        store = upstream.redis_store(self.gateway)
-        if store is not None and store.degraded():  # 0.1.16's registry entry (one per process)
+        if self.owner_said():
             refusal = self.journal.view().get("refusal")
             body["degraded_owners"] = [{"owner_id": IDEMPOTENCY_OWNER, "reason": gwop_journal.RUNTIME_TEXT +
                                         (f": {refusal}" if refusal else "")}]
@@ -914,6 +925,9 @@ def check_claims(sim: Sim) -> None:
 def check(sim: Sim) -> None:
     """The invariants over a played interleaving (see the module's docstring)."""
     for run in sim.runs:
+        assert run.owner_said or not run.best_effort, \
+            (f"{run.msg}: {run.replica} admitted it best-effort at {at(run.admitted)} while its own /health did not "
+             f"list durability:idempotency (IdempotencyDegraded does not count it)")
         if run.recorded_in_redis:
             assert run.best_effort, f"{run.msg}: Redis held its record, and {run.replica} ran it again having asked Redis"
             assert run.unusable_for is not None and run.unusable_for >= PROMISED_WINDOW_S, \

@@ -418,6 +418,36 @@ def test_a_hung_redis_is_answered_503_within_a_second_then_fails_open_after_the_
     assert "answered 503 for up to 4s" in gw.output(), gw.output()
 
 
+def test_a_replica_whose_renewal_round_finds_redis_gone_says_so_in_health_before_any_webhook(
+        launch, real_redis: RedisServer, llm: StandInLLM) -> None:
+    """Redis paused (SIGSTOP) with no webhook under way: the first to notice is a claim renewal round
+    (it refreshes the store's owner record even with no claim held), which opens the breaker. The
+    replica's /health lists durability:idempotency from then on, as when a webhook's own call
+    fails, so that IdempotencyDegraded counts it while it holds deliveries and, past the window,
+    admits them best-effort without asking the store (in CI a replica held a webhook 503 and listed
+    nothing); once Redis answers the entry goes without a webhook."""
+    from gateway_operator.core.render.gateway_config import REDIS_CLIENT_OPTIONS
+    documented = documented_config(real_redis, guard={"claim_lease_seconds": 10, "fail_closed_seconds": 30})
+    documented["push"]["redis"]["url"] += f"?{REDIS_CLIENT_OPTIONS}"
+    gw = launch("renewal-first", documented, {"HOSTNAME": "eo-bot-renewal-first"})
+    assert gw.webhook({"id": "before", "text": "msg=before"})[0] == 200  # the store is built, its owner recorded
+    own = lambda: gw.health()["gateway_operator"]["idempotency"]  # noqa: E731
+    assert (own()["holding"], gw.idempotency_owners()) == (False, []), gw.health()
+    real_redis.pause()
+    try:
+        _wait_until(lambda: own()["holding"], 10, "a renewal round opening the breaker")
+        assert own()["redis"] == "unreachable", own()
+        owners = gw.idempotency_owners()
+        assert owners and "unreachable at runtime" in owners[0]["reason"], gw.health()
+        status, body = gw.webhook({"id": "held", "text": "msg=held"})
+        assert status == 503 and body.get("retry") is True, body
+    finally:
+        real_redis.resume()
+    _wait_until(lambda: gw.idempotency_owners() == [] and not own()["holding"], 15, "the entry gone once Redis answers")
+    assert gw.webhook({"id": "held", "text": "msg=held"})[1].get("action") == "agent"
+    assert [t["msg"] for t in llm.turns].count("held") == 1
+
+
 @pytest.mark.release_matrix
 def test_a_stall_shorter_than_the_window_never_runs_a_recorded_webhook_again(
         launch, real_redis: RedisServer, llm: StandInLLM) -> None:

@@ -179,9 +179,11 @@ def _one_token_per_process(r: Any) -> None:
 
 
 def _claims_unsaid(r: Any) -> None:
-    """/health as before issue 56: how many claims, how many lost, nothing of their renewal."""
+    """/health as before issue 56: how many claims, how many lost, nothing of their renewal (and a
+    failed renewal round opens no breaker, which would list durability:idempotency)."""
     leases = r.leases
     leases.view = lambda: {"claims_held": len(leases.held), "leases_lost": leases.lost}
+    leases.on_failure = None
 
 
 def _hole_1() -> Sim:
@@ -422,4 +424,50 @@ def test_the_exploration_finds_a_turn_ending_mid_flush_planted_back() -> None:
     message = _found(_adoption_kept_after_its_turn, 3000,
                      interleavings(("deliver", "finish", "advance", "pause", "resume", "finish_mid_flush"),
                                    replicas=2, messages=2, min_size=6, max_size=14, seconds=MARKS), "never carried")
+    print(f"found in {time.process_time() - started:.1f} s of CPU: {message}")
+
+
+# -- the breaker a renewal round opens ------------------------------------------------------------
+
+def _breaker_unsaid() -> Sim:
+    """The journal before this change: a breaker opened by something other than the store's own
+    failing call (a renewal round) leaves /health without ``durability:idempotency``."""
+    def unsaid(replica: Any) -> None:
+        journal = replica.journal
+
+        def opened() -> None:
+            if not journal.broken:
+                journal.broken, journal.broken_since = True, journal_clock()
+        journal._break = opened
+    import gwop_journal
+    journal_clock = lambda: gwop_journal.time.monotonic()  # noqa: E731 - the simulation's, once patched
+    return _each_replica(Sim(), unsaid)
+
+
+#: seen in CI (tests/node/test_node.py: a replica answered a webhook 503 during a Redis pause and
+#: its /health listed no durability:idempotency), then found by the model once it wired a failed
+#: renewal round to the breaker as the pod does: r1 holds m0's claim; Redis paused; the renewal
+#: round at +20 s fails and opens r1's breaker; past the window r1 admits m1 best-effort without
+#: asking the store, whose degraded fact (all /health says of it) was never set
+RENEWAL_OPENED_THE_BREAKER = [("deliver", 0, 0, 1.0), ("pause", 0, 0, 1.0), ("advance", 0, 0, 21.0),
+                              ("advance", 0, 0, 31.0), ("deliver", 0, 1, 1.0)]
+
+
+def test_a_breaker_a_renewal_round_opened_is_said_in_health_before_anything_is_admitted_best_effort() -> None:
+    """Whatever opened the breaker, the replica's own /health lists durability:idempotency while it
+    holds deliveries and admits them best-effort (IdempotencyDegraded counts it): planted back (only
+    the store's failing call says so), the best-effort admission is unannounced by its replica."""
+    sim = explore(Sim, RENEWAL_OPENED_THE_BREAKER)
+    assert [(run.msg, run.best_effort, run.owner_said) for run in sim.runs if run.msg == "m1"][:1] == \
+        [("m1", True, True)], [(run.msg, run.best_effort, run.owner_said) for run in sim.runs]
+    with pytest.raises(AssertionError, match="m1: r1 admitted it best-effort .* did not list durability:idempotency"):
+        explore(_breaker_unsaid, RENEWAL_OPENED_THE_BREAKER)
+
+
+def test_the_exploration_finds_a_breaker_left_unsaid_planted_back() -> None:
+    started = time.process_time()
+    message = _found(_breaker_unsaid, 3000,
+                     interleavings(("deliver", "finish", "advance", "pause", "resume", "cut", "heal_one"),
+                                   replicas=2, messages=2, min_size=6, max_size=14, seconds=MARKS),
+                     "did not list durability:idempotency")
     print(f"found in {time.process_time() - started:.1f} s of CPU: {message}")

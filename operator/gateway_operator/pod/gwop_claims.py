@@ -8,7 +8,7 @@ without touching Redis; the claims left by a stopped or killed process of this p
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING, Any, List, Mapping, Optional
+from typing import TYPE_CHECKING, Any, Callable, List, Mapping, Optional
 
 import gwop_contract as contract
 import gwop_limits
@@ -92,6 +92,19 @@ async def record_owner(gateway: Any, start: "asyncio.Future[Any]", pod: str, lea
         await asyncio.to_thread(store.client.set, key, leases.process, px=2 * leases.lease_ms)
     except Exception as exc:  # noqa: BLE001 - the lease still ends a dead process's claims
         say(f"recording the store's owner failed: {type(exc).__name__}")
+
+
+def guard_claim_calls(gateway: Any, journal: Any, leases: "Leases", max_body_bytes: int,
+                      on_loop: Callable[[Callable[[], Any]], Any]) -> bool:
+    """The webhook path's guards, in the one order the pod (gwop_serve) and the protocol model
+    (tests/harness/protocol_sim.py) both use: a renewal round that fails opens the outage journal's
+    breaker (on the event loop: ``on_loop(callable)``), as a failed call of the store does; the
+    journal around 0.1.16's claim calls, the leases around it, the in-flight answer around the
+    route. Returns whether the route was found."""
+    leases.on_failure = lambda: on_loop(journal.note_unusable)
+    journal.wrap()
+    leases.wrap()
+    return answer_inflight_duplicates(gateway, journal, leases, max_body_bytes)
 
 
 def answer_inflight_duplicates(gateway: Any, journal: Any, leases: "Leases", max_body_bytes: int) -> bool:

@@ -23,8 +23,8 @@ NO_CLAIM = "-"  # the token a record is written under for a turn that held no cl
 
 # the journal's and the reach probe's Redis calls, off the event loop on a thread of their own: the
 # default executor is the agent's (model calls, tools, guardrails), and behind a busy one the
-# breaker stayed open after Redis answered again, so the replica admitted best-effort what Redis
-# had recorded (found by the protocol model: tests/harness/protocol_sim.py)
+# breaker would stay open after Redis answered again, and the replica admit best-effort what Redis
+# had recorded
 _OWN = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="gwop-journal")
 
 
@@ -52,7 +52,7 @@ class OutageJournal:
 
     0.1.16's Redis store fails open: while Redis is down every delivery is admitted and nothing is
     recorded, so a redelivery after Redis is back runs the agent again while every condition says
-    exactly-once holds (found by the checker after a Redis pause). The journal wraps the gateway's
+    exactly-once holds. The journal wraps the gateway's
     ``_hook_reserve``/``_hook_record``/``_hook_release``: a key admitted or finished while the
     store is degraded is kept here (bounded: ``MAX_KEYS``, and no longer than the record TTL), a
     redelivery of it to this replica meanwhile is not run again, and as soon as Redis answers (an
@@ -156,7 +156,9 @@ class OutageJournal:
                 return reserve(key)
             if key in self.admitted or key in self.done or key in self.contested or key in self.running:
                 return False  # this replica runs or ran it and Redis has no record of it yet: not again
-            if store.degraded():  # known unusable before this call (built while Redis did not answer)
+            # known unusable before this call (built while Redis did not answer; or the breaker is open,
+            # and /health says so again should a call of 0.1.16's have cleared it meanwhile)
+            if store.degraded() or self.broken:
                 self._break()
             if self.broken:
                 if self._closed():
@@ -249,10 +251,17 @@ class OutageJournal:
         self._break()
 
     def _break(self) -> None:
+        """Open the breaker. Whatever opened it (the store's failing call, a renewal round, a read
+        after a record), /health lists ``durability:idempotency`` from now until the tick finds
+        Redis answering (``mark_recovered``): IdempotencyDegraded counts this replica for as long as
+        it holds deliveries or admits them best-effort without asking the store."""
         if not self.broken:
             self.broken, self.broken_since = True, time.monotonic()
             say(f"Redis cannot be asked: new webhooks are answered 503 for up to {self.fail_closed:g}s, then admitted "
                 "and journalled" if self.fail_closed else "Redis cannot be asked: webhooks are admitted and journalled")
+        store = upstream.redis_store(self.gateway)
+        if store is not None and not store.degraded():
+            store.mark_degraded("launcher", ConnectionError("a call of the launcher's own did not reach Redis"))
 
     def _saw_failure(self) -> None:
         """A Redis call failed. After a stretch with no word at all (longer than EVIDENCE_S: this
@@ -268,8 +277,8 @@ class OutageJournal:
         that Redis is still unusable: this replica fails open only on a failure seen within
         EVIDENCE_S. A replica paused (SIGSTOP, a stalled VM) with its breaker open resumes with a
         window long past and no idea whether Redis answers again; it holds what comes until its
-        tick has asked (found by the protocol model: a redelivery run again that Redis had recorded
-        while the replica was stopped)."""
+        tick has asked (else it would run again a redelivery that Redis recorded while it was
+        stopped)."""
         if self.broken_since is None:
             return False
         now = time.monotonic()
@@ -328,7 +337,7 @@ class OutageJournal:
                     # its turn ended on the event loop while this thread wrote its claim: journalled
                     # as done (record_journalled), its record is written over that claim at the next
                     # flush; the claim is no longer held, or it would be renewed for ever and block
-                    # the key (found by the protocol model; seen under load as a record never written)
+                    # the key
                     disowned = self.disown(key) if adopted and self.disown is not None else None
                     if disowned is not None:
                         self.tokens[key] = disowned

@@ -15,7 +15,7 @@ from typing import Any, Mapping, Optional
 
 import gwop_contract as contract
 import gwop_upstream as upstream
-from gwop_claims import answer_inflight_duplicates, record_owner, release_unfinished_claims
+from gwop_claims import guard_claim_calls, record_owner, release_unfinished_claims
 from gwop_config import DEFAULT_MAX_BODY_BYTES
 from gwop_health import extend as extend_health
 from gwop_journal import OutageJournal
@@ -83,9 +83,6 @@ async def serve(gateway: Any, config_path: str, drain: float, guard: Mapping[str
     pod = os.environ.get("HOSTNAME", "")
     leases = Leases(gateway, guard["claim_lease_seconds"], pod, store_redis)
     journal = OutageJournal(gateway, guard["fail_closed_seconds"], adopt=leases.adopt, disown=leases.disown)
-    # a renewal round that fails is an outage of Redis for this replica at once: new deliveries are
-    # held (the fail-closed window) until the journal's own attempt finds Redis answering again
-    leases.on_failure = lambda: loop.call_soon_threadsafe(journal.note_unusable)
     if sessions is not None:
         sessions.other_window = lambda: journal.broken_since
     guarding = asyncio.ensure_future(guard_webhooks(gateway, start, pod, journal, leases, reach, watch_port,
@@ -150,9 +147,9 @@ async def guard_webhooks(gateway: Any, start: "asyncio.Future[Any]", pod: str, j
     while not (gateway.is_running or start.done()):
         await asyncio.sleep(0.05)
     try:
-        journal.wrap()
-        leases.wrap()
-        answer_inflight_duplicates(gateway, journal, leases, max_body_bytes)
+        # a renewal round that fails is an outage of Redis for this replica at once: new deliveries
+        # are held (the fail-closed window) until the journal's own attempt finds Redis answering again
+        guard_claim_calls(gateway, journal, leases, max_body_bytes, asyncio.get_running_loop().call_soon_threadsafe)
         extend_health(gateway, journal, leases, upstream.versions(), reach)
     except Exception as exc:  # noqa: BLE001 - 0.1.16's own answer stays
         say(f"wrapping the webhook path failed: {type(exc).__name__}")

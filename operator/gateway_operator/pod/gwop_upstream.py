@@ -406,6 +406,12 @@ class RedisStore:
         verified that ``_mark_runtime_degraded`` is what sets it)."""
         return bool(vars(self.store).get("_runtime_degraded", False))
 
+    def mark_degraded(self, op: str, error: BaseException) -> None:
+        """What the store's own failing call does (its degraded fact, and /health's), for a failure
+        the launcher met on a connection of its own (a claim renewal round); the listeners
+        ``on_runtime_degraded`` added are not told (the launcher is the one telling)."""
+        type(self.store)._mark_runtime_degraded(self.store, op, error)
+
     def mark_recovered(self) -> None:
         """What the store's next successful call does: clears its degraded fact (and /health's)."""
         self.store._mark_runtime_recovered()
