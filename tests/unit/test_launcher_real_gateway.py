@@ -430,7 +430,7 @@ def test_a_replica_whose_renewal_round_finds_redis_gone_says_so_in_health_before
     documented = documented_config(real_redis, guard={"claim_lease_seconds": 10, "fail_closed_seconds": 30})
     documented["push"]["redis"]["url"] += f"?{REDIS_CLIENT_OPTIONS}"
     gw = launch("renewal-first", documented, {"HOSTNAME": "eo-bot-renewal-first"})
-    assert gw.webhook({"id": "before", "text": "msg=before"})[0] == 200  # the store is built, its owner recorded
+    assert gw.webhook({"id": "renewal-before", "text": "msg=renewal-before"})[0] == 200  # the store is built, its owner recorded
     own = lambda: gw.health()["gateway_operator"]["idempotency"]  # noqa: E731
     assert (own()["holding"], gw.idempotency_owners()) == (False, []), gw.health()
     real_redis.pause()
@@ -439,13 +439,13 @@ def test_a_replica_whose_renewal_round_finds_redis_gone_says_so_in_health_before
         assert own()["redis"] == "unreachable", own()
         owners = gw.idempotency_owners()
         assert owners and "unreachable at runtime" in owners[0]["reason"], gw.health()
-        status, body = gw.webhook({"id": "held", "text": "msg=held"})
+        status, body = gw.webhook({"id": "renewal-held", "text": "msg=renewal-held"})
         assert status == 503 and body.get("retry") is True, body
     finally:
         real_redis.resume()
     _wait_until(lambda: gw.idempotency_owners() == [] and not own()["holding"], 15, "the entry gone once Redis answers")
-    assert gw.webhook({"id": "held", "text": "msg=held"})[1].get("action") == "agent"
-    assert [t["msg"] for t in llm.turns].count("held") == 1
+    assert gw.webhook({"id": "renewal-held", "text": "msg=renewal-held"})[1].get("action") == "agent"
+    assert [t["msg"] for t in llm.turns].count("renewal-held") == 1
 
 
 @pytest.mark.release_matrix
