@@ -1,6 +1,7 @@
-"""One reconciliation pass for one GatewayDeployment: ``steps.STEPS`` in order on one ``Pass``,
-then ``problems.winner`` picks the problem status shows. The pass returns a ``Result``: what it
-saw and did (``Outcome``) and the Secret inputs it read. When to come back is the schedule's to
+"""One reconciliation pass for one GatewayDeployment: the steps (steps.py) in order, each a
+function of what the pass is given and of the steps before it, then ``steps.summarize`` makes one
+``Outcome`` of their results (``problems.winner`` picks the problem status shows). The pass returns
+a ``Result``: what it saw and did (``Outcome``), the Secret inputs it read and what it rendered. When to come back is the schedule's to
 decide from that outcome (schedule.py), as controller-runtime's queue owns the backoff. It never
 raises: what was running is left alone, and the retry backs off.
 """
@@ -12,7 +13,7 @@ from typing import Any, Mapping, NamedTuple, Sequence
 from gateway_operator.api.redis_target import RedisTarget
 from gateway_operator.clients.kube import SILENT, Kube
 from gateway_operator.clients.redis_probe import Prober
-from gateway_operator.core import compat, problems
+from gateway_operator.core import problems
 from gateway_operator.core.outcome import Outcome
 from gateway_operator.core.pods import PodView
 from gateway_operator.core.probe_result import ProbeResult
@@ -20,7 +21,8 @@ from gateway_operator.core.rollouts import RolloutGate
 from gateway_operator.core.schedule import PassKind
 from gateway_operator.core.settings import ReconcileSettings
 from gateway_operator.loop.inputs import SecretInputs
-from gateway_operator.loop.steps import STEPS, Observation, Pass, Rendered
+from gateway_operator.loop import steps
+from gateway_operator.loop.steps import Given, Observation, Probed, Rendered
 
 
 class Result(NamedTuple):
@@ -36,42 +38,42 @@ async def reconcile(kube: Kube, prober: Prober, settings: ReconcileSettings, bod
     It reads nothing from the API server when ``seen`` has the Deployment's watched state and
     the last full pass's Secret inputs, so a Secret's change is noticed by the next full pass.
     REAPPLY applies with those inputs; FULL reads them afresh first."""
-    p = Pass(kube, prober, settings, body, pods, kind, seen, rollouts=rollouts)
-    applies = kind.applies
+    g = Given(kube, prober, settings, body, pods, kind, seen, rollouts)
+    applies, probed = kind.applies, None
     try:
-        for step in STEPS:
-            if not await step(p):
-                break
-        outcome = Outcome(p.prepared.target, problems.winner(p.problems), p.probe, p.observed, p.writes,
-                          p.apply_due, exposure=p.exposure, migration=p.migration, rollout=p.rollout,
-                          refused=tuple(compat.refusals(pods)),
-                          carried=p.carried)
+        read = await steps.read_inputs(g)
+        if read.proceeds:
+            probed = await steps.probe(g, read)
+            outcome, written = await steps.after_the_probe(g, read, probed)
+        else:
+            outcome, written = steps.summarize(g, read), steps.Written()
         # a namespace being deleted refuses what a full pass would create (the generated Secrets
         # first): the Secret inputs read before stay, so that the observation passes until the
         # GatewayDeployment goes read no Secret the namespace controller removed
-        read = p.seen.inputs if p.terminating and p.prepared.inputs is None else p.prepared.inputs
-        rendered = p.rendered
+        terminating = read.prepared.terminating or written.terminating
+        kept = seen.inputs if terminating and read.prepared.inputs is None else read.prepared.inputs
+        rendered = written.rendered
     except SILENT as e:  # a busy API server: the backoff retries, and status says so without Stalled
-        target, probe = _redis_as_last_seen(p)
+        target, probe = _redis_as_last_seen(g, probed)
         outcome = Outcome(target, problems.api_server_unavailable(e), probe, applied=applies, error=e)
-        read, rendered = None, None
+        kept, rendered = None, None
     except Exception as e:  # noqa: BLE001 - the boundary: nothing escapes to the loop
-        outcome, read, rendered = Outcome(problem=problems.unexpected(e), applied=applies, error=e), None, None
+        outcome, kept, rendered = Outcome(problem=problems.unexpected(e), applied=applies, error=e), None, None
     clean = applies and outcome.problem is None
-    return Result(outcome, read if clean else None, rendered if clean else None)
+    return Result(outcome, kept if clean else None, rendered if clean else None)
 
 
-def _redis_as_last_seen(p: Pass) -> tuple[RedisTarget | None, ProbeResult | None]:
+def _redis_as_last_seen(g: Given, probed: Probed | None) -> tuple[RedisTarget | None, ProbeResult | None]:
     """For a pass the API server did not answer: the Redis the spec names, and what this pass's
-    probe found, else the last probe of that same Redis, kept (not new: the dedup history is not
-    assessed again). A request the API server left unanswered says nothing of Redis, so
-    RedisReachable, and ExactlyOnceAdmission with it, hold instead of flipping to Unknown."""
-    checked = p.seen.checked
-    if checked is None or checked.generation != p.body["metadata"].get("generation") or checked.target is None:
+    probe found (``probed``), else the last probe of that same Redis, kept (not new: the dedup
+    history is not assessed again). A request the API server left unanswered says nothing of
+    Redis, so RedisReachable, and ExactlyOnceAdmission with it, hold instead of flipping to Unknown."""
+    checked = g.seen.checked
+    if checked is None or checked.generation != g.generation or checked.target is None:
         return None, None
-    if p.probe is not None:   # probed before the API server fell silent
-        return checked.target, p.probe
-    last = p.seen.probe
-    if last is None or p.seen.probed != checked.target:
+    if probed is not None and probed.probe is not None:   # probed before the API server fell silent
+        return checked.target, probed.probe
+    last = g.seen.probe
+    if last is None or g.seen.probed != checked.target:
         return checked.target, None
     return checked.target, last if last.reused else dataclasses.replace(last, reused=True)
