@@ -26,7 +26,7 @@ from gateway_operator.core import conditions as C
 from gateway_operator.core.pods import PodView
 from gateway_operator.core.probe_result import ProbeResult
 from gateway_operator.loop.controller import GatewayController
-from gateway_operator.loop.inputs import KEPT_METADATA
+from gateway_operator.api.objects import KEPT_METADATA
 
 from harness.pod_code import importable
 from harness.wait import until_async as until

@@ -13,6 +13,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 from gateway_operator.api import reasons as R
 from gateway_operator.api import IDEMPOTENCY_OWNER
+from gateway_operator.api.objects import StatusView
 from gateway_operator.api.redis_target import RedisTarget
 from gateway_operator.api.replica_state import channel_warning
 from gateway_operator.core import claim_risk, compat
@@ -35,15 +36,14 @@ ORDER = (READY, RECONCILING, STALLED, REDIS_REACHABLE, IDEMPOTENCY_DEGRADED, EXA
          SESSIONS_SHARED, REDIS_TLS_VERIFIED, GATEWAY_COMPATIBLE, REPLICA_SAFE_CHANNELS)
 
 
-def settled_at(status: Mapping[str, Any] | None, generation: object) -> bool:
+def settled_at(status: StatusView | Mapping[str, Any] | None, generation: object) -> bool:
     """Does ``status`` say that a pass reconciled ``generation`` and left nothing to do: observed at
     that generation, neither Stalled (a problem: its retries back off from a full pass) nor
     Reconciling (a rollout under way, or waiting for its slot, which only a full pass takes)?"""
-    status = status or {}
-    if generation is None or status.get("observedGeneration") != generation:
+    view = status if isinstance(status, StatusView) else StatusView(status or {})
+    if generation is None or view.observed_generation != generation:
         return False
-    said = {c.get("type"): c.get("status") for c in status.get("conditions") or [] if isinstance(c, Mapping)}
-    return said.get(STALLED) == "False" and said.get(RECONCILING) == "False"
+    return view.says(STALLED, "False") and view.says(RECONCILING, "False")
 
 
 # a replica state worse than another decides the IdempotencyDegraded reason

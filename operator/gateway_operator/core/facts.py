@@ -9,6 +9,7 @@ from typing import Any, Mapping, Sequence
 from gateway_operator.api import GatewaySpec
 from gateway_operator.api import reasons as R
 from gateway_operator.api import replica_state
+from gateway_operator.api.objects import meta_of, status_of
 from gateway_operator.core import conditions as C
 from gateway_operator.core import claim_risk, dedup_history, unrecorded
 from gateway_operator.core.conditions import Facts
@@ -26,7 +27,7 @@ def gather(body: Mapping[str, Any], spec: GatewaySpec | None, outcome: Outcome, 
     unrecorded admissions."""
     observed = outcome.observed
     return Facts(
-        generation=int(body["metadata"].get("generation") or 0),
+        generation=meta_of(body).generation or 0,
         desired_replicas=spec.replicas if spec else 0,
         store_backend=spec.store_backend if spec else "sqlite", policy=spec.policy if spec else "",
         persistence=spec.persistence.enabled if spec else False,
@@ -52,14 +53,13 @@ def _record_ttl(spec: GatewaySpec | None) -> float:
 
 def _said(body: Mapping[str, Any], type_: str, reason: str) -> bool:
     """The condition ``type_`` as last written has ``reason``."""
-    conditions = (body.get("status") or {}).get("conditions") or []
-    return any(isinstance(c, Mapping) and c.get("type") == type_ and c.get("reason") == reason for c in conditions)
+    return status_of(body).says(type_, reason=reason)
 
 
 def _remembered(body: Mapping[str, Any], outcome: Outcome) -> Mapping[str, Any] | None:
     """status.redis as last written, when it is about the same store (endpoint and prefix)."""
     target = outcome.target
-    remembered = (body.get("status") or {}).get("redis") or {}
+    remembered = status_of(body).redis
     same = target is not None and remembered.get("endpoint") == target.endpoint and \
         remembered.get("prefix") == target.prefix
     return remembered if same else None

@@ -26,6 +26,7 @@ from typing import Any, Callable, Mapping, Sequence
 from kubernetes.client.exceptions import ApiException
 
 from gateway_operator.api import HealthSpec
+from gateway_operator.api.objects import kept, meta_of, resource_version, status_of
 from gateway_operator.api.tenancy import Claim
 from gateway_operator.clients import health_poll, health_watch
 from gateway_operator.clients.kube import SILENT, Kube, NotHeld
@@ -39,7 +40,7 @@ from gateway_operator.core.rollouts import RolloutGate
 from gateway_operator.core.schedule import PassKind, Schedule
 from gateway_operator.core.settings import ControllerSettings
 from gateway_operator.loop import metrics, threads
-from gateway_operator.loop.inputs import Checked, kept, resource_version
+from gateway_operator.loop.inputs import Checked
 from gateway_operator.loop.pass_memory import Passed, PassMemory
 from gateway_operator.loop.pass_task import PassTask
 from gateway_operator.loop.pod_actuators import PodActuators
@@ -105,8 +106,8 @@ class GatewayController:
         if resource_version(body) < self._memory.rv_floor:
             return  # older than our own last status write; a newer event follows
         first, self.body = not self.body, kept(body)
-        generation = body.get("metadata", {}).get("generation")
-        if first and settled_at(body.get("status"), generation):
+        generation = meta_of(body).generation
+        if first and settled_at(status_of(body), generation):
             # an operator start or a shard taken over: what status says was settled is observed
             # first, and fully reconciled within the resync (schedule.adopt)
             self.schedule.adopt(time.monotonic(), generation, random.random())
@@ -196,7 +197,7 @@ class GatewayController:
                     hosts: Sequence[str]) -> Passed:
         """The pass, then what it leaves for the next ones (PassMemory.keep, the replicas whose stop's
         word it read) and the schedule (the next full pass; a sticky problem survives observation)."""
-        started, generation = time.monotonic(), body["metadata"].get("generation")
+        started, generation = time.monotonic(), meta_of(body).generation
         # a spec not reconciled yet (a user waits on it) takes the prompt threads (threads.py);
         # this task's own context: the loop's next passes decide again
         threads.PROMPT.set(kind.applies and generation != self.schedule.reconciled_generation)

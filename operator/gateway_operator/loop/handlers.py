@@ -13,6 +13,7 @@ import kopf
 
 from gateway_operator import api
 from gateway_operator.api import reasons
+from gateway_operator.api.objects import meta_of, spec_of
 from gateway_operator.api.tenancy import Claim, claim_of, route_hosts, spec_hosts
 from gateway_operator.clients.kube import REQUEST_TIMEOUT, Kube, load_config
 from gateway_operator.core import pods
@@ -287,9 +288,8 @@ def route_host_claims(body: kopf.Body, meta: kopf.Meta, labels: kopf.Labels, **_
 async def gateway_deployment_changed(type: str | None, body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
     _delivered(memo, type, body)
     memo.supervisor.observe(type, body)
-    meta = body["metadata"]
-    _nudge_claimants(memo, memo.supervisor.hosts_seen((meta["namespace"], meta["name"]), spec_hosts(body.get("spec")),
-                                                      type == "DELETED"), (meta["namespace"], meta["name"]))
+    key = meta_of(body).key
+    _nudge_claimants(memo, memo.supervisor.hosts_seen(key, spec_hosts(spec_of(body)), type == "DELETED"), key)
 
 
 @kopf.on.event(_INGRESS_GROUP, _INGRESS_VERSION, "ingresses")
@@ -327,6 +327,6 @@ async def owned_object_changed(namespace: str | None, labels: kopf.Labels, memo:
 
 def _delivered(memo: kopf.Memo, event_type: str | None, body: kopf.Body) -> None:
     if "watches" in memo:
-        meta = body.get("metadata") or {}
-        memo.watches.delivered(body.get("kind", ""), (meta.get("namespace") or "", meta.get("name") or ""),
-                               meta.get("resourceVersion"), deleted=event_type == "DELETED")
+        meta = meta_of(body)
+        memo.watches.delivered(body.get("kind", ""), meta.key, meta.resource_version or None,
+                               deleted=event_type == "DELETED")

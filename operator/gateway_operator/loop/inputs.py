@@ -202,28 +202,3 @@ def observe(kube: Kube, owner: Owner) -> LiveDeployment | None:
 def observed_if_ours(live: LiveDeployment | None, owner: Owner) -> Observed:
     """The Deployment's counts; a same-named Deployment of someone else counts as nothing."""
     return live.observed if live is not None and live.controller_uid == owner.uid else Observed()
-
-
-# -- the GatewayDeployment as the loop keeps it ------------------------------------------------------
-
-#: what the loop reads of a GatewayDeployment's metadata (its identity, its generation and
-#: resourceVersion, when it was created and whether it is being deleted); an Event names it by these
-KEPT_METADATA = ("name", "namespace", "uid", "generation", "resourceVersion", "creationTimestamp",
-                 "deletionTimestamp")
-
-
-def kept(body: Mapping[str, Any]) -> dict[str, Any]:
-    """The object as the loop keeps it between passes: its kind, the metadata it reads
-    (KEPT_METADATA), spec and status. Not kept: metadata.managedFields, which was most of a
-    GatewayDeployment's size in memory, the labels and annotations it never reads, among them
-    ``kubectl apply``'s last-applied-configuration (the whole spec again, as a JSON string)."""
-    meta = body.get("metadata") or {}
-    return {**{k: v for k, v in body.items() if k != "metadata"},
-            "metadata": {k: meta[k] for k in KEPT_METADATA if k in meta}}
-
-
-def resource_version(body: Mapping[str, Any]) -> int:
-    try:
-        return int(body.get("metadata", {}).get("resourceVersion") or 0)
-    except ValueError:  # resource versions are opaque; etcd's happen to be integers
-        return 0

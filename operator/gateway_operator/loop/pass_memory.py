@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping, NamedTuple, Sequence
 
 from gateway_operator.api import GatewaySpec
+from gateway_operator.api.objects import meta_of, spec_of
 from gateway_operator.api.redis_target import RedisTarget
 from gateway_operator.api.tenancy import Claim, TenancyPolicy
 from gateway_operator.clients.redis_connection import KeptConnection
@@ -57,12 +58,11 @@ class PassMemory:
     def check(self, body: Mapping[str, Any], owner_name: str, namespace: str,
               tenancy: TenancyPolicy) -> Checked | None:
         """inputs.check, once per generation (a spec change bumps it; status writes do not)."""
-        meta, kept_one = body["metadata"], self.checked
-        generation = meta.get("generation")
+        meta, kept_one = meta_of(body), self.checked
+        generation = meta.generation
         if kept_one is None or generation is None or kept_one.generation != generation:
             try:
-                kept_one = inputs.check(Owner(owner_name, namespace, meta.get("uid", "")),
-                                        body.get("spec") or {}, generation, tenancy)
+                kept_one = inputs.check(Owner(owner_name, namespace, meta.uid), spec_of(body), generation, tenancy)
             except Exception:  # noqa: BLE001 - the pass meets it again and reports it (ReconcileError)
                 kept_one = None
             self.checked = kept_one

@@ -17,6 +17,7 @@ import kopf
 
 from gateway_operator import api
 from gateway_operator.api import GatewaySpec, reasons
+from gateway_operator.api.objects import meta_of, status_of, with_generation
 from gateway_operator.clients.kube import Kube
 from gateway_operator.core import conditions, events, status
 from gateway_operator.core.conditions import Facts, Problem
@@ -58,14 +59,14 @@ async def publish(kube: Kube, body: Mapping[str, Any], spec: GatewaySpec | None,
     """Status from a pass's outcome and the latest poll; returns the object as written (None:
     nothing to write). ``body``: at the generation that pass reconciled (``at_generation``), of its
     ``spec``; ``outcome``: the pass's (reconcile.Outcome), its problem as the schedule shows it."""
-    previous = body.get("status") or {}
-    policy = gateway_network_policy_name(body["metadata"]["name"]) if spec and spec.network_policy.enabled else ""
+    meta, previous = meta_of(body), status_of(body)
+    policy = gateway_network_policy_name(meta.name) if spec and spec.network_policy.enabled else ""
     # the autoscaler and PodMonitor asked for (render.autoscaling.autoscaling_status); a spec that does
     # not parse keeps what status said, so that they are still removed once a spec without them comes
-    autoscaling = (autoscaling_status(body["metadata"]["name"], spec) if spec is not None
-                   else previous.get("autoscaling"))
+    autoscaling = (autoscaling_status(meta.name, spec) if spec is not None
+                   else previous.autoscaling or None)
     # the first status of a generation is what a user waits on (observedGeneration)
-    token = threads.PROMPT.set(body["metadata"].get("generation") != previous.get("observedGeneration"))
+    token = threads.PROMPT.set(meta.generation != previous.observed_generation)
     try:
         return await _write(kube, body, facts, outcome, exposure, policy, log, autoscaling)
     finally:
@@ -75,26 +76,25 @@ async def publish(kube: Kube, body: Mapping[str, Any], spec: GatewaySpec | None,
 def at_generation(body: Mapping[str, Any], generation: object) -> Mapping[str, Any]:
     """``body`` as the watch and our last write left it, as of the generation a pass reconciled (a
     newer spec is not reconciled yet)."""
-    meta = body["metadata"]
-    return body if meta.get("generation") == generation else {**body, "metadata": {**meta, "generation": generation}}
+    return body if meta_of(body).generation == generation else with_generation(body, generation)
 
 
 async def _write(kube: Kube, body: Mapping[str, Any], facts: Facts, outcome: Outcome, exposure: Exposure | None,
                  policy: str, log: ObjectLog, autoscaling: Mapping[str, str] | None) -> Mapping[str, Any] | None:
     """Writes status when it changed."""
-    meta, previous = body["metadata"], body.get("status") or {}
-    namespace, name = meta["namespace"], meta["name"]
+    (namespace, name), said = meta_of(body).key, status_of(body)
+    previous = said.raw
     selector = ",".join(f"{k}={v}" for k, v in api.selector_for(name).items())
     # a pass that stopped before it could tell (a problem) keeps what status said
     migration = (outcome.migration.status() if outcome.migration is not None
-                 else previous.get("sqliteMigration") if outcome.problem is not None else None)
+                 else (said.sqlite_migration or None) if outcome.problem is not None else None)
     new = status.build(previous, facts, outcome.target, now_iso(), selector, exposure, policy, migration, autoscaling)
     metrics.observe_conditions(namespace, name, new["conditions"])
     if not status.changed(previous, new):
         return None
     written = await threads.run(kube.patch_status, namespace, name, status.merge_patch(previous, new))
     metrics.wrote(namespace, name)
-    _post_events(body, previous.get("conditions") or [], new["conditions"], log)
+    _post_events(body, list(said.conditions), new["conditions"], log)
     return written
 
 

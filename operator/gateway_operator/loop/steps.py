@@ -31,8 +31,9 @@ from kubernetes.client.exceptions import ApiException
 
 from gateway_operator import api
 from gateway_operator.api import GatewaySpec
+from gateway_operator.api.objects import StatusView, claim_of_object, meta_of, spec_of, status_of
 from gateway_operator.api.redis_target import RedisTarget
-from gateway_operator.api.tenancy import Claim, claim_of, claimed_elsewhere
+from gateway_operator.api.tenancy import Claim, claimed_elsewhere
 from gateway_operator.clients import apply, redis_protocol
 from gateway_operator.clients.kube import Kube, NotOwned, NotServed
 from gateway_operator.clients.redis_connection import KeptConnection
@@ -102,16 +103,16 @@ class Given(NamedTuple):
 
     @property
     def owner(self) -> Owner:
-        meta = self.body["metadata"]
-        return Owner(meta["name"], meta["namespace"], meta["uid"])
+        meta = meta_of(self.body)
+        return Owner(meta.name, meta.namespace, meta.uid)
 
     @property
-    def generation(self) -> Any:
-        return self.body["metadata"].get("generation")
+    def generation(self) -> int | None:
+        return meta_of(self.body).generation
 
     @property
-    def status(self) -> Mapping[str, Any]:
-        return self.body.get("status") or {}
+    def status(self) -> StatusView:
+        return status_of(self.body)
 
 
 class Read(NamedTuple):
@@ -184,7 +185,7 @@ class Looked(NamedTuple):
 async def read_inputs(g: Given) -> Read:
     checked = g.seen.checked
     if checked is None or g.generation is None or checked.generation != g.generation:
-        checked = inputs.check(g.owner, g.body.get("spec") or {}, g.generation, g.settings.tenancy)
+        checked = inputs.check(g.owner, spec_of(g.body), g.generation, g.settings.tenancy)
     # a full pass reads the Secrets afresh (and creates the generated ones); a re-apply too when
     # the last full pass left no inputs (an adopted loop, a problem since)
     fresh = g.kind is PassKind.FULL or (g.kind is PassKind.REAPPLY and g.seen.inputs is None)
@@ -225,11 +226,11 @@ async def probe(g: Given, read: Read) -> Probed:
 
 async def decide(g: Given, read: Read, probed: Probed) -> Decided:
     spec, owner, found = read.spec, g.owner, probed.probe
-    claimed = claimed_elsewhere(claim_of(api.KIND, g.body["metadata"]), spec.expose.hosts, g.seen.host_claims)
+    claimed = claimed_elsewhere(claim_of_object(api.KIND, g.body), spec.expose.hosts, g.seen.host_claims)
     met = (problems.policy_problem(spec),
            problems.target_problem(found.reason, found.message) if found else None,
            problems.claim_problem(claimed))
-    previous = g.status.get("sqliteMigration") or {}
+    previous = g.status.sqlite_migration
     state = functools.partial(
         migration_state, spec, previous,
         lambda: g.kube.get("v1", "PersistentVolumeClaim", owner.namespace,
@@ -237,7 +238,7 @@ async def decide(g: Given, read: Read, probed: Probed) -> Decided:
         found.store.migrated if found and found.store else None, lambda: token_source.token_hex(8))
     migration = await threads.run(state) if reads_the_claim(spec, previous) else state()
     # the gateway release, as the last status and the pods show it
-    compatibility = compat.assess(compat.releases(g.status.get("gateway")), compat.refusals(g.pods))
+    compatibility = compat.assess(compat.releases(g.status.gateway), compat.refusals(g.pods))
     replicas = replicas_to_run(spec, bool(found and found.ok), read.observed.running, migration,
                                compatibility.compatible)
     # the scale-out gate just opened: grow now rather than at the next full pass (only a
@@ -252,7 +253,7 @@ async def write(g: Given, read: Read, decided: Decided) -> Written:
         return Written()
     owner, spec, prepared, status = g.owner, read.spec, read.prepared, g.status
     # routes and the gateway NetworkPolicy are looked for (to remove) only once status said they were written
-    before = ("expose" in status, "networkPolicy" in status)
+    before = (status.wrote_expose, status.wrote_network_policy)
     migration = decided.migration
     token = migration.token if migration and not migration.done else ""
     rendered_from = (spec, prepared.target, decided.replicas, prepared.revision, g.settings.operator, token,
@@ -267,10 +268,10 @@ async def write(g: Given, read: Read, decided: Decided) -> Written:
     objects = await threads.run(desired_objects, owner, spec, prepared.target, decided.replicas, prepared.revision,
                                 g.settings.operator, token, pod_code=g.settings.pod_code)  # CPU: off the event loop
     held, rollout = _held_for_the_rollout_cap(g, read, next(o for o in objects if o["kind"] == "Deployment"
-                                                          and o["metadata"]["name"] == owner.name))
+                                                          and meta_of(o).name == owner.name))
     try:
         applied = await threads.run(apply.apply, g.kube, owner, spec, objects, before, not decided.claimed, held,
-                                    status.get("autoscaling") or {})
+                                    status.autoscaling)
     except (NotOwned, NotServed, ApiException) as e:
         if isinstance(e, ApiException) and problems.namespace_terminating(e):
             return Written(rollout=rollout, terminating=True)
@@ -279,20 +280,20 @@ async def write(g: Given, read: Read, decided: Decided) -> Written:
         g.rollouts.applied((owner.namespace, owner.name), applied.deployment_generation)
     rendered = None
     if skippable and not held and rollout is RolloutState.NONE:
-        rendered = Rendered(rendered_from, tuple((o["kind"], owner.namespace, o["metadata"]["name"]) for o in objects),
+        rendered = Rendered(rendered_from, tuple((o["kind"], owner.namespace, meta_of(o).name) for o in objects),
                             tuple((kind, owner.namespace, name) for _, kind, name in apply.always_absent(owner, spec)))
     # written: the Deployment as the API server answered the apply
     live = live_deployment(applied.deployment) if applied.deployment is not None else None
     return Written(applied.writes, applied.routes, live, rendered, rollout)
 
 
-def _skippable(claimed: Sequence[str], before: tuple[bool, bool], status: Mapping[str, Any]) -> bool:
+def _skippable(claimed: Sequence[str], before: tuple[bool, bool], status: StatusView) -> bool:
     """May this full pass be skipped when nothing it renders from changed and its objects are as
     verified? Not when it would also look for objects to remove (routes a claim takes away, or
     that status says were written; the NetworkPolicy; the autoscaler and PodMonitor). An object no
     watch covers (routes, the NetworkPolicy, a PVC, the autoscaler) is never shown unchanged by a
     watch (Kube.unchanged), so a pass that applies one renders and reads it every time, as before."""
-    return not (claimed or any(before) or status.get("autoscaling"))  # so ``before`` is not in Rendered.inputs
+    return not (claimed or any(before) or status.autoscaling)  # so ``before`` is not in Rendered.inputs
 
 
 def _held_for_the_rollout_cap(g: Given, read: Read, deployment: Mapping[str, Any]
@@ -305,7 +306,7 @@ def _held_for_the_rollout_cap(g: Given, read: Read, deployment: Mapping[str, Any
         return (), RolloutState.NONE
     live, generation = read.live, int(g.generation or 0)
     if live is None or live.controller_uid != owner.uid or not rollouts.operator_caused(
-            generation, int(g.status.get("observedGeneration") or 0), live, deployment, read.prepared.revision):
+            generation, g.status.observed_generation or 0, live, deployment, read.prepared.revision):
         g.rollouts.not_held(key)
         return (), RolloutState.NONE
     if g.rollouts.admit(key, time.monotonic()):

@@ -25,6 +25,7 @@ import logging
 from collections import OrderedDict
 from typing import Any, Callable, Mapping, Sequence
 
+from gateway_operator.api.objects import meta_of, status_of
 from gateway_operator.api.tenancy import Claim
 from gateway_operator.clients.kube import ACTING_FOR, Kube
 from gateway_operator.clients.redis_guard import Allowlist, ForeignCheck
@@ -88,10 +89,10 @@ class Supervisor:
         """A watch event (from kopf's handler; ``context``: another context to start a loop in)."""
         if self._context is None and context is None:
             self._context = contextvars.copy_context()
-        meta = body["metadata"]
-        key: Key = (meta["namespace"], meta["name"])
-        uid = meta["uid"]
-        if event_type == "DELETED" or meta.get("deletionTimestamp"):
+        meta = meta_of(body)
+        key: Key = meta.key
+        uid = meta.uid
+        if event_type == "DELETED" or meta.deleting:
             self._remember_deleted(uid)
             self.stop(key, uid)
             return
@@ -102,7 +103,7 @@ class Supervisor:
             return
         entry = self._controllers.get(key)
         if entry is None or entry[0] != uid:  # new, or deleted and re-created
-            listed = event_type is None and settled_at(body.get("status"), meta.get("generation"))
+            listed = event_type is None and settled_at(status_of(body), meta.generation)
             if listed and self._adopting >= ADOPTED_AT_ONCE:
                 self._waiting[key] = (uid, body, context)
                 return
@@ -193,9 +194,8 @@ class Supervisor:
         starts them itself."""
         started = 0
         for body in bodies:
-            meta = body.get("metadata") or {}
-            if self._context is not None and self.owns(meta.get("uid", "")) \
-                    and (meta.get("namespace"), meta.get("name")) not in self._controllers:
+            meta = meta_of(body)
+            if self._context is not None and self.owns(meta.uid) and meta.key not in self._controllers:
                 self.observe(None, body, self._context.copy())
                 started += 1
         return started
