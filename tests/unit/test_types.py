@@ -26,7 +26,7 @@ def mypy(*args: str, mypypath: str = "") -> subprocess.CompletedProcess[str]:
 
 
 def test_the_operator_type_checks() -> None:
-    """The package as [tool.mypy] names it (render.py and redis_probe.py left out while they are split)."""
+    """The package as [tool.mypy] names it."""
     run = mypy()
     assert run.returncode == 0, f"mypy found errors:\n{run.stdout}{run.stderr}"
     assert "Success: no issues found" in run.stdout, run.stdout + run.stderr
