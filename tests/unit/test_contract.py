@@ -216,3 +216,42 @@ def test_the_launchers_exit_line_for_an_unsupported_gateway_is_what_the_operator
     code = launch.main(["--config", str(config), "--workdir", str(tmp_path / "work")])
     assert code == contract.EXIT_FATAL_CONFIG
     assert pods.refused_gateway(code, message.read_text()) == "praisonai-bot 9.9 lacks WebSocketGateway._hook_idem"
+
+
+class _Clock:
+    """A monotonic clock the test moves (the journal's ``time``)."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def monotonic(self) -> float:
+        return self.now
+
+    def time(self) -> float:
+        return self.now
+
+
+def test_unusable_for_s_counts_the_whole_outage_while_the_window_may_start_again(monkeypatch: pytest.MonkeyPatch
+                                                                                 ) -> None:
+    """``unusable_for_s`` ("for how long", the contract says) is what the operator reads to take a
+    cut-off replica out of the traffic after CUT_OFF_AFTER_S. Under a partition the journal's calls
+    queue behind the reach probe's on one thread, each waiting out a connect timeout, so its
+    failures can come more than EVIDENCE_S apart; the fail-closed window then starts again (held
+    deliveries stay held), but the outage's length must not: the checker (seed 182) saw a cut-off
+    replica's gate go True again 9 s into the cut, and the replica take traffic until 13.9 s."""
+    from gateway_operator.core.replicas import CUT_OFF_AFTER_S
+    clock = _Clock()
+    monkeypatch.setattr(gwop_journal, "time", clock)
+    journal = gwop_journal.OutageJournal(types.SimpleNamespace(_hook_idem=None), fail_closed_seconds=30.0)
+    said: list[float] = []
+    for gap in (0.0, 2.0, 2.5, journal.EVIDENCE_S + 0.8, 1.0, 2.0):   # one stretch longer than EVIDENCE_S
+        clock.now += gap
+        journal.note_unusable()
+        said.append(journal.view()[contract.UNUSABLE_FOR_S])
+    assert said == sorted(said) and said[-1] == pytest.approx(sum((0.0, 2.0, 2.5, journal.EVIDENCE_S + 0.8, 1.0, 2.0)))
+    assert said[-1] >= CUT_OFF_AFTER_S
+    # ... while the window started again at the failure after the silence: still holding 30 s on
+    assert journal.view()[contract.HOLDING] is True
+    clock.now += 30.0 - 3.0 - 0.5   # 30 s after the window's new start, less the 3 s since: still in it
+    journal.note_unusable()
+    assert journal.view()[contract.HOLDING] is True

@@ -83,7 +83,11 @@ class OutageJournal:
         self.disown = disown
         # the fail-closed window: from the first failed call, new deliveries are held (503) this long
         self.fail_closed = float(fail_closed_seconds)
-        self.broken_since: Optional[float] = None   # monotonic, while broken
+        self.broken_since: Optional[float] = None   # monotonic, while broken: the fail-closed window's start
+        # monotonic, while broken: when this replica stopped being able to use Redis. /health's
+        # unusable_for_s counts from it, and the operator takes a replica cut off that long out of
+        # the traffic; unlike the window's start it never restarts before Redis answers again
+        self.unusable_since: Optional[float] = None
         self.answers_since = time.monotonic()        # monotonic: the start, or when Redis last answered again
         self.holding: "contextvars.ContextVar[bool]" = contextvars.ContextVar("gwop_holding", default=False)
         # keys whose reserve failed and was held, with the token that reserve was made under: its SET
@@ -257,6 +261,7 @@ class OutageJournal:
         it holds deliveries or admits them best-effort without asking the store."""
         if not self.broken:
             self.broken, self.broken_since = True, time.monotonic()
+            self.unusable_since = self.broken_since
             say(f"Redis cannot be asked: new webhooks are answered 503 for up to {self.fail_closed:g}s, then admitted "
                 "and journalled" if self.fail_closed else "Redis cannot be asked: webhooks are admitted and journalled")
         store = upstream.redis_store(self.gateway)
@@ -265,8 +270,10 @@ class OutageJournal:
 
     def _saw_failure(self) -> None:
         """A Redis call failed. After a stretch with no word at all (longer than EVIDENCE_S: this
-        process was stopped or starved, and Redis may have answered meanwhile), the window starts
-        again: what it holds back is this outage's, not one the replica never saw end."""
+        process was stopped or starved, or its calls queued behind each other on its thread, and
+        Redis may have answered meanwhile), the window starts again: what it holds back is this
+        outage's, not one the replica never saw end. What /health says of the outage's length
+        (``unusable_since``) does not start again: the replica could not use Redis all along."""
         now = time.monotonic()
         if self.broken and (self.failed_at is None or now - self.failed_at > self.EVIDENCE_S):
             self.broken_since = now
@@ -290,7 +297,8 @@ class OutageJournal:
                 contract.REFUSING if self.refusal else contract.UNREACHABLE,
                 contract.REFUSAL: self.refusal if self.broken else None,
                 contract.HOLDING: self.broken and self._closed(),
-                contract.UNUSABLE_FOR_S: round(time.monotonic() - self.broken_since, 1) if self.broken_since else 0.0,
+                contract.UNUSABLE_FOR_S:
+                    round(time.monotonic() - self.unusable_since, 1) if self.unusable_since is not None else 0.0,
                 contract.ADMITTED_BEST_EFFORT: self.best_effort,
                 contract.JOURNALLED: len(self.admitted) + len(self.done) + len(self.contested),
                 contract.JOURNAL_DROPPED: self.dropped}
@@ -403,7 +411,7 @@ class OutageJournal:
                     say(f"wrote {written} webhook record(s) admitted while Redis was unusable to Redis")
         self._tell_refusal()
         if was and not self.broken:
-            self.broken_since, self.refusal, self._told = None, None, None
+            self.broken_since, self.unusable_since, self.refusal, self._told = None, None, None, None
             self.answers_since = time.monotonic()
             say("Redis answers again: webhooks are asked of it again")
             # Redis answers again: what 0.1.16's next successful call would do (it clears the
