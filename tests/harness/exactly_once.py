@@ -469,8 +469,9 @@ def _orphaned_claims(by_msg: Mapping[str, list[Delivery]], turns: Iterable[Turn]
     stopped or cut off) and was started before a fault that ends a holder without its drain, from
     that fault until the message's next turn started (a retry took the claim: an upper bound, the
     provider's backoff included), counted when its message got an "in progress" answer meanwhile
-    (else the claim went at once); with no next turn, until the last such answer. A turn cut
-    without such a fault counts from its own start."""
+    (else the claim went at once); with no next turn, until the last such answer. A turn that
+    ended unanswered without such a fault (fenced, cut by a drain) counts from its end: until then
+    its holder ran it, and "in progress" was true; from its start when its end is not known."""
     deaths = sorted(f.started for f in faults if f.kind in HOLDER_DEATHS)
     starts: dict[str, list[float]] = {}
     for t in turns:
@@ -479,7 +480,8 @@ def _orphaned_claims(by_msg: Mapping[str, list[Delivery]], turns: Iterable[Turn]
     for t in turns:
         if t.answered:
             continue
-        died = next((at for at in deaths if at >= t.started and (t.ended is None or at <= t.ended)), t.started)
+        died = next((at for at in deaths if at >= t.started and (t.ended is None or at <= t.ended)),
+                    t.ended if t.ended is not None else t.started)
         after = min((at for at in starts[t.msg] if at > t.started), default=None)
         told = [d.done for d in by_msg.get(t.msg, []) if d.status == 503 and d.said == "in_progress"
                 and died <= d.sent and (after is None or d.sent < after)]

@@ -401,6 +401,22 @@ def test_a_new_holders_turn_after_the_dead_ones_lease_is_not_counted_as_orphaned
     assert report["orphaned_claim_max_s"] == 60.2 and targets_met(report) is True
 
 
+def test_a_live_holders_long_turn_is_not_an_orphaned_claim_until_it_ends() -> None:
+    """Seed 182: a 100 s turn whose claim Redis forgot (a restart without persistence) while it ran;
+    a retry was admitted elsewhere at +92 s and the first turn, its claim found gone, was fenced at
+    +101 s. Its "in progress" answers before +92 s came from a holder running it: no orphan."""
+    deliveries = [delivery("m1", T0, status=503, said="retry", target="edge"),
+                  *(delivery("m1", T0 + at, attempt=i + 1, status=503, said="in_progress")
+                    for i, at in enumerate((10.0, 40.0, 70.0, 85.0))),
+                  delivery("m1", T0 + 92.0, attempt=6)]
+    turns = [turn("m1", T0 + 0.1, answered=False, ended=T0 + 101.0), turn("m1", T0 + 92.3, ended=T0 + 190.0)]
+    report = run(deliveries, turns, samples=steady(T0 + 300.0))
+    assert report["orphaned_claim_max_s"] == 0.0 and report["examples"]["orphaned_claims"] == [], report["examples"]
+    # the same turn ended (its claim left behind) at +30 s: the answers after that were of an orphan
+    turns = [turn("m1", T0 + 0.1, answered=False, ended=T0 + 30.0), turn("m1", T0 + 92.3, ended=T0 + 190.0)]
+    assert run(deliveries, turns, samples=steady(T0 + 300.0))["orphaned_claim_max_s"] == 62.3
+
+
 # -- splits -------------------------------------------------------------------------------
 
 def session_turns(b_history: tuple[str, ...]) -> list[Turn]:
