@@ -265,8 +265,13 @@ class OutageJournal:
             say(f"Redis cannot be asked: new webhooks are answered 503 for up to {self.fail_closed:g}s, then admitted "
                 "and journalled" if self.fail_closed else "Redis cannot be asked: webhooks are admitted and journalled")
         store = upstream.redis_store(self.gateway)
-        if store is not None and not store.degraded():
+        if store is None:
+            return
+        if not store.degraded():  # the store's fact first: what clears /health's entry once Redis answers
             store.mark_degraded("launcher", ConnectionError("a call of the launcher's own did not reach Redis"))
+        # and /health's entry itself, whatever the store's fact says (0.1.16 writes it only when its
+        # fact flips; a fact already set would leave an entry cleared meanwhile unwritten)
+        upstream.record_idempotency_degraded(f"{RUNTIME_TEXT}: {self.refusal}" if self.refusal else RUNTIME_TEXT)
 
     def _saw_failure(self) -> None:
         """A Redis call failed. After a stretch with no word at all (longer than EVIDENCE_S: this
