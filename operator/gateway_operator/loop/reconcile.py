@@ -1,9 +1,10 @@
 """One reconciliation pass for one GatewayDeployment: the steps (steps.py) in order, each a
 function of what the pass is given and of the steps before it, then ``steps.summarize`` makes one
 ``Outcome`` of their results (``problems.winner`` picks the problem status shows). The pass returns
-a ``Result``: what it saw and did (``Outcome``), the Secret inputs it read and what it rendered. When to come back is the schedule's to
-decide from that outcome (schedule.py), as controller-runtime's queue owns the backoff. It never
-raises: what was running is left alone, and the retry backs off.
+a ``Result``: what it saw and did (``Outcome``), the Secret inputs it read and what it rendered.
+When to come back is the schedule's to decide from that outcome (schedule.py), as
+controller-runtime's queue owns the backoff. It never raises: what was running is left alone, and
+the retry backs off.
 """
 from __future__ import annotations
 
@@ -38,7 +39,7 @@ async def reconcile(kube: Kube, prober: Prober, settings: ReconcileSettings, bod
     It reads nothing from the API server when ``seen`` has the Deployment's watched state and
     the last full pass's Secret inputs, so a Secret's change is noticed by the next full pass.
     REAPPLY applies with those inputs; FULL reads them afresh first."""
-    g = Given(kube, prober, settings, body, pods, kind, seen, rollouts)
+    g = Given.of(kube, prober, settings, body, pods, kind, seen, rollouts)
     applies, probed = kind.applies, None
     try:
         read = await steps.read_inputs(g)

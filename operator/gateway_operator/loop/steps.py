@@ -31,7 +31,7 @@ from kubernetes.client.exceptions import ApiException
 
 from gateway_operator import api
 from gateway_operator.api import GatewaySpec
-from gateway_operator.api.objects import StatusView, claim_of_object, meta_of, spec_of, status_of
+from gateway_operator.api.objects import Meta, StatusView, claim_of_object, meta_of, spec_of, status_of
 from gateway_operator.api.redis_target import RedisTarget
 from gateway_operator.api.tenancy import Claim, claimed_elsewhere
 from gateway_operator.clients import apply, redis_protocol
@@ -85,8 +85,9 @@ class Observation(NamedTuple):
 
 class Given(NamedTuple):
     """What a pass is given: the clients, the settings, the GatewayDeployment as the watch delivered
-    it, its pods, the pass's kind (schedule.PassKind: observe, re-apply, or full), what the last
-    passes read (``Observation``), and the operator-wide cap on the rollouts it causes itself."""
+    it (with its metadata and status read once, ``of``), its pods, the pass's kind
+    (schedule.PassKind: observe, re-apply, or full), what the last passes read (``Observation``),
+    and the operator-wide cap on the rollouts it causes itself."""
 
     kube: Kube
     prober: Prober
@@ -94,8 +95,16 @@ class Given(NamedTuple):
     body: Mapping[str, Any]
     pods: Sequence[PodView]
     kind: PassKind
-    seen: Observation = Observation()
-    rollouts: RolloutGate | None = None
+    seen: Observation
+    rollouts: RolloutGate | None
+    meta: Meta
+    status: StatusView
+
+    @classmethod
+    def of(cls, kube: Kube, prober: Prober, settings: ReconcileSettings, body: Mapping[str, Any],
+           pods: Sequence[PodView], kind: PassKind, seen: Observation = Observation(),
+           rollouts: RolloutGate | None = None) -> "Given":
+        return cls(kube, prober, settings, body, pods, kind, seen, rollouts, meta_of(body), status_of(body))
 
     @property
     def applies(self) -> bool:
@@ -103,16 +112,11 @@ class Given(NamedTuple):
 
     @property
     def owner(self) -> Owner:
-        meta = meta_of(self.body)
-        return Owner(meta.name, meta.namespace, meta.uid)
+        return Owner(self.meta.name, self.meta.namespace, self.meta.uid)
 
     @property
     def generation(self) -> int | None:
-        return meta_of(self.body).generation
-
-    @property
-    def status(self) -> StatusView:
-        return status_of(self.body)
+        return self.meta.generation
 
 
 class Read(NamedTuple):
