@@ -432,15 +432,16 @@ def test_the_exploration_finds_a_turn_ending_mid_flush_planted_back() -> None:
 def _breaker_unsaid() -> Sim:
     """The journal before this change: a breaker opened by something other than the store's own
     failing call (a renewal round) leaves /health without ``durability:idempotency``."""
+    import gwop_journal  # the pod code, as protocol_sim imports it (its clock the simulation's once patched)
+
     def unsaid(replica: Any) -> None:
         journal = replica.journal
 
         def opened() -> None:
             if not journal.broken:
-                journal.broken, journal.broken_since = True, journal_clock()
+                journal.broken, journal.broken_since = True, gwop_journal.time.monotonic()
+                journal.unusable_since = journal.broken_since
         journal._break = opened
-    import gwop_journal
-    journal_clock = lambda: gwop_journal.time.monotonic()  # noqa: E731 - the simulation's, once patched
     return _each_replica(Sim(), unsaid)
 
 
