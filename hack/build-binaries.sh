@@ -5,6 +5,7 @@
 #                                                   (the SIMULATED node of clusters without a real one)
 #   helm                                            (the npm lambda-layer-kubectl package)
 #   kube-score                                      (hack/kube-score: the chart's policy linter, tests/unit/test_chart_lint.py)
+#   kubeconform                                     (hack/kubeconform: the chart's schema check, tests/sim/test_chart_schemas.py)
 #   the Flux and Argo CD CRDs of the GitOps examples ($GWOP_CACHE/crds/gitops-*, bin/gitops-crds)
 # Binaries live in $GWOP_CACHE/bin/<name>-<version>, outside the work tree, and are
 # rebuilt only when missing. Prints the directory that holds them (symlinked by plain name).
@@ -93,6 +94,14 @@ build_kube_score() {
   [[ -x $out ]] && return
   log "building kube-score $KUBE_SCORE_VERSION (one-off, under a minute)"
   (cd "$here/kube-score" && go build -trimpath -ldflags "-s -w" -o "$out.tmp" github.com/zegl/kube-score/cmd/kube-score \
+    && mv "$out.tmp" "$out")
+}
+
+build_kubeconform() {
+  local out=$bin/kubeconform-$KUBECONFORM_VERSION
+  [[ -x $out ]] && return
+  log "building kubeconform $KUBECONFORM_VERSION (one-off, under a minute)"
+  (cd "$here/kubeconform" && go build -trimpath -ldflags "-s -w" -o "$out.tmp" github.com/yannh/kubeconform/cmd/kubeconform \
     && mv "$out.tmp" "$out")
 }
 
@@ -334,6 +343,7 @@ kube_newest() { timed "${kube_components[*]}" build_kube_set k8s "$KUBE_VERSION"
 etcd_() { timed etcd build_etcd; }
 helm_() { timed helm fetch_layer_tools; }
 kube_score_() { timed kube-score build_kube_score; }
+kubeconform_() { timed kubeconform build_kubeconform; }
 coredns_() { timed coredns build_coredns; }
 containerd_() { timed "${CONTAINERD_COMMANDS[*]}" build_containerd; }
 gateway_api_() { fetch_gateway_api_crds; }
@@ -349,7 +359,7 @@ oldest_() { timed "${OLDEST_COMPONENTS[*]} $KUBE_OLDEST_VERSION" build_kube_olde
 # the control plane's own Kubernetes build is the longest: it has a lane; the rest share one
 ((core)) && lane kubernetes kube_newest
 other=()
-((core)) && other+=(helm_ etcd_ kube_score_)
+((core)) && other+=(helm_ etcd_ kube_score_ kubeconform_)
 ((node)) && other+=(coredns_ containerd_ gateway_api_)
 ((sim)) && other+=(kwok_ gitops_)
 ((monitoring)) && other+=(prometheus_ prometheus_crds_)
@@ -365,6 +375,7 @@ if ((core)); then
   ln -sf "etcd-$ETCD_VERSION" "$bin/etcd"
   ln -sf "helm-$LAYER_HELM_VERSION" "$bin/helm"
   ln -sf "kube-score-$KUBE_SCORE_VERSION" "$bin/kube-score"
+  ln -sf "kubeconform-$KUBECONFORM_VERSION" "$bin/kubeconform"
 fi
 if ((node)); then
   ln -sf "coredns-$COREDNS_VERSION-node" "$bin/coredns"

@@ -12,7 +12,9 @@ fields' schemas (generated from KUBE_VERSION's OpenAPI) are admitted; `helm inst
 passes its kubeVersion check against the real server, and its ValidatingAdmissionPolicies
 (admissionregistration.k8s.io/v1) warn at `kubectl apply` and refuse with the operator's message;
 the operator reconciles a GatewayDeployment to Ready, and writes an HTTPRoute
-(gateway.networking.k8s.io/v1, the Gateway API CRDs of the real node) the server admits.
+(gateway.networking.k8s.io/v1, the Gateway API CRDs of the real node) the server admits; and
+the chart's renderings pass ``kubeconform -strict`` against this server's own schemas, which
+refuse a field Kubernetes added later (tests/sim/test_chart_schemas.py does the newest end).
 """
 from __future__ import annotations
 
@@ -25,8 +27,11 @@ from typing import Iterator
 import pytest
 import yaml
 
+import test_chart_schemas as chart_schemas
 import test_crd_admission as admission
 from gateway_operator.api import tenancy
+from harness import kube_schemas
+from harness.chart_lint import VALUE_SETS
 from harness.cluster import CACHE_BIN, REPO, Cluster, versions
 from harness.gateways import apply_gateway, replica_warning, wait_condition, wait_ready_pods
 from harness.operator import OperatorProcess, gateway_deployment
@@ -90,6 +95,18 @@ def test_the_charts_admission_policies_warn_and_refuse(cluster: Cluster, namespa
             refused.stderr
     finally:
         cluster.helm("uninstall", release, "-n", ns, "--wait", check=False)
+
+
+@pytest.mark.parametrize("values", sorted(VALUE_SETS))
+def test_kubeconform_finds_every_rendered_object_valid_on_the_oldest_kubernetes(cluster: Cluster, values: str) -> None:
+    chart_schemas.check_clean(cluster, values)
+
+
+def test_kubeconform_refuses_on_the_oldest_a_field_kubernetes_added_later(cluster: Cluster) -> None:
+    """The schemas are this server's: pod-level resources (1.32) are an unknown field on 1.30."""
+    checked = kube_schemas.kubeconform(chart_schemas.with_pod_level_resources(), chart_schemas.schemas(cluster))
+    assert checked.returncode == 1, checked.stdout
+    assert "/spec/template/spec': additional properties 'resources' not allowed" in checked.stdout, checked.stdout
 
 
 @pytest.fixture(scope="module")
