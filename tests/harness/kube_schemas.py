@@ -15,7 +15,6 @@ come from their CRD files, with the same strictness: a CRD is the same for every
 Kept in ``.cache/kube-schemas/<server gitVersion>`` (made once per version)."""
 from __future__ import annotations
 
-import copy
 import json
 import shutil
 import subprocess
@@ -101,8 +100,7 @@ def from_crds(paths: Iterable[Path]) -> dict[str, Any]:
                 continue
             group, kind = crd["spec"]["group"], crd["spec"]["names"]["kind"]
             for version in crd["spec"]["versions"]:
-                schema = copy.deepcopy(version["schema"]["openAPIV3Schema"])
-                out[file_name(group, version["name"], kind)] = strict(schema)
+                out[file_name(group, version["name"], kind)] = strict(version["schema"]["openAPIV3Schema"])
     return out
 
 

@@ -1,6 +1,6 @@
 """The chart through the schema check a platform team's chart pipeline runs (issue 55, item 3):
 ``kubeconform -strict`` (hack/versions.env, built by hack/build-binaries.sh from hack/kubeconform)
-over what the real ``helm template --include-crds`` renders for each of kube-score's value sets,
+over what the real ``helm template --include-crds`` renders for each of the chart's CI value sets,
 against the schemas of the NEWEST supported Kubernetes here (the session's control plane) and of
 the OLDEST in tests/sim/test_oldest_end.py (its control plane at KUBE_OLDEST_VERSION): every object
 of a kind the server knows, with no field it lacks and no value of the wrong type. The schemas are
@@ -9,6 +9,7 @@ here); every rendered kind must have one (nothing is skipped as unknown)."""
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import pytest
 import yaml
@@ -25,7 +26,7 @@ def chart(flags: list[str]) -> str:
     return rendered([*flags, "--include-crds"])
 
 
-def schemas(cluster: Cluster):  # -> Path
+def schemas(cluster: Cluster) -> Path:
     return kube_schemas.generate(cluster, [*CRDS, *prometheus_operator_crds()])
 
 
@@ -59,8 +60,9 @@ def test_kubeconform_refuses_an_unknown_field_a_wrong_type_and_an_unknown_kind(c
     documents.append({"apiVersion": "example.dev/v1", "kind": "Widget", "metadata": {"name": "w"}})
     found = kube_schemas.kubeconform(yaml.safe_dump_all(documents), directory)
     assert found.returncode == 1, found.stdout
-    assert "/spec/template/spec/containers/0': additional properties 'imagePullPolicyy' not allowed" in found.stdout
-    assert "/spec/replicas': got string, want integer" in found.stdout
+    assert "/spec/template/spec/containers/0': additional properties 'imagePullPolicyy' not allowed" in found.stdout, \
+        found.stdout
+    assert "/spec/replicas': got string, want integer" in found.stdout, found.stdout
     assert "Widget" in found.stdout and "could not find schema" in found.stdout, found.stdout
 
 
