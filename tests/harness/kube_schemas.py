@@ -26,7 +26,6 @@ import yaml
 from .cluster import CACHE_BIN, Cluster, tool
 
 CACHE = CACHE_BIN.parent / "kube-schemas"
-INT_OR_STRING = "io.k8s.apimachinery.pkg.util.intstr.IntOrString"
 REF_PREFIX = "#/components/schemas/"
 
 

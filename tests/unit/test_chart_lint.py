@@ -61,17 +61,18 @@ CT = REPO / "hack/chart-testing"
 def ct_lint_findings(chart: Path) -> list[str]:
     """What ct lint's steps find in ``chart`` (empty: it would pass)."""
     found: list[str] = []
+    ci_values = sorted((chart / "ci").glob("*-values.yaml"))
     schema = subprocess.run([tool_in_venv("yamale"), "--schema", str(CT / "chart_schema.yaml"), str(chart / "Chart.yaml")],
                             capture_output=True, text=True, timeout=120)
     if schema.returncode != 0:
         found.append(f"yamale: {schema.stdout}{schema.stderr}")
-    for path in [chart / "Chart.yaml", chart / "values.yaml", *sorted((chart / "ci").glob("*-values.yaml"))]:
+    for path in [chart / "Chart.yaml", chart / "values.yaml", *ci_values]:
         linted = subprocess.run([tool_in_venv("yamllint"), "-f", "parsable", "--config-file", str(CT / "lintconf.yaml"),
                                  str(path)], capture_output=True, text=True, timeout=120)
         found += [line for line in linted.stdout.splitlines() if line.strip()]
         if linted.returncode not in (0, 1) or linted.stderr:  # 1: errors found (listed above)
             found.append(f"yamllint {path.name} (exit {linted.returncode}): {linted.stderr}")
-    for values in sorted((chart / "ci").glob("*-values.yaml")):
+    for values in ci_values:
         helm = subprocess.run([tool("helm"), "lint", "--strict", str(chart), "--values", str(values)],
                               capture_output=True, text=True, timeout=120)
         found += [f"helm lint {values.name}: {line}" for line in helm.stdout.splitlines()
