@@ -41,9 +41,18 @@ cluster-down:
 test: system-deps venv test-binaries
 	PY=$(PY) hack/test.sh $(PYTEST_ARGS)
 
+# The release (issue 55, docs/releasing.md): the operator and gateway images as OCI image indexes
+# (PLATFORMS, default linux/amd64 linux/arm64: a foreign one builds under qemu-user), their SPDX
+# SBOMs, the chart with its default image by digest, all pushed to REGISTRY and signed with cosign
+# (COSIGN_KEY, or keyless). The tree's version must be VERSION. hack/release.sh says the rest.
+release: system-deps venv
+	@hack/build-binaries.sh --release >/dev/null
+	@hack/release.sh "$(VERSION)" "$(REGISTRY)"
+.PHONY: release
+
 # every Go build `make test` uses, in one hack/build-binaries.sh run (its lanes build side by side)
 test-binaries:
-	@hack/build-binaries.sh --monitoring --oldest --node >/dev/null
+	@hack/build-binaries.sh --monitoring --oldest --node --release >/dev/null
 .PHONY: test-binaries
 
 # kube-apiserver, kube-controller-manager and kube-scheduler at the OLDEST supported Kubernetes

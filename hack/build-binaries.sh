@@ -37,6 +37,10 @@
 #                                   as $GWOP_CACHE/bin/<name>-<that version>, for clusters started with
 #                                   GWOP_KUBE_VERSION=<that version> (hack/cluster.sh; `make test-oldest`);
 #                                   the plain-name symlinks stay the newest (KUBE_VERSION)
+#   hack/build-binaries.sh --release
+#                                   the release tools: CNCF distribution's registry (hack/registry),
+#                                   cosign (hack/cosign) and syft (hack/syft), for `make release`
+#                                   and tests/node/test_release.py (`make test` and CI pass it)
 #   hack/build-binaries.sh --dir    only prints the directory (builds nothing)
 # Flags combine (--node --monitoring --oldest). Independent builds run side by side (see lane), and
 # each build says how long it took.
@@ -103,6 +107,14 @@ build_kubeconform() {
   log "building kubeconform $KUBECONFORM_VERSION (one-off, under a minute)"
   (cd "$here/kubeconform" && go build -trimpath -ldflags "-s -w" -o "$out.tmp" github.com/yannh/kubeconform/cmd/kubeconform \
     && mv "$out.tmp" "$out")
+}
+
+# The release tools (--release): the OCI registry, cosign and syft, one go build each
+build_release_tool() {  # build_release_tool NAME VERSION PACKAGE
+  local name=$1 version=$2 package=$3 out=$bin/$1-$2
+  [[ -x $out ]] && return
+  log "building $name $version (one-off, a few minutes)"
+  (cd "$here/$name" && go build -trimpath -ldflags "-s -w" -o "$out.tmp" "$package" && mv "$out.tmp" "$out")
 }
 
 build_kwok() {
@@ -296,7 +308,7 @@ fetch_layer_tools() {  # helm (the layer's kubectl is older than the control pla
 }
 
 # What to build, from the flags (they combine).
-core=1 sim=1 node=0 late=0 monitoring=0 oldest=0 autoscaling=0
+core=1 sim=1 node=0 late=0 monitoring=0 oldest=0 autoscaling=0 release=0
 for flag in "$@"; do
   case $flag in
     --node) node=1 late=1 ;;
@@ -307,6 +319,7 @@ for flag in "$@"; do
     --monitoring) monitoring=1 ;;
     --autoscaling) monitoring=1 autoscaling=1 ;;
     --oldest) oldest=1 ;;
+    --release) release=1 ;;
     --dir) echo "$bin"; exit 0 ;;
     *) log "unknown flag $flag"; exit 2 ;;
   esac
@@ -354,6 +367,9 @@ gitops_() { fetch_gitops_crds >/dev/null; }
 prometheus_() { local name; for name in prometheus promtool; do timed "$name" build_prometheus "$name"; done; }
 prometheus_crds_() { fetch_prometheus_operator_crds; }
 prometheus_adapter_() { timed prometheus-adapter build_prometheus_adapter; }
+registry_() { timed registry build_release_tool registry "$DISTRIBUTION_VERSION" github.com/distribution/distribution/v3/cmd/registry; }
+cosign_() { timed cosign build_release_tool cosign "$COSIGN_VERSION" github.com/sigstore/cosign/v2/cmd/cosign; }
+syft_() { timed syft build_release_tool syft "$SYFT_VERSION" github.com/anchore/syft/cmd/syft; }
 oldest_() { timed "${OLDEST_COMPONENTS[*]} $KUBE_OLDEST_VERSION" build_kube_oldest; }
 
 # the control plane's own Kubernetes build is the longest: it has a lane; the rest share one
@@ -367,6 +383,7 @@ other=()
 ((${#other[@]} == 0)) || lane other "${other[@]}"
 ((oldest)) && lane oldest oldest_
 ((late)) && lane late nice traefik_ kube_router_
+((release)) && lane release nice registry_ cosign_ syft_
 wait_lanes
 (( SECONDS < 2 )) || log "all built in ${SECONDS}s"
 
@@ -394,6 +411,11 @@ if ((sim)); then
 fi
 if ((monitoring)); then
   for name in prometheus promtool; do ln -sf "$name-$PROMETHEUS_VERSION" "$bin/$name"; done
+fi
+if ((release)); then
+  ln -sf "registry-$DISTRIBUTION_VERSION" "$bin/registry"
+  ln -sf "cosign-$COSIGN_VERSION" "$bin/cosign"
+  ln -sf "syft-$SYFT_VERSION" "$bin/syft"
 fi
 ((autoscaling == 0)) || ln -sf "prometheus-adapter-$PROMETHEUS_ADAPTER_VERSION" "$bin/prometheus-adapter"
 echo "$bin"

@@ -14,15 +14,40 @@
 # The Debian mirror is read from this machine's apt sources, pip's index/CA from its pip config
 # and environment, at build time: nothing host-specific is written into the repository.
 # Needs root (buildah, mmdebstrap); installs buildah and mmdebstrap with apt-get when missing.
+# GWOP_IMAGE_ARCH=<Debian architecture> (default: this machine's, `dpkg --print-architecture`)
+# builds for another architecture under qemu-user (binfmt_misc): only base, operator and gateway
+# (redis, pause and test-health-standin are the test node's own, this machine's architecture only).
+# qemu-user-static is installed with apt-get when missing and its handler registered with the F
+# flag (binfmt_misc mounted first if need be). The architecture is one more input of each hash;
+# the archives are named NAME-TAG-ARCH-HASH.oci.tar, the images in the store NAME:TAG-ARCH, and
+# $GWOP_CACHE/images/images-ARCH.txt lists them (images.txt is this machine's architecture's only).
+# Each run prunes only its own architecture's stale archives. For this machine's architecture
+# names, hashes and lists are what they were before the variable existed.
+# GWOP_IMAGES_LIST=<file> writes the list there instead, and prunes nothing (hack/release.sh).
 #   hack/images.sh [build]        build what is missing, print each image's time and size
-#   hack/images.sh list           print images.txt
+#   hack/images.sh list           print the list (images.txt, or images-ARCH.txt)
 #   hack/images.sh lock-gateway   regenerate images/gateway/requirements.lock (clean venv)
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
 cache=${GWOP_CACHE:-$HOME/.cache/gateway-operator}
 out=$cache/images
 store=$out/storage          # buildah's own image store: nothing under /var/lib/containers
-list=$out/images.txt
+HOST_ARCH=$(dpkg --print-architecture)
+ARCH=${GWOP_IMAGE_ARCH:-$HOST_ARCH}
+# the architectures a foreign build knows: Debian's name, the OCI platform, qemu's name
+ARCHES="amd64 linux/amd64 x86_64
+arm64 linux/arm64 aarch64"
+# this machine's architecture: no suffix, no hash word, images.txt (all as before GWOP_IMAGE_ARCH)
+SFX="" ARCH_INPUT=() list=$out/images.txt PLATFORM="" QEMU_ARCH=""
+if [[ $ARCH != "$HOST_ARCH" ]]; then
+  read -r _ PLATFORM QEMU_ARCH < <(grep "^$ARCH " <<<"$ARCHES") || true
+  [[ -n $PLATFORM ]] || { echo "[images] GWOP_IMAGE_ARCH=$ARCH: not one of $(cut -d' ' -f1 <<<"$ARCHES" | xargs)" >&2; exit 2; }
+  SFX=-$ARCH ARCH_INPUT=("arch=$ARCH") list=$out/images-$ARCH.txt
+fi
+# a caller's own list (hack/release.sh: a release of another tree shares the cache): the list goes
+# there, and nothing is pruned, since images.txt may still name what a prune would remove
+own_list=0
+if [[ -n ${GWOP_IMAGES_LIST:-} ]]; then list=$GWOP_IMAGES_LIST own_list=1; fi
 
 PREFIX=localhost/gateway-operator
 SUITE=bookworm
@@ -55,7 +80,56 @@ ensure_tools() {
     DEBIAN_FRONTEND=noninteractive "${sudo[@]}" apt-get install -y -qq "${missing[@]}" >/dev/null
   fi
   [[ $(id -u) == 0 ]] || { log "buildah and mmdebstrap run as root here: run with sudo"; exit 1; }
-  command -v go >/dev/null || { log "go is needed for the pause image (the control plane needs it too)"; exit 1; }
+  [[ -n $SFX ]] || command -v go >/dev/null \
+    || { log "go is needed for the pause image (the control plane needs it too)"; exit 1; }
+}
+
+# A foreign architecture's binaries run under qemu-user through binfmt_misc: qemu-user-static
+# (apt-get), binfmt_misc mounted, its handler registered with the F flag (the kernel opens the
+# interpreter once, so it works inside the chroots of mmdebstrap and buildah, which lack it).
+ensure_emulation() {
+  [[ -n $SFX ]] || return 0
+  local bm=/proc/sys/fs/binfmt_misc name=qemu-$QEMU_ARCH line
+  if ! command -v "qemu-$QEMU_ARCH-static" >/dev/null; then
+    log "installing qemu-user-static with apt-get (for $ARCH)"
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends qemu-user-static >/dev/null
+  fi
+  if [[ ! -e $bm/register ]]; then
+    mount -t binfmt_misc binfmt_misc "$bm" \
+      || { log "$ARCH: binfmt_misc is not mounted at $bm and mounting it failed"; exit 1; }
+  fi
+  if [[ ! -e $bm/$name ]]; then
+    line=$(binfmt_line "$name") || { log "$ARCH: qemu-user-static has no binfmt entry for $name"; exit 1; }
+    [[ ${line##*:} == *F* ]] || line+=F
+    log "$ARCH: registering binfmt handler $name (flags ${line##*:})"
+    printf '%s\n' "$line" >"$bm/register" 2>/dev/null \
+      || { log "$ARCH: registering $name in $bm/register failed"; exit 1; }
+  fi
+  if ! grep -qx enabled "$bm/status" || ! grep -qx enabled "$bm/$name"; then
+    log "$ARCH: binfmt_misc or its $name handler is disabled ($bm)"; exit 1
+  fi
+  if ! grep -q '^flags:.*F' "$bm/$name"; then
+    log "$ARCH: $bm/$name lacks the F flag (echo -1 >$bm/$name, then run again)"; exit 1
+  fi
+}
+
+# binfmt_line NAME: the register line for NAME from qemu-user-static's own files (systemd's
+# binfmt.d, else binfmt-support's format)
+binfmt_line() {
+  local f
+  for f in /usr/lib/binfmt.d/"$1".conf /usr/lib/binfmt.d/"$1"-static.conf; do
+    [[ -f $f ]] && grep -m1 "^:$1:" "$f" && return
+  done
+  f=/usr/share/binfmts/$1
+  [[ -f $f ]] || return 1
+  awk -v name="$1" '
+    { v[$1] = $2 }
+    END {
+      if (v["interpreter"] == "" || v["magic"] == "") exit 1
+      flags = (v["preserve"] == "yes" ? "P" : "") (v["credentials"] == "yes" ? "OC" : "") (v["fix_binary"] == "yes" ? "F" : "")
+      printf ":%s:M:%s:%s:%s:%s:%s\n", name, v["offset"], v["magic"], v["mask"], v["interpreter"], flags
+    }' "$f"
 }
 
 # This machine's Debian entries for the suite (and -updates, -security), as one-line sources.
@@ -152,6 +226,37 @@ snapshot() {
 }
 
 size_of() { du -h "$1" | cut -f1; }
+
+# arch_of NAME: the architecture an archive or store image is for, from its name (…-ARCH-HASH);
+# no architecture in the name: this machine's
+arch_of() {
+  local a _
+  while read -r a _; do
+    [[ $a != "$HOST_ARCH" && ${1##*/} == *-"$a"-[0-9a-f]* ]] && { echo "$a"; return; }
+  done <<<"$ARCHES"
+  echo "$HOST_ARCH"
+}
+
+# oci_platform ARCHIVE: OS/ARCHITECTURE[/VARIANT] of the image config in an OCI archive
+# (index.json -> manifest -> config)
+oci_platform() {
+  python3 - "$1" <<'EOF'
+import json, sys, tarfile
+with tarfile.open(sys.argv[1]) as tar:
+    names = {m.name.lstrip("./"): m for m in tar.getmembers()}
+    read = lambda name: json.load(tar.extractfile(names[name]))
+    blob = lambda digest: read("blobs/" + digest.replace(":", "/", 1))
+    config = blob(blob(read("index.json")["manifests"][0]["digest"])["config"]["digest"])
+print("/".join(filter(None, (config.get("os"), config.get("architecture"), config.get("variant")))))
+EOF
+}
+
+# check_platform ARCHIVE: a foreign build's archive says the platform it was built for
+check_platform() {
+  [[ -n $SFX ]] || return 0
+  local got; got=$(oci_platform "$1")
+  [[ $got == "$PLATFORM" ]] || { log "$(basename "$1"): its config says $got, not $PLATFORM"; rm -f "$1"; exit 1; }
+}
 report() { printf '[images] %-44s %-8s %6s  %s\n' "$1" "$2" "$(size_of "$3")" "$3" >&2; }
 
 # push IMAGE ARCHIVE: the image from the store to an OCI archive (written whole, then renamed)
@@ -171,27 +276,35 @@ ensure_stored() {
 build_base() {
   local sources; sources=$(debian_sources)
   [[ -n $sources ]] || { log "no $SUITE entry of Debian's archive in /etc/apt/sources.list*"; exit 1; }
-  local hash; hash=$(hash_inputs base "$BASE_RECIPE" "$SUITE" "$BASE_PACKAGES" "${DPKG_OPTS[@]}" "$sources")
-  BASE_IMAGE=$PREFIX/base:$SUITE-$hash
-  BASE_ARCHIVE=$out/base-$SUITE-$hash.oci.tar
+  local hash; hash=$(hash_inputs base "$BASE_RECIPE" "${ARCH_INPUT[@]}" "$SUITE" "$BASE_PACKAGES" "${DPKG_OPTS[@]}" "$sources")
+  BASE_IMAGE=$PREFIX/base:$SUITE$SFX-$hash
+  BASE_ARCHIVE=$out/base-$SUITE$SFX-$hash.oci.tar
   APT_SOURCES=$sources
   if [[ -f $BASE_ARCHIVE ]]; then report "$BASE_IMAGE" reused "$BASE_ARCHIVE"; return; fi
-  local t0=$SECONDS mirrors=() opts=() o line
+  local t0=$SECONDS mirrors=() opts=() cfg=() o line
   while IFS= read -r line; do mirrors+=("$line"); done <<<"$sources"
   for o in "${DPKG_OPTS[@]}"; do opts+=(--dpkgopt="$o"); done
-  log "base: mmdebstrap $SUITE (--variant=apt --include=$BASE_PACKAGES)"
+  if [[ -n $SFX ]]; then  # a foreign architecture: its maintainer scripts run under qemu
+    opts+=(--architectures="$ARCH")
+    local os cpu variant
+    IFS=/ read -r os cpu variant <<<"$PLATFORM"
+    cfg=(--os "$os" --arch "$cpu")
+    [[ -z $variant ]] || cfg+=(--variant "$variant")
+  fi
+  log "base: mmdebstrap $SUITE (--variant=apt --include=$BASE_PACKAGES${SFX:+ --architectures=$ARCH})"
   mmdebstrap --quiet --variant=apt --include="$BASE_PACKAGES" "${opts[@]}" \
     --customize-hook='rm -f "$1/etc/apt/sources.list"; rm -rf "$1"/var/lib/apt/lists/* "$1"/var/cache/apt/*.bin "$1"/var/log/apt "$1"/var/log/dpkg.log' \
     --customize-hook='dpkg-query --admindir="$1/var/lib/dpkg" -W -f "\${Package} \${Version}\n" >'"$work/packages.txt" \
     "$SUITE" "$work/rootfs.tar" "${mirrors[@]}"
   local c; c=$(bah from scratch)
   bah add --quiet "$c" "$work/rootfs.tar" / >/dev/null
-  bah config --env PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
+  bah config "${cfg[@]}" --env PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
     --env LANG=C.UTF-8 --entrypoint '["tini", "--"]' --cmd '["/bin/sh"]' \
     --label org.opencontainers.image.title=gateway-operator-base \
     --label org.opencontainers.image.description="Debian $SUITE: ${BASE_PACKAGES//,/, }" "$c"
   bah commit --quiet --rm "$c" "$BASE_IMAGE" >/dev/null
   push "$BASE_IMAGE" "$BASE_ARCHIVE"
+  check_platform "$BASE_ARCHIVE"
   cp "$work/packages.txt" "${BASE_ARCHIVE%.oci.tar}.packages.txt"
   report "$BASE_IMAGE" "$((SECONDS - t0))s" "$BASE_ARCHIVE"
 }
@@ -204,8 +317,8 @@ build_bud() {
   mapfile -t inputs < <(snapshot "$dockerfile" "$@")
   dockerfile=${inputs[0]}
   if [[ $context == "$repo" ]]; then context=$snap; else context=$snap/${context#"$repo"/}; fi
-  local hash; hash=$(hash_inputs "$name" "$BUD_RECIPE" "$tag" "$BASE_IMAGE" "${inputs[@]}")
-  local image=$PREFIX/$name:$tag archive=$out/$name-$tag-$hash.oci.tar
+  local hash; hash=$(hash_inputs "$name" "$BUD_RECIPE" "${ARCH_INPUT[@]}" "$tag" "$BASE_IMAGE" "${inputs[@]}")
+  local image=$PREFIX/$name:$tag$SFX archive=$out/$name-$tag$SFX-$hash.oci.tar
   built+=("$image $archive")
   if [[ -f $archive ]]; then report "$image" reused "$archive"; return; fi
   local t0=$SECONDS args=(--build-arg "BASE_IMAGE=$BASE_IMAGE") kv cert=""
@@ -222,13 +335,15 @@ build_bud() {
   [[ -n $cert ]] || cert=${REQUESTS_CA_BUNDLE:-${SSL_CERT_FILE:-/etc/ssl/certs/ca-certificates.crt}}
   if [[ -f $cert ]]; then args+=(-v "$cert:$BUILD_CA:ro" --build-arg "PIP_CERT=$BUILD_CA"); fi
   [[ $name != redis ]] || args+=(--build-arg "APT_SOURCES=$APT_SOURCES")
-  local blog=$out/logs/$name.log
+  [[ -z $SFX ]] || args+=(--platform "$PLATFORM")  # its RUN steps run under qemu
+  local blog=$out/logs/$name$SFX.log
   mkdir -p "$out/logs"
   log "$name: buildah bud $shown (from a snapshot of its inputs; log: $blog)"
   bah bud --isolation chroot --network host --pull=never --format oci --layers=false \
     -f "$dockerfile" -t "$image" "${args[@]}" "$context" >"$blog" 2>&1 \
     || { tail -n 40 "$blog" >&2; log "$name: build failed (log: $blog)"; exit 1; }
   push "$image" "$archive"
+  check_platform "$archive"
   report "$image" "$((SECONDS - t0))s" "$archive"
 }
 
@@ -250,16 +365,20 @@ build_pause() {
   report "$image" "$((SECONDS - t0))s" "$archive"
 }
 
-# archives (and store images) of earlier inputs: only the current ones stay
+# archives (and store images) of earlier inputs, of this run's architecture: only the current
+# ones stay (another architecture's are its own runs' to prune)
 prune() {
-  local keep=" $BASE_ARCHIVE ${built[*]} " f
+  local keep=" $BASE_ARCHIVE ${built[*]} " f img stale=()
   for f in "$out"/*.oci.tar; do
+    [[ -e $f && $(arch_of "$f") == "$ARCH" ]] || continue
     [[ $keep == *" $f "* ]] && continue
     log "removing stale $(basename "$f")"
     rm -f "$f" "${f%.oci.tar}.packages.txt"
   done
-  bah images --format '{{.Name}}:{{.Tag}}' 2>/dev/null | grep "^$PREFIX/base:" | grep -vxF "$BASE_IMAGE" \
-    | xargs -r buildah --root "$store/root" --runroot "$store/run" rmi >/dev/null 2>&1 || true
+  while IFS= read -r img; do
+    [[ $img == "$PREFIX/base:"* && $img != "$BASE_IMAGE" && $(arch_of "$img") == "$ARCH" ]] && stale+=("$img")
+  done < <(bah images --format '{{.Name}}:{{.Tag}}' 2>/dev/null || true)
+  ((${#stale[@]} == 0)) || bah rmi "${stale[@]}" >/dev/null 2>&1 || true
   bah rmi --prune >/dev/null 2>&1 || true
 }
 
@@ -275,6 +394,7 @@ lock_gateway() {
 
 build_all() {
   ensure_tools
+  ensure_emulation
   mkdir -p "$out" "$store"
   exec 9>"$out/.lock"
   flock 9  # one build at a time: they share the store
@@ -291,13 +411,15 @@ build_all() {
     "$repo/requirements.lock" "$repo/pyproject.toml" "$repo/hack/image-install.sh" "${operator_files[@]/#/$repo/}"
   build_bud gateway "$GATEWAY_VERSION" "$repo/images/gateway" "$repo/images/gateway/Dockerfile" \
     "$repo/images/gateway/requirements.lock"
-  build_bud redis "$REDIS_TAG" "$repo/images/redis" "$repo/images/redis/Dockerfile"
-  build_pause
-  build_bud test-health-standin 1 "$repo/images/test-health-standin" "$repo/images/test-health-standin/Dockerfile" \
-    "$repo/images/test-health-standin/health_standin.py" "$repo/images/test-health-standin/python3"
+  if [[ -z $SFX ]]; then  # the test node's own images: this machine's architecture only
+    build_bud redis "$REDIS_TAG" "$repo/images/redis" "$repo/images/redis/Dockerfile"
+    build_pause
+    build_bud test-health-standin 1 "$repo/images/test-health-standin" "$repo/images/test-health-standin/Dockerfile" \
+      "$repo/images/test-health-standin/health_standin.py" "$repo/images/test-health-standin/python3"
+  fi
   printf '%s\n' "${built[@]}" >"$list.part" && mv "$list.part" "$list"
-  prune
-  log "all images in $((SECONDS - t0))s; list: $list"
+  ((own_list)) || prune
+  log "all images${SFX:+ for $ARCH} in $((SECONDS - t0))s; list: $list"
 }
 
 case ${1:-build} in
