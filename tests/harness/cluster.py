@@ -25,6 +25,7 @@ CACHE_BIN = Path(os.environ.get("GWOP_CACHE", Path.home() / ".cache/gateway-oper
 
 
 MONITORING_TOOLS = ("prometheus", "promtool")  # built by hack/build-binaries.sh --monitoring
+RELEASE_TOOLS = ("registry", "cosign", "syft")  # built by hack/build-binaries.sh --release
 
 
 def versions() -> dict[str, str]:
@@ -39,10 +40,11 @@ def kube_version(env: dict[str, str] | None = None) -> str:
 
 
 def tool(name: str) -> str:
-    """kubectl/helm/prometheus/promtool: the pinned cached binary (hack/build-binaries.sh)."""
+    """kubectl/helm/prometheus/promtool/registry/cosign/syft: the pinned cached binary
+    (hack/build-binaries.sh)."""
     path = CACHE_BIN / name
     if not path.exists():
-        flags = ["--monitoring"] if name in MONITORING_TOOLS else []
+        flags = ["--monitoring"] if name in MONITORING_TOOLS else ["--release"] if name in RELEASE_TOOLS else []
         subprocess.run([str(REPO / "hack/build-binaries.sh"), *flags], check=True, stdout=subprocess.DEVNULL)
     return str(path)
 

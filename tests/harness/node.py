@@ -100,6 +100,14 @@ def install_operator(cluster: Cluster, *extra: str, release: str = RELEASE,
         "--set-string", f"podAnnotations.gateway-operator\\.dev/image-build={build}", *extra)
 
 
+def stop_the_session_operator(cluster: Cluster, operators: dict[Path, Any]) -> None:
+    """The operator CLI other modules share watches every namespace: it goes (the next module that
+    wants it starts it again), so that only a module's installed release acts on its objects."""
+    running = operators.pop(cluster.kubeconfig, None)
+    if running is not None:
+        running.stop()
+
+
 def secret_value(cluster: Cluster, namespace: str, name: str, key: str) -> str:
     return base64.b64decode(cluster.get_json("secret", name, "-n", namespace)["data"][key]).decode()
 

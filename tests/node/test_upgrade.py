@@ -591,14 +591,6 @@ class Run:
     final_pods: dict[str, list[dict[str, Any]]]
 
 
-def stop_the_session_operator(cluster: Cluster, operators: dict[Path, Any]) -> None:
-    """The operator CLI other modules share watches every namespace: it goes (the next module that
-    wants it starts it again), so that only the installed release acts on this module's objects."""
-    running = operators.pop(cluster.kubeconfig, None)
-    if running is not None:
-        running.stop()
-
-
 def install_earlier(cluster: Cluster, release: earlier.Release, namespaces: list[str]) -> None:
     cluster.apply(json.dumps({"apiVersion": "v1", "kind": "Namespace", "metadata": {
         "name": node.SYSTEM_NAMESPACE, "labels": {"pod-security.kubernetes.io/enforce": "restricted"}}}))
@@ -658,7 +650,7 @@ def upgrade(cluster: Cluster, operators: dict[Path, Any]) -> Iterator[Run]:
         pytest.skip("the upgrade test imports the earlier release's image into the session's own node "
                     "(not an existing cluster's, GWOP_TEST_KUBECONFIG)")
     began = time.monotonic()
-    stop_the_session_operator(cluster, operators)
+    node.stop_the_session_operator(cluster, operators)
     built = time.monotonic()
     release = earlier.build(EARLIER)
     earlier.import_to_node(cluster, release)
