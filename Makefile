@@ -45,8 +45,8 @@ test: system-deps venv test-binaries
 # (PLATFORMS, default linux/amd64 linux/arm64: a foreign one builds under qemu-user), their SPDX
 # SBOMs, the chart with its default image by digest, all pushed to REGISTRY and signed with cosign
 # (COSIGN_KEY, or keyless). The tree's version must be VERSION. hack/release.sh says the rest.
-release: system-deps venv
-	@hack/build-binaries.sh --release >/dev/null
+release:
+	@hack/build-binaries.sh --release-only >/dev/null
 	@hack/release.sh "$(VERSION)" "$(REGISTRY)"
 .PHONY: release
 

@@ -41,6 +41,8 @@
 #                                   the release tools: CNCF distribution's registry (hack/registry),
 #                                   cosign (hack/cosign) and syft (hack/syft), for `make release`
 #                                   and tests/node/test_release.py (`make test` and CI pass it)
+#   hack/build-binaries.sh --release-only
+#                                   those and helm alone (`make release`)
 #   hack/build-binaries.sh --dir    only prints the directory (builds nothing)
 # Flags combine (--node --monitoring --oldest). Independent builds run side by side (see lane), and
 # each build says how long it took.
@@ -320,6 +322,7 @@ for flag in "$@"; do
     --autoscaling) monitoring=1 autoscaling=1 ;;
     --oldest) oldest=1 ;;
     --release) release=1 ;;
+    --release-only) release=1 core=0 sim=0 ;;
     --dir) echo "$bin"; exit 0 ;;
     *) log "unknown flag $flag"; exit 2 ;;
   esac
@@ -383,7 +386,9 @@ other=()
 ((${#other[@]} == 0)) || lane other "${other[@]}"
 ((oldest)) && lane oldest oldest_
 ((late)) && lane late nice traefik_ kube_router_
-((release)) && lane release nice registry_ cosign_ syft_
+if ((release)); then
+  if ((core)); then lane release nice registry_ cosign_ syft_; else lane release helm_ registry_ cosign_ syft_; fi
+fi
 wait_lanes
 (( SECONDS < 2 )) || log "all built in ${SECONDS}s"
 
@@ -413,6 +418,7 @@ if ((monitoring)); then
   for name in prometheus promtool; do ln -sf "$name-$PROMETHEUS_VERSION" "$bin/$name"; done
 fi
 if ((release)); then
+  ln -sf "helm-$LAYER_HELM_VERSION" "$bin/helm"
   ln -sf "registry-$DISTRIBUTION_VERSION" "$bin/registry"
   ln -sf "cosign-$COSIGN_VERSION" "$bin/cosign"
   ln -sf "syft-$SYFT_VERSION" "$bin/syft"
