@@ -23,7 +23,8 @@
 # $GWOP_CACHE/images/images-ARCH.txt lists them (images.txt is this machine's architecture's only).
 # Each run prunes only its own architecture's stale archives. For this machine's architecture
 # names, hashes and lists are what they were before the variable existed.
-# GWOP_IMAGES_LIST=<file> writes the list there instead, and prunes nothing (hack/release.sh).
+# GWOP_IMAGES_LIST=<file> writes the list there instead (base, operator, gateway), and prunes
+# nothing (hack/release.sh).
 #   hack/images.sh [build]        build what is missing, print each image's time and size
 #   hack/images.sh list           print the list (images.txt, or images-ARCH.txt)
 #   hack/images.sh lock-gateway   regenerate images/gateway/requirements.lock (clean venv)
@@ -45,7 +46,8 @@ if [[ $ARCH != "$HOST_ARCH" ]]; then
   SFX=-$ARCH ARCH_INPUT=("arch=$ARCH") list=$out/images-$ARCH.txt
 fi
 # a caller's own list (hack/release.sh: a release of another tree shares the cache): the list goes
-# there, and nothing is pruned, since images.txt may still name what a prune would remove
+# there, it holds base, operator and gateway only (not the test node's images), and nothing is
+# pruned, since images.txt may still name what a prune would remove
 own_list=0
 if [[ -n ${GWOP_IMAGES_LIST:-} ]]; then list=$GWOP_IMAGES_LIST own_list=1; fi
 
@@ -411,7 +413,7 @@ build_all() {
     "$repo/requirements.lock" "$repo/pyproject.toml" "$repo/hack/image-install.sh" "${operator_files[@]/#/$repo/}"
   build_bud gateway "$GATEWAY_VERSION" "$repo/images/gateway" "$repo/images/gateway/Dockerfile" \
     "$repo/images/gateway/requirements.lock"
-  if [[ -z $SFX ]]; then  # the test node's own images: this machine's architecture only
+  if [[ -z $SFX ]] && ((own_list == 0)); then  # the test node's own images: for its list, images.txt, only
     build_bud redis "$REDIS_TAG" "$repo/images/redis" "$repo/images/redis/Dockerfile"
     build_pause
     build_bud test-health-standin 1 "$repo/images/test-health-standin" "$repo/images/test-health-standin/Dockerfile" \
