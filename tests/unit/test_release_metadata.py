@@ -2,7 +2,9 @@
 cli.main), one version everywhere (``gateway_operator.__version__``, pyproject.toml, the chart's
 ``version`` and ``appVersion``, CHANGELOG.md's newest release), CHANGELOG.md in Keep a Changelog
 1.1.0's form, and the chart's Artifact Hub annotations in the shapes Artifact Hub documents, with
-an example GatewayDeployment that ``gateway-operator check`` accepts.
+an example GatewayDeployment that ``gateway-operator check`` accepts; and ``make release``
+(hack/release.sh) refusing, before it builds anything, a version that is not the tree's and
+arguments it cannot use.
 
 The operator image ships no chart, so the chart's version is the constant the chart is tied to
 here, not read from charts/ at run time."""
@@ -11,6 +13,7 @@ from __future__ import annotations
 import importlib.metadata
 import json
 import re
+import subprocess
 import tomllib
 from datetime import date
 from pathlib import Path
@@ -246,3 +249,25 @@ def test_no_made_up_metadata() -> None:
             *(link["url"] for link in yaml.safe_load(meta["annotations"].get("artifacthub.io/links", "[]")))]
     for url in filter(None, urls):
         assert url.startswith("https://") and not re.search(r"example|<|>|your[ -]", url), url
+
+
+def release(*args: str) -> subprocess.CompletedProcess[str]:
+    """``hack/release.sh`` with arguments it must refuse before it builds or pushes anything."""
+    return subprocess.run([str(REPO / "hack/release.sh"), *args], capture_output=True, text=True, timeout=60)
+
+
+def test_a_release_of_another_version_than_the_trees_is_refused_with_what_to_bump() -> None:
+    refused = release("9.9.9", "127.0.0.1:1")
+    assert refused.returncode == 1
+    assert f"VERSION 9.9.9 is not this tree's version ({__version__})" in refused.stderr
+    assert "bump pyproject.toml" in refused.stderr and "CHANGELOG.md" in refused.stderr
+
+
+@pytest.mark.parametrize("args, says", [
+    ((), "usage: make release VERSION=x.y.z REGISTRY="),
+    (("v1.0", "127.0.0.1:1"), "VERSION 'v1.0' is not a semantic version"),
+    ((__version__, "https://127.0.0.1:1"), "without a scheme or a trailing slash"),
+])
+def test_release_arguments_are_checked_first(args: tuple[str, ...], says: str) -> None:
+    refused = release(*args)
+    assert refused.returncode == 2 and says in refused.stderr, refused.stderr
