@@ -133,7 +133,8 @@ def test_chart_readme_values_table_is_generated_and_fresh() -> None:
         assert f"| `{key}` |" in readme, key
     assert set(schema["properties"]) == set(yaml.safe_load((REPO / CHART / "values.yaml").read_text()))
     version = yaml.safe_load((REPO / CHART / "Chart.yaml").read_text())["version"]
-    assert f"--version {version}" in readme and f"gateway-operator-{version}.tgz" in readme  # the install lines
+    # the verify and install lines name this version
+    assert f"--version {version}" in readme and f"charts/gateway-operator:{version}" in readme
 
 
 def test_helm_package_archive_is_the_chart_a_user_pulls(tmp_path: Path) -> None:
