@@ -27,6 +27,7 @@ from .cluster import REPO, Cluster, tool
 from .processes import free_port, terminate
 from .wait import until
 
+
 @dataclass
 class Registry:
     """The registry at ``host`` (127.0.0.1:port) over TLS; ``ca_path`` is the CA that signed it and
@@ -38,14 +39,14 @@ class Registry:
 
     @property
     def cert_dir(self) -> Path:
-        return self.ca_path.parent.parent / "trust"
+        return self.directory / "trust"
 
     @classmethod
     def start(cls, directory: Path) -> "Registry":
         directory.mkdir(parents=True, exist_ok=True)
         ca = tls.make_ca(directory / "ca", name="gateway-operator test registry CA")
         cert = tls.server_cert(ca, directory / "server", dns=("localhost",), ips=("127.0.0.1",))
-        (directory / "trust").mkdir()
+        (directory / "trust").mkdir()  # cert_dir
         shutil.copy(ca.cert_path, directory / "trust/ca.crt")
         port = free_port()
         config = {"version": 0.1, "log": {"level": "warn", "accesslog": {"disabled": True}},
@@ -69,7 +70,7 @@ class Registry:
     def answers(self) -> bool:
         if self.proc.poll() is not None:
             raise RuntimeError(f"the registry exited {self.proc.returncode}: "
-                                 f"{(self.directory / 'registry.log').read_text()[-2000:]}")
+                               f"{(self.directory / 'registry.log').read_text()[-2000:]}")
         try:
             with urllib.request.urlopen(f"https://{self.host}/v2/", context=self.context(), timeout=5) as answer:
                 return answer.status == 200
