@@ -299,6 +299,9 @@ def cmd_run(args: argparse.Namespace) -> int:
             f"{args.operator_instance}-leader", args.operator_namespace, args.leader_identity or default_identity(),
             args.lease_duration, args.renew_deadline, args.retry_period)
         wait_for_leadership(election, (args.bind_address, args.liveness_port) if args.liveness_port else None)
+    memo.watch_secrets = not args.no_watch_secrets
+    if memo.watch_secrets:
+        handlers.watch_secrets()
     memo.watch_check = handlers.WatchCheck(args.watch_check_seconds, args.watch_stall_seconds,
                                            tuple(args.namespace or ()), election)
     liveness = f"http://{args.bind_address}:{args.liveness_port}/healthz" if args.liveness_port else None
@@ -331,6 +334,9 @@ def parser() -> argparse.ArgumentParser:
     run.add_argument("--log-format", choices=["plain", "full", "json"], default="full")
     run.add_argument("--log-level", choices=["debug", "info", "warning", "error"], default="info")
     run.add_argument("--resync-seconds", type=float, default=60.0, help="full reconcile at least this often")
+    run.add_argument("--no-watch-secrets", action="store_true",
+                     help="do not list and watch Secrets (RBAC of get and create only): each full pass "
+                          "then reads the Secrets it uses, and a generated one is read before it is created")
     run.add_argument("--no-health-watch", action="store_true",
                      help="poll every replica's GET /health only (no long-poll health watch on port 8766)")
     run.add_argument("--redis-allow", action="append", metavar="CIDR|HOST|.DOMAIN",

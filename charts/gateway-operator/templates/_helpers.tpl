@@ -68,10 +68,17 @@ missing the API server also checks `create`. */}}
 - apiGroups: [""]
   resources: [pods/status]
   verbs: [patch]
-# Secrets named in the spec (kube.secret_value) and the generated ones (kube.create_if_absent); never listed
+# Secrets named in the spec (kube.secret_value) and the generated ones (kube.create_if_absent);
+# with rbac.watchSecrets listed and watched too, for their versions and controllers only (no value
+# is kept): a full pass then reads a Secret only after it changed, and none to know a generated one
+# is there (handlers.secret_changed)
 - apiGroups: [""]
   resources: [secrets]
+  {{- if .Values.rbac.watchSecrets }}
+  verbs: [get, list, watch, create]
+  {{- else }}
   verbs: [get, create]
+  {{- end }}
 # applied like the objects above, not watched
 - apiGroups: [""]
   resources: [persistentvolumeclaims]

@@ -146,6 +146,15 @@ class Verified(NamedTuple):
 #: only its status, so the verification carries over (``status_moved``) and the next pass reads
 #: it no more. Other kinds have no generation (a ConfigMap's change is a new resourceVersion only).
 STATUS_MOVES = frozenset({"Deployment", "PodDisruptionBudget"})
+#: the kinds the operator watches by its own label (loop/handlers.py's owned_object_changed): the
+#: watch's silence about one of these names says that no object of ours by that name is there, so
+#: its first apply is sent without a read first (``Kube.apply``)
+WATCHED_KINDS = frozenset({"Deployment", "ConfigMap", "Service", "PodDisruptionBudget"})
+#: the resourceVersion a create-only apply carries: server-side apply takes a resourceVersion in its
+#: body as a precondition, and no stored object is at version 1 (etcd's revisions of a running
+#: cluster are far past it), so an apply with it creates the object when it is absent and changes
+#: nothing when it is there (409 Conflict, then the object is read: ours, or someone else's)
+CREATE_ONLY_VERSION = "1"
 _KEYS: dict[tuple[tuple[str, ...], tuple[str, ...]], tuple[tuple[str, ...], tuple[str, ...]]] = {}
 
 
@@ -160,11 +169,14 @@ def metadata_seen(meta: Mapping[str, Any], keys: tuple[tuple[str, ...], tuple[st
 
 #: (kind, namespace, name) -> the resourceVersion the watch last delivered of it (None: not watched, or gone)
 Delivered = Callable[[str, str, str], "int | None"]
+#: (kind, namespace, name) -> the uid of the controller of what the watch last delivered (None: none)
+Controller = Callable[[str, str, str], "str | None"]
 
 
 class Kube:
     def __init__(self, api_client: client.ApiClient, delivered: Delivered = lambda *_: None,
-                 write_timeout: Timeout = REQUEST_TIMEOUT) -> None:
+                 write_timeout: Timeout = REQUEST_TIMEOUT, controller: Controller = lambda *_: None,
+                 secrets_watched: bool = False) -> None:
         self.api_client = api_client
         # with --shards (loop/shard_holder.write_bound): by a GatewayDeployment's uid, asked just
         # before each of its writes is sent, None when this replica may not write for it now, else
@@ -174,6 +186,9 @@ class Kube:
         # their writes stop at the deadline.
         self.write_bound: Callable[[str], Timeout | None] = lambda _: write_timeout
         self.delivered = delivered
+        # with --watch-secrets: the controller uid of each Secret the watch delivered, and whether
+        # Secrets are watched at all (else a Secret the watch never delivered may still be there)
+        self.controller, self.secrets_watched = controller, secrets_watched
         # a write of no GatewayDeployment's loop (ACTING_FOR unset): with --shards the bound of
         # a write sent at a renew deadline (core/shards.Timing.write_timeout)
         self.write_timeout = write_timeout
@@ -262,21 +277,43 @@ class Kube:
         known = self._verified.get(owner_uid, {}).get(key)
         if known is not None and known.fingerprint == fingerprint and known.version == self.delivered(*key):
             return ApplyResult(manifest["kind"], meta["name"], written=False, live=None, generation=known.generation)
+        if known is None and key[0] in WATCHED_KINDS and self.delivered(*key) is None:
+            # the watch shows none of ours by this name, and none was verified here (one this loop
+            # applied may not be delivered yet): create it, without reading first
+            created = self._send_apply(owner_uid, key, manifest, desired, create_only=True)
+            if created is not None:
+                return created
         live = self.get(manifest["apiVersion"], manifest["kind"], meta["namespace"], meta["name"])
         if live is not None and not controlled_by(live, owner_uid):
             raise NotOwned(manifest["kind"], meta["namespace"], meta["name"])
         if live is not None and is_subset(desired, live):
             return self._verify(owner_uid, key, desired, live, written=False)
+        result = self._send_apply(owner_uid, key, manifest, desired, force=live is not None)
+        assert result is not None
+        return result
+
+    def _send_apply(self, owner_uid: str, key: tuple[str, str, str], manifest: Manifest, desired: Manifest,
+                    force: bool = False, create_only: bool = False) -> ApplyResult | None:
+        """One server-side apply. ``create_only``: carrying CREATE_ONLY_VERSION, so that it creates
+        the object or changes nothing (None: it is there, whoever's it is)."""
+        meta = manifest["metadata"]
+        if create_only:
+            desired = {**desired, "metadata": {**desired["metadata"], "resourceVersion": CREATE_ONLY_VERSION}}
         resource = self._resource(manifest)
         # the apply body is YAML to the API server, whose decoder refuses the JSON surrogate
         # escapes json.dumps writes for characters outside the BMP (an emoji in an annotation):
         # send UTF-8 as it is
-        with self._sending() as bound:
-            response = self.dynamic.request("patch", resource.path(name=meta["name"], namespace=meta["namespace"]),
-                                            body=json.dumps(desired, ensure_ascii=False).encode(),
-                                            content_type="application/apply-patch+yaml",
-                                            field_manager=api.FIELD_MANAGER, force_conflicts=live is not None,
-                                            serialize=False, _request_timeout=bound)
+        try:
+            with self._sending() as bound:
+                response = self.dynamic.request(
+                    "patch", resource.path(name=meta["name"], namespace=meta["namespace"]),
+                    body=json.dumps(desired, ensure_ascii=False).encode(),
+                    content_type="application/apply-patch+yaml", field_manager=api.FIELD_MANAGER,
+                    force_conflicts=force, serialize=False, _request_timeout=bound)
+        except ApiException as e:
+            if create_only and e.status == 409:
+                return None
+            raise
         log.info("applied %s %s/%s", manifest["kind"], meta["namespace"], meta["name"])
         return self._verify(owner_uid, key, desired, json.loads(response.data), written=True)
 
@@ -331,22 +368,37 @@ class Kube:
         """For generated Secrets: created once, never overwritten (a new token would lock
         every client out). A same-named Secret of someone else raises NotOwned. Returns whether
         this call created it, and the Secret as read or as the create answered it, so that the pass
-        reads it no more (None when another create won in between)."""
+        reads it no more (None when another create won in between, or when the Secret watch
+        (--watch-secrets) shows it there and ours: then nothing is read)."""
         meta = manifest["metadata"]
+        key = (manifest["kind"], meta["namespace"], meta["name"])
+        if self.secrets_watched and key[0] == "Secret":
+            if self.delivered(*key) is not None:  # there, as the watch shows it: nothing is read
+                if self.controller(*key) != owner_uid:
+                    raise NotOwned(*key)
+                return False, None
+            made = self._create(manifest)   # none shown: create it (one the watch is late with answers 409)
+            if made is not None:
+                return True, made
         live = self.get(manifest["apiVersion"], manifest["kind"], meta["namespace"], meta["name"])
         if live is not None:  # a read, so that an idle reconcile sends no write at all
             if not controlled_by(live, owner_uid):
                 raise NotOwned(manifest["kind"], meta["namespace"], meta["name"])
             return False, live
+        made = self._create(manifest)
+        return made is not None, made
+
+    def _create(self, manifest: Manifest) -> dict[str, Any] | None:
+        """POST: the object as created, or None when one by its name is there (409)."""
         resource = self._resource(manifest)
         try:
             with self._sending() as bound:
-                response = self.dynamic.request("post", resource.path(namespace=meta["namespace"]), body=manifest,
-                                                serialize=False, _request_timeout=bound)
-            return True, json.loads(response.data)
+                response = self.dynamic.request("post", resource.path(namespace=manifest["metadata"]["namespace"]),
+                                                body=manifest, serialize=False, _request_timeout=bound)
+            return cast(dict[str, Any], json.loads(response.data))
         except ApiException as e:
             if e.status == 409:
-                return False, None
+                return None
             raise
 
     def delete_if_present(self, api_version: str, kind: str, namespace: str, name: str,

@@ -123,6 +123,10 @@ class LiveDeployment(NamedTuple):
     config_hash: str = ""       # the template's: the ConfigMap its pods read
 
 
+#: the Deployment index's answer when it holds none by that name (handlers.Indices.deployment_of)
+NONE_WATCHED = LiveDeployment(None, Observed())
+
+
 def controller_of(obj: Mapping[str, Any]) -> str | None:
     """The uid of the object's controller (its ownerReference marked controller), if any."""
     return next((r.get("uid") for r in (obj.get("metadata") or {}).get("ownerReferences") or []

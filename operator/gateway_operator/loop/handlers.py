@@ -17,7 +17,7 @@ from gateway_operator.api.objects import meta_of, spec_of
 from gateway_operator.api.tenancy import Claim, claim_of, route_hosts, spec_hosts
 from gateway_operator.clients.kube import REQUEST_TIMEOUT, Kube, load_config
 from gateway_operator.core import pods
-from gateway_operator.core.pods import LiveDeployment, Observed, PodView, live_deployment
+from gateway_operator.core.pods import NONE_WATCHED, LiveDeployment, PodView, live_deployment
 from gateway_operator.core.settings import ControllerSettings, ShardSettings
 from gateway_operator.loop import loop_lag, watch_liveness
 from gateway_operator.loop.shard_holder import ShardHolder
@@ -42,7 +42,9 @@ class Indices:
 
     def deployment_of(self, key: tuple[str, str]) -> LiveDeployment:
         found = list(self.deployments.get(key, []))
-        return found[0] if found else LiveDeployment(None, Observed())  # none: nothing of ours runs
+        # none: nothing of ours runs. kopf fills every index before any other handler runs, so the
+        # index's silence is the API server's (steps.read_inputs reads nothing then)
+        return found[0] if found else NONE_WATCHED
 
     def claims_of(self, hosts: Iterable[str]) -> dict[str, tuple[Claim, ...]]:
         """Every claimant of each host the indices know."""
@@ -81,7 +83,8 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, gateway_po
     # an apply reads back only an object the watch shows changed since it was verified
     sharding: ShardSettings | None = memo.get("sharding")
     kube = Kube(load_config(memo.get("kubeconfig")), memo.watches.version,
-                sharding.timing.write_timeout if sharding is not None else REQUEST_TIMEOUT)
+                sharding.timing.write_timeout if sharding is not None else REQUEST_TIMEOUT,
+                memo.watches.controller, secrets_watched=bool(memo.get("watch_secrets")))
     indices = Indices(gateway_pods, gateway_deployments,
                       (gateway_host_claims, ingress_host_claims, route_host_claims),
                       (managed_redis_services, managed_redis_pods))
@@ -325,8 +328,21 @@ async def owned_object_changed(namespace: str | None, labels: kopf.Labels, memo:
         memo.supervisor.nudge(namespace, labels.get(api.LABEL_INSTANCE), listed=type is None)
 
 
-def _delivered(memo: kopf.Memo, event_type: str | None, body: kopf.Body) -> None:
+def _delivered(memo: kopf.Memo, event_type: str | None, body: kopf.Body, controller: str | None = None) -> None:
     if "watches" in memo:
         meta = meta_of(body)
         memo.watches.delivered(body.get("kind", ""), meta.key, meta.resource_version or None,
-                               deleted=event_type == "DELETED")
+                               deleted=event_type == "DELETED", controller=controller)
+
+
+async def secret_changed(type: str | None, body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
+    """With --watch-secrets (``watch_secrets``): every Secret's version and controller, nothing of
+    its data. A full pass then reads a Secret only when it changed since the pass that last read it,
+    and a generated one the watch shows is known to be there and ours (inputs.prepare)."""
+    _delivered(memo, type, body, pods.controller_of(body))
+
+
+def watch_secrets() -> None:
+    """Register the Secret watch (cli: before kopf runs; the chart's RBAC then lists and watches
+    Secrets). Without it, each full pass reads the Secrets it uses, as the RBAC of ``get`` allows."""
+    kopf.on.event("", "v1", "secrets")(secret_changed)

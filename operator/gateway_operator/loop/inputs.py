@@ -34,10 +34,18 @@ class SecretInputs(NamedTuple):
     problem: Problem | None = None
     username: str | None = None   # the Redis ACL user (spec.redis.usernameSecretRef)
     ca: str | None = None         # the PEM bundle of spec.redis.tls.caSecretRef
+    refs: tuple[SecretKeyRef, ...] = ()       # the Secrets (and keys) read
+    versions: tuple[tuple[str, str], ...] = ()  # ... the resourceVersion of each, by name, as read
 
     @property
     def credentials(self) -> Credentials:
         return Credentials(self.password, self.username, self.ca)
+
+    def still(self, kube: Kube, namespace: str, refs: tuple[SecretKeyRef, ...]) -> bool:
+        """Are these inputs still what a read would find: the same Secrets named, and the Secret
+        watch (--watch-secrets) showing each at the version it was read at?"""
+        return kube.secrets_watched and self.problem is None and refs == self.refs and all(
+            str(kube.delivered("Secret", namespace, name)) == version for name, version in self.versions)
 
 
 class Prepared(NamedTuple):
@@ -106,15 +114,19 @@ def reads_the_api(checked: Checked, fresh: bool, cached: SecretInputs | None) ->
     return checked.problem is None and (fresh or cached is None or bool(checked.target and checked.target.managed))
 
 
-def prepare(kube: Kube, owner: Owner, checked: Checked, fresh: bool, cached: SecretInputs | None) -> Prepared:
+def prepare(kube: Kube, owner: Owner, checked: Checked, fresh: bool, cached: SecretInputs | None,
+            last: SecretInputs | None = None) -> Prepared:
     """``fresh`` (a full pass): create the generated Secrets when absent. Read the Secrets the
-    pods use (unless ``cached`` holds what the last full pass read) and the managed Redis's address."""
+    pods use (unless ``cached`` holds what the last full pass read, or the Secret watch shows
+    ``last``, what it read, unchanged since) and the managed Redis's address."""
     if checked.problem is not None or checked.spec is None:
         return Prepared(owner, problem=checked.problem)
     spec, target = checked.spec, checked.target
     read: dict[str, dict[str, Any]] = {}  # the Secrets this pass read, by name: each read once
     try:
         writes = _ensure_generated_secrets(kube, owner, spec, read) if fresh else 0
+        if cached is None and last is not None and last.still(kube, owner.namespace, secret_refs(owner, spec, target)):
+            cached = last
         inputs = cached or _secret_inputs(kube, owner, spec, target, read)
         managed_ip = _managed_redis_ip(kube, owner, target) if target is not None else None
     except NotOwned as e:
@@ -141,23 +153,34 @@ def _ensure_generated_secrets(kube: Kube, owner: Owner, spec: GatewaySpec,
     return created
 
 
-def _secret_inputs(kube: Kube, owner: Owner, spec: GatewaySpec, target: RedisTarget | None,
-                   read: Mapping[str, dict[str, Any]]) -> SecretInputs:
-    """Checks every Secret the pods will read (env vars are read at container start, so a
-    rotated Secret must roll the pods: its resourceVersion goes into ``revision``)."""
+def _named_refs(owner: Owner, spec: GatewaySpec, target: RedisTarget | None) -> list[tuple[str, SecretKeyRef]]:
+    """Every Secret (and key) the pods read, with the spec field that names it."""
     refs = [("spec.authTokenSecretRef", auth_token_ref(owner.name, spec))]
     if target is not None and target.password_ref is not None:
         refs.append(("spec.redis.passwordSecretRef", target.password_ref))
     if target is not None and target.username_ref is not None:
         refs.append(("spec.redis.usernameSecretRef", target.username_ref))
-    ca_ref = target.ca_ref if target is not None else None
-    if ca_ref is not None:
-        refs.append(("spec.redis.tls.caSecretRef", ca_ref))
+    if target is not None and target.ca_ref is not None:
+        refs.append(("spec.redis.tls.caSecretRef", target.ca_ref))
     session_key = session_key_ref(owner.name, spec) if target is not None else None
     if session_key is not None:
         refs.append(("spec.sessions.encryptionKeySecretRef", session_key))
+    return refs
+
+
+def secret_refs(owner: Owner, spec: GatewaySpec, target: RedisTarget | None) -> tuple[SecretKeyRef, ...]:
+    return tuple(ref for _, ref in _named_refs(owner, spec, target))
+
+
+def _secret_inputs(kube: Kube, owner: Owner, spec: GatewaySpec, target: RedisTarget | None,
+                   read: Mapping[str, dict[str, Any]]) -> SecretInputs:
+    """Checks every Secret the pods will read (env vars are read at container start, so a
+    rotated Secret must roll the pods: its resourceVersion goes into ``revision``)."""
+    refs = _named_refs(owner, spec, target)
+    ca_ref = target.ca_ref if target is not None else None
     found: dict[SecretKeyRef, str] = {}
-    versions = []
+    versions: list[str] = []
+    read_at: dict[str, str] = {}
     for field_name, ref in refs:
         try:
             value, version = kube.secret_value(owner.namespace, ref.name, ref.key, read.get(ref.name))
@@ -175,11 +198,13 @@ def _secret_inputs(kube: Kube, owner: Owner, spec: GatewaySpec, target: RedisTar
                                                 f"{ref.name!r} named by {field_name} holds no PEM certificate "
                                                 "(-----BEGIN CERTIFICATE----- ...) that TLS can load"))
         versions.append(f"{ref.name}@{version}")
+        read_at[ref.name] = version
         found[ref] = value
     target_refs = (target.password_ref, target.username_ref) if target is not None else (None, None)
     return SecretInputs(found.get(target_refs[0]) if target_refs[0] else None, digest(sorted(versions)),
                         username=found.get(target_refs[1]) if target_refs[1] else None,
-                        ca=found.get(ca_ref) if ca_ref else None)
+                        ca=found.get(ca_ref) if ca_ref else None, refs=tuple(ref for _, ref in refs),
+                        versions=tuple(sorted(read_at.items())))
 
 
 def _managed_redis_ip(kube: Kube, owner: Owner, target: RedisTarget) -> str | None:

@@ -42,7 +42,7 @@ from gateway_operator.core import compat, problems, rollouts
 from gateway_operator.core.conditions import Problem
 from gateway_operator.core.expose import Exposure
 from gateway_operator.core.outcome import Outcome
-from gateway_operator.core.pods import LiveDeployment, Observed, PodView, live_deployment
+from gateway_operator.core.pods import NONE_WATCHED, LiveDeployment, Observed, PodView, live_deployment
 from gateway_operator.core.probe_result import ProbeResult
 from gateway_operator.core.render.names import Owner, config_map_name, state_claim_name
 from gateway_operator.core.render.objects import desired_objects
@@ -195,12 +195,16 @@ async def read_inputs(g: Given) -> Read:
     fresh = g.kind is PassKind.FULL or (g.kind is PassKind.REAPPLY and g.seen.inputs is None)
     cached = None if fresh else g.seen.inputs
     if inputs.reads_the_api(checked, fresh, cached):
-        prepared = await threads.run(inputs.prepare, g.kube, g.owner, checked, fresh, cached)
+        prepared = await threads.run(inputs.prepare, g.kube, g.owner, checked, fresh, cached, g.seen.inputs)
     else:  # nothing to read: no thread (an observation pass, every interval, of every object)
         prepared = inputs.prepare(g.kube, g.owner, checked, fresh, cached)
     watched = g.seen.deployment
-    if watched is None or (g.applies and watched.controller_uid is None):
-        live = await threads.run(inputs.observe, g.kube, g.owner)  # none watched: one of someone else's?
+    if watched is NONE_WATCHED:
+        # the index holds none with our labels: none of ours is there. One of someone else's by this
+        # name is met by the apply (its create-only apply conflicts; then it is read: NotOwned)
+        live = None
+    elif watched is None or (g.applies and watched.controller_uid is None):
+        live = await threads.run(inputs.observe, g.kube, g.owner)  # no index, or a labeled one of whose?
     else:  # as the watch delivered it, as controller-runtime's reads come from its informer's cache
         live = watched
     return Read(prepared, live, inputs.observed_if_ours(live, g.owner))

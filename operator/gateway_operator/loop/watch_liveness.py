@@ -44,23 +44,37 @@ class Watches:
     heard: dict[str, dict[Key, int]] = field(default_factory=dict)  # kind -> object -> version delivered
     behind: dict[tuple[str, Key], tuple[float, int]] = field(default_factory=dict)  # first seen behind, listed
     stalled: str = ""                                        # why the operator must restart ("" : fine)
+    # kind -> object -> the uid of its controller, for the kinds whose handler says it (Secrets:
+    # a generated one the watch shows is known to be ours without a read)
+    controllers: dict[str, dict[Key, str]] = field(default_factory=dict)
 
-    def delivered(self, kind: str, key: Key, resource_version: object, deleted: bool = False) -> None:
-        """A watch event (kopf handler): the stream of ``kind`` is alive up to this version."""
+    def delivered(self, kind: str, key: Key, resource_version: object, deleted: bool = False,
+                  controller: str | None = None) -> None:
+        """A watch event (kopf handler): the stream of ``kind`` is alive up to this version
+        (``controller``: the object's controller uid, kept for kinds whose handler passes it)."""
         objects = self.heard.setdefault(kind, {})
         if deleted:
             objects.pop(key, None)
+            self.controllers.get(kind, {}).pop(key, None)
             self.behind.pop((kind, key), None)
             return
         v = version(resource_version)
         if v is not None and v >= objects.get(key, 0):
             objects[key] = v
+            if controller is not None:
+                self.controllers.setdefault(kind, {})[key] = controller
+            else:
+                self.controllers.get(kind, {}).pop(key, None)
             if v >= self.behind.get((kind, key), (0.0, v + 1))[1]:
                 self.behind.pop((kind, key), None)
 
     def version(self, kind: str, namespace: str, name: str) -> int | None:
         """The resourceVersion the watch last delivered of this object (None: none, or deleted)."""
         return self.heard.get(kind, {}).get((namespace, name))
+
+    def controller(self, kind: str, namespace: str, name: str) -> str | None:
+        """The controller uid of the object as the watch last delivered it (None: none, or not kept)."""
+        return self.controllers.get(kind, {}).get((namespace, name))
 
     def listed(self, kind: str, versions: Mapping[Key, int], now: float) -> str:
         """A list of ``kind``: returns (and keeps) why its stream is stalled, or ""."""
