@@ -28,7 +28,8 @@ from gateway_operator.core import conditions as C
 from gateway_operator.core import events, problems
 from gateway_operator.core import facts as status_facts
 from gateway_operator.core.conditions import Problem, Transition
-from gateway_operator.core.pods import PodView, controller_of
+from gateway_operator.api.workloads import controller_uid
+from gateway_operator.core.pods import PodView
 from gateway_operator.core.probe_result import ProbeResult
 from gateway_operator.core.rollouts import RolloutGate, RolloutState
 from gateway_operator.core.schedule import PassKind
@@ -64,7 +65,7 @@ class ApiStandIn:
 
     def controller(self, kind: str, namespace: str, name: str) -> str | None:
         found = self.objects.get(("v1", kind, namespace, name))
-        return controller_of(found) if found else None
+        return controller_uid(found) if found else None
 
     @staticmethod
     def _key(api_version: str, kind: str, namespace: str, name: str) -> tuple[str, str, str, str]:

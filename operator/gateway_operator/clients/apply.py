@@ -9,6 +9,7 @@ from typing import Any, Collection, Mapping, NamedTuple, Sequence
 from kubernetes.client.rest import ApiException
 
 from gateway_operator import api
+from gateway_operator.api import workloads
 from gateway_operator.api import GatewaySpec
 from gateway_operator.clients.kube import Kube, NotServed, controlled_by
 from gateway_operator.core import expose
@@ -119,7 +120,7 @@ def exposure(kube: Kube, owner: Owner, spec: GatewaySpec,
         route = route_object(*api.ROUTE_API)
         # only Gateways whose controller accepted the route (so they admit this namespace's
         # routes), and only the first few
-        for key in expose.accepted_parents(route)[:4]:
+        for key in workloads.accepted_parents(route)[:4]:
             try:
                 gateways[key] = kube.get(*expose.GATEWAY_API, *key)
             except ApiException as e:

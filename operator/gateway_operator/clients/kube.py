@@ -23,7 +23,7 @@ from kubernetes.dynamic.exceptions import NotFoundError, ResourceNotFoundError
 from kubernetes.utils import parse_quantity
 
 from gateway_operator import api
-from gateway_operator.core.pods import controller_of
+from gateway_operator.api.workloads import controller_uid
 from gateway_operator.core.render.autoscaling import POD_MONITOR_API
 from gateway_operator.core.render.manifest import Manifest, applied_hash
 
@@ -339,7 +339,7 @@ class Kube:
         recorded as delivered (a pass in between reads the object once more, as before)."""
         meta = body.get("metadata") or {}
         key = (body.get("kind", ""), meta.get("namespace") or "", meta.get("name") or "")
-        owner_uid = controller_of(body)
+        owner_uid = controller_uid(body)
         if key[0] not in STATUS_MOVES or owner_uid is None:
             return
         try:

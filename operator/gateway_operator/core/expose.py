@@ -17,9 +17,9 @@ the Gateway that accepted the HTTPRoute) for the GatewayDeployment's status.
 """
 from __future__ import annotations
 
-from typing import Any, Mapping, NamedTuple, Sequence
+from typing import Any, Mapping, NamedTuple
 
-from gateway_operator.api import ExposeSpec
+from gateway_operator.api import ExposeSpec, workloads
 from gateway_operator.api.tenancy import NGINX
 
 Manifest = dict[str, Any]
@@ -105,10 +105,6 @@ class Exposure(NamedTuple):
         return {k: v for k, v in self._asdict().items() if v}
 
 
-def _addresses(entries: Sequence[Mapping[str, Any]] | None, keys: tuple[str, ...]) -> list[str]:
-    return [str(e[k]) for e in entries or [] for k in keys if isinstance(e, Mapping) and e.get(k)]
-
-
 def exposure(expose: ExposeSpec, ingress: Mapping[str, Any] | None, route: Mapping[str, Any] | None,
              gateways: Mapping[tuple[str, str], Mapping[str, Any]]) -> Exposure:
     """The address the controller published: the Ingress's load balancer first, else the
@@ -118,16 +114,14 @@ def exposure(expose: ExposeSpec, ingress: Mapping[str, Any] | None, route: Mappi
     waiting: list[str] = []
     if expose.ingress is not None:
         scheme = "https" if expose.ingress.tls_secret else "http"
-        lb = ((ingress or {}).get("status") or {}).get("loadBalancer") or {}
-        for address in _addresses(lb.get("ingress"), ("ip", "hostname")):
+        for address in workloads.ingress_addresses(ingress):
             found.append((address, f"{scheme}://{expose.ingress.host}/"))
         if not found:
             waiting.append("the Ingress has no address yet (its controller publishes one)")
     if expose.http_route is not None:
-        accepted = accepted_parents(route)
+        accepted = workloads.accepted_parents(route)
         for key in accepted:
-            gateway = gateways.get(key) or {}
-            for address in _addresses((gateway.get("status") or {}).get("addresses"), ("value",)):
+            for address in workloads.gateway_addresses(gateways.get(key)):
                 host = expose.http_route.hostnames[0] if expose.http_route.hostnames else address
                 found.append((address, f"http://{host}/"))
         if not accepted:
@@ -139,17 +133,3 @@ def exposure(expose: ExposeSpec, ingress: Mapping[str, Any] | None, route: Mappi
         return Exposure(address, url)
     return Exposure(message="; ".join(waiting))
 
-
-def accepted_parents(route: Mapping[str, Any] | None) -> list[tuple[str, str]]:
-    """(namespace, name) of each parent Gateway whose controller set Accepted=True."""
-    if not route:
-        return []
-    namespace = route.get("metadata", {}).get("namespace", "")
-    out = []
-    for parent in (route.get("status") or {}).get("parents") or []:
-        ref = parent.get("parentRef") or {}
-        if ref.get("kind", "Gateway") != "Gateway":
-            continue
-        if any(c.get("type") == "Accepted" and c.get("status") == "True" for c in parent.get("conditions") or []):
-            out.append((str(ref.get("namespace") or namespace), str(ref.get("name"))))
-    return out

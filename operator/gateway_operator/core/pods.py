@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Any, Mapping, NamedTuple
 
 from gateway_operator import api
+from gateway_operator.api import workloads
 from gateway_operator.pod import gwop_contract as contract
 
 
@@ -57,24 +58,23 @@ def refused_gateway(exit_code: Any, message: Any) -> str:
 
 def ready(status: Mapping[str, Any]) -> bool:
     """The pod's Ready condition is True (the kubelet's readiness probe passes)."""
-    return any(c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or [])
+    return workloads.condition_status(status, "Ready") == "True"
 
 
 def containers_ready(status: Mapping[str, Any]) -> bool:
     """The pod's ContainersReady condition is True: every container's readiness probe passes
     (Ready also waits for the pod's readiness gates)."""
-    return any(c.get("type") == "ContainersReady" and c.get("status") == "True" for c in status.get("conditions") or [])
+    return workloads.condition_status(status, "ContainersReady") == "True"
 
 
 def gated(spec: Mapping[str, Any]) -> bool:
     """The pod's spec lists the operator's readiness gate."""
-    return any(g.get("conditionType") == api.READINESS_GATE for g in spec.get("readinessGates") or []
-               if isinstance(g, Mapping))
+    return api.READINESS_GATE in workloads.readiness_gates(spec)
 
 
 def gate(status: Mapping[str, Any]) -> bool | None:
     """The operator's readiness gate condition as last set: True, False, or None when not set."""
-    found = next((c.get("status") for c in status.get("conditions") or [] if c.get("type") == api.READINESS_GATE), None)
+    found = workloads.condition_status(status, api.READINESS_GATE)
     return None if found is None else found == "True"
 
 
@@ -87,8 +87,7 @@ def gate_condition(value: bool, reason: str, message: str, now: str) -> dict[str
 
 def serving(pod: Mapping[str, Any]) -> bool:
     """Ready, with an IP, and not being deleted: a pod that takes traffic (and is polled)."""
-    status = pod.get("status") or {}
-    return ready(status) and bool(status.get("podIP")) and not (pod.get("metadata") or {}).get("deletionTimestamp")
+    return ready(workloads.status(pod)) and bool(workloads.pod_ip(pod)) and not workloads.deleting(pod)
 
 
 # -- the gateway Deployment, as watched ------------------------------------------------------------
@@ -127,31 +126,16 @@ class LiveDeployment(NamedTuple):
 NONE_WATCHED = LiveDeployment(None, Observed())
 
 
-def controller_of(obj: Mapping[str, Any]) -> str | None:
-    """The uid of the object's controller (its ownerReference marked controller), if any."""
-    return next((r.get("uid") for r in (obj.get("metadata") or {}).get("ownerReferences") or []
-                 if r.get("controller")), None)
-
-
 def live_deployment(deployment: Mapping[str, Any]) -> LiveDeployment:
-    owner = controller_of(deployment)
-    status = deployment.get("status") or {}
-    pod_annotations = (((deployment.get("spec") or {}).get("template") or {}).get("metadata") or {}).get(
-        "annotations") or {}
-    failure = next((str(c.get("message") or c.get("reason") or "")[:FAILURE_MESSAGE_LIMIT]
-                    for c in status.get("conditions") or []
-                    if c.get("type") == "ReplicaFailure" and c.get("status") == "True"), "")
-    return LiveDeployment(owner, Observed(
-        running=int((deployment.get("spec") or {}).get("replicas") or 0),
-        ready=int(status.get("readyReplicas") or 0),
-        updated=int(status.get("updatedReplicas") or 0),
-        rollout_observed=int(status.get("observedGeneration") or 0) >= int(deployment["metadata"].get("generation")
-                                                                           or 0),
-        failure=failure, generation=int(status.get("observedGeneration") or 0),
-        current=int(status.get("replicas") or 0)),
-        template_hash=str((deployment["metadata"].get("annotations") or {}).get(api.ANNOTATION_TEMPLATE_HASH, "")),
-        secrets_revision=str(pod_annotations.get(api.ANNOTATION_SECRETS_REVISION, "")),
-        config_hash=str(pod_annotations.get(api.ANNOTATION_CONFIG_HASH, "")))
+    read = workloads.deployment(deployment)
+    return LiveDeployment(workloads.controller_uid(deployment), Observed(
+        running=read.replicas, ready=read.ready, updated=read.updated,
+        rollout_observed=read.observed_generation >= read.generation,
+        failure=read.replica_failure[:FAILURE_MESSAGE_LIMIT], generation=read.observed_generation,
+        current=read.current),
+        template_hash=str(read.annotations.get(api.ANNOTATION_TEMPLATE_HASH, "")),
+        secrets_revision=str(read.template_annotations.get(api.ANNOTATION_SECRETS_REVISION, "")),
+        config_hash=str(read.template_annotations.get(api.ANNOTATION_CONFIG_HASH, "")))
 
 
 FAILURE_MESSAGE_LIMIT = 500  # characters of the API server's refusal kept (it names the pod and the rule)

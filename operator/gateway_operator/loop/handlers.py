@@ -12,7 +12,7 @@ from typing import Any, Iterable, Mapping
 import kopf
 
 from gateway_operator import api
-from gateway_operator.api import reasons
+from gateway_operator.api import reasons, workloads
 from gateway_operator.api.objects import meta_of, spec_of
 from gateway_operator.api.tenancy import Claim, claim_of, route_hosts, spec_hosts
 from gateway_operator.clients.kube import REQUEST_TIMEOUT, Kube, load_config
@@ -339,7 +339,7 @@ async def secret_changed(type: str | None, body: kopf.Body, memo: kopf.Memo, **_
     """With --watch-secrets (``watch_secrets``): every Secret's version and controller, nothing of
     its data. A full pass then reads a Secret only when it changed since the pass that last read it,
     and a generated one the watch shows is known to be there and ours (inputs.prepare)."""
-    _delivered(memo, type, body, pods.controller_of(body))
+    _delivered(memo, type, body, workloads.controller_uid(body))
 
 
 def watch_secrets() -> None:

@@ -12,7 +12,7 @@ from typing import Any, Mapping, NamedTuple
 from kubernetes.client.exceptions import ApiException
 
 from gateway_operator import api
-from gateway_operator.api import reasons
+from gateway_operator.api import reasons, workloads
 from gateway_operator.api import GatewaySpec, SecretKeyRef
 from gateway_operator.api.redis_target import InvalidRedisURL, RedisTarget, resolve
 from gateway_operator.api.tenancy import TenancyPolicy
@@ -214,7 +214,7 @@ def _managed_redis_ip(kube: Kube, owner: Owner, target: RedisTarget) -> str | No
         return None
     for pod in kube.pods(owner.namespace, api.selector_for(owner.name, component="redis")):
         if serving(pod):
-            return str(pod["status"]["podIP"])
+            return workloads.pod_ip(pod)
     return ""
 
 
