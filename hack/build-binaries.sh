@@ -60,7 +60,7 @@ build_etcd() {
   local out=$bin/etcd-$ETCD_VERSION
   [[ -x $out ]] && return
   log "building etcd $ETCD_VERSION (one-off)"
-  (cd "$here/etcd" && go build -trimpath -o "$out.tmp" go.etcd.io/etcd/server/v3 && mv "$out.tmp" "$out")
+  (cd "$here/etcd" && go build -trimpath -o "$out.$$.tmp" go.etcd.io/etcd/server/v3 && mv "$out.$$.tmp" "$out")
 }
 
 # Kubernetes commands in ONE go build (-o DIR builds every command into DIR: the packages they share
@@ -99,16 +99,16 @@ build_kube_score() {
   local out=$bin/kube-score-$KUBE_SCORE_VERSION
   [[ -x $out ]] && return
   log "building kube-score $KUBE_SCORE_VERSION (one-off, under a minute)"
-  (cd "$here/kube-score" && go build -trimpath -ldflags "-s -w" -o "$out.tmp" github.com/zegl/kube-score/cmd/kube-score \
-    && mv "$out.tmp" "$out")
+  (cd "$here/kube-score" && go build -trimpath -ldflags "-s -w" -o "$out.$$.tmp" github.com/zegl/kube-score/cmd/kube-score \
+    && mv "$out.$$.tmp" "$out")
 }
 
 build_kubeconform() {
   local out=$bin/kubeconform-$KUBECONFORM_VERSION
   [[ -x $out ]] && return
   log "building kubeconform $KUBECONFORM_VERSION (one-off, under a minute)"
-  (cd "$here/kubeconform" && go build -trimpath -ldflags "-s -w" -o "$out.tmp" github.com/yannh/kubeconform/cmd/kubeconform \
-    && mv "$out.tmp" "$out")
+  (cd "$here/kubeconform" && go build -trimpath -ldflags "-s -w" -o "$out.$$.tmp" github.com/yannh/kubeconform/cmd/kubeconform \
+    && mv "$out.$$.tmp" "$out")
 }
 
 # The release tools (--release): the OCI registry, cosign and syft, one go build each
@@ -116,20 +116,20 @@ build_release_tool() {  # build_release_tool NAME VERSION PACKAGE
   local name=$1 version=$2 package=$3 out=$bin/$1-$2
   [[ -x $out ]] && return
   log "building $name $version (one-off, a few minutes)"
-  (cd "$here/$name" && go build -trimpath -ldflags "-s -w" -o "$out.tmp" "$package" && mv "$out.tmp" "$out")
+  (cd "$here/$name" && go build -trimpath -ldflags "-s -w" -o "$out.$$.tmp" "$package" && mv "$out.$$.tmp" "$out")
 }
 
 build_kwok() {
   local out=$bin/kwok-$KWOK_VERSION stages=$bin/kwok-$KWOK_VERSION-stages.yaml
   if [[ ! -x $out ]]; then
     log "building kwok $KWOK_VERSION (one-off, about 2 minutes)"
-    (cd "$here/kwok" && go build -trimpath -ldflags "-s -w" -o "$out.tmp" sigs.k8s.io/kwok/cmd/kwok && mv "$out.tmp" "$out")
+    (cd "$here/kwok" && go build -trimpath -ldflags "-s -w" -o "$out.$$.tmp" sigs.k8s.io/kwok/cmd/kwok && mv "$out.$$.tmp" "$out")
   fi
   [[ -f $stages ]] && return
   local root stage
   root=$(cd "$here/kwok" && go list -m -f '{{.Dir}}' sigs.k8s.io/kwok)/kustomize/stage
-  for stage in "${KWOK_STAGES[@]}"; do cat "$root/$stage"; echo "---"; done > "$stages.tmp"
-  mv "$stages.tmp" "$stages"
+  for stage in "${KWOK_STAGES[@]}"; do cat "$root/$stage"; echo "---"; done > "$stages.$$.tmp"
+  mv "$stages.$$.tmp" "$stages"
 }
 
 # CoreDNS's own main with the plugins the node's Corefile uses (hack/coredns/main.go); "-node"
@@ -142,7 +142,7 @@ build_coredns() {
   log "building coredns $COREDNS_VERSION (one-off, minutes)"
   (cd "$here/coredns" && go build -trimpath \
      -ldflags "-s -w -X github.com/coredns/coredns/coremain.GitCommit=module-proxy-build" \
-     -o "$out.tmp" . && mv "$out.tmp" "$out")
+     -o "$out.$$.tmp" . && mv "$out.$$.tmp" "$out")
 }
 
 # containerd 2 for the real node: the daemon, its runc shim (containerd looks it up on PATH:
@@ -178,8 +178,8 @@ build_prometheus() {
   local ld="-s -w -X $pkg.Version=${PROMETHEUS_VERSION#v} -X $pkg.Revision=module-proxy-build"
   ld+=" -X $pkg.Branch=$PROMETHEUS_MODULE_VERSION"
   log "building $name $PROMETHEUS_VERSION (one-off, minutes)"
-  (cd "$here/prometheus" && go build -trimpath -tags netgo,remove_all_sd -ldflags "$ld" -o "$out.tmp" \
-     "github.com/prometheus/prometheus/cmd/$name" && mv "$out.tmp" "$out")
+  (cd "$here/prometheus" && go build -trimpath -tags netgo,remove_all_sd -ldflags "$ld" -o "$out.$$.tmp" \
+     "github.com/prometheus/prometheus/cmd/$name" && mv "$out.$$.tmp" "$out")
 }
 
 # prometheus-adapter, which serves the gateways' turns in flight from Prometheus on the custom metrics
@@ -190,8 +190,8 @@ build_prometheus_adapter() {
   grep -q "sigs.k8s.io/prometheus-adapter $PROMETHEUS_ADAPTER_VERSION\$" "$here/prometheus-adapter/go.mod" \
     || { log "hack/prometheus-adapter/go.mod does not pin $PROMETHEUS_ADAPTER_VERSION (versions.env)"; return 1; }
   log "building prometheus-adapter $PROMETHEUS_ADAPTER_VERSION (one-off, minutes)"
-  (cd "$here/prometheus-adapter" && go build -trimpath -ldflags "-s -w" -o "$out.tmp" \
-     sigs.k8s.io/prometheus-adapter/cmd/adapter && mv "$out.tmp" "$out")
+  (cd "$here/prometheus-adapter" && go build -trimpath -ldflags "-s -w" -o "$out.$$.tmp" \
+     sigs.k8s.io/prometheus-adapter/cmd/adapter && mv "$out.$$.tmp" "$out")
 }
 
 # kube-router, of which the real node runs only the network policy controller (hack/node.sh:
@@ -209,7 +209,7 @@ build_kube_router() {
   log "building kube-router $KUBE_ROUTER_VERSION (one-off, about 4 minutes)"
   (cd "$here/kube-router" && go build -trimpath \
      -ldflags "-s -w -X $pkg.Version=$KUBE_ROUTER_VERSION -X $pkg.BuildDate=module-proxy-build" \
-     -o "$out.tmp" "$mod/cmd/kube-router" && mv "$out.tmp" "$out")
+     -o "$out.$$.tmp" "$mod/cmd/kube-router" && mv "$out.$$.tmp" "$out")
 }
 
 # A module's source as the Go proxy serves it, checked against the checksum pinned in versions.env;
@@ -240,11 +240,11 @@ fetch_prometheus_operator_crds() {
   log "fetching the prometheus-operator $PROMETHEUS_OPERATOR_VERSION CRDs (Go module)"
   local src; src=$(module_source github.com/prometheus-operator/prometheus-operator "$PROMETHEUS_OPERATOR_VERSION" \
     "$PROMETHEUS_OPERATOR_SUM")
-  mkdir -p "$dir.tmp"
+  mkdir -p "$dir.$$.tmp"
   for kind in servicemonitors podmonitors prometheusrules; do
-    install -m 0644 "$src/example/prometheus-operator-crd/monitoring.coreos.com_$kind.yaml" "$dir.tmp/"
+    install -m 0644 "$src/example/prometheus-operator-crd/monitoring.coreos.com_$kind.yaml" "$dir.$$.tmp/"
   done
-  rm -rf "$dir" && mv "$dir.tmp" "$dir"
+  rm -rf "$dir" && mv "$dir.$$.tmp" "$dir"
 }
 
 # Traefik, the real node's ingress controller (Ingress and Gateway API), built from its own module
@@ -258,8 +258,8 @@ build_traefik() {
   local src; src=$(module_source github.com/traefik/traefik/v3 "$TRAEFIK_VERSION" "$TRAEFIK_SUM")
   local pkg=github.com/traefik/traefik/v3/pkg/version
   in_module_copy "$src" go build -trimpath \
-    -ldflags "-s -w -X $pkg.Version=$TRAEFIK_VERSION -X $pkg.BuildDate=module-proxy-build" -o "$out.tmp" ./cmd/traefik
-  mv "$out.tmp" "$out"
+    -ldflags "-s -w -X $pkg.Version=$TRAEFIK_VERSION -X $pkg.BuildDate=module-proxy-build" -o "$out.$$.tmp" ./cmd/traefik
+  mv "$out.$$.tmp" "$out"
 }
 
 # The Gateway API's standard-channel CRDs, as its module publishes them (config/crd/standard).
@@ -268,9 +268,9 @@ fetch_gateway_api_crds() {
   [[ -f $dir/gateway.networking.k8s.io_httproutes.yaml ]] && return
   log "fetching the Gateway API $GATEWAY_API_VERSION CRDs (Go module)"
   local src; src=$(module_source sigs.k8s.io/gateway-api "$GATEWAY_API_VERSION" "$GATEWAY_API_SUM")
-  mkdir -p "$dir.tmp"
-  install -m 0644 "$src"/config/crd/standard/*.yaml "$dir.tmp/"
-  rm -rf "$dir" && mv "$dir.tmp" "$dir"
+  mkdir -p "$dir.$$.tmp"
+  install -m 0644 "$src"/config/crd/standard/*.yaml "$dir.$$.tmp/"
+  rm -rf "$dir" && mv "$dir.$$.tmp" "$dir"
 }
 
 # The CRDs the GitOps examples are checked against (tests/sim/test_gitops.py), as the controllers'
@@ -281,20 +281,20 @@ fetch_gitops_crds() {
   local dir=$cache/crds/gitops-$FLUX_KUSTOMIZE_VERSION-$FLUX_SOURCE_VERSION-$FLUX_HELM_API_VERSION-$ARGOCD_VERSION
   [[ -f $dir/application-crd.yaml ]] && { echo "$dir"; return; }
   log "fetching the Flux and Argo CD CRDs (Go modules; about a minute)"
-  rm -rf "$dir.tmp"; mkdir -p "$dir.tmp"
+  rm -rf "$dir.$$.tmp"; mkdir -p "$dir.$$.tmp"
   local src
   src=$(module_source github.com/fluxcd/kustomize-controller "$FLUX_KUSTOMIZE_VERSION" "$FLUX_KUSTOMIZE_SUM")
-  install -m 0644 "$src/config/crd/bases/kustomize.toolkit.fluxcd.io_kustomizations.yaml" "$dir.tmp/"
+  install -m 0644 "$src/config/crd/bases/kustomize.toolkit.fluxcd.io_kustomizations.yaml" "$dir.$$.tmp/"
   src=$(module_source github.com/fluxcd/source-controller "$FLUX_SOURCE_VERSION" "$FLUX_SOURCE_SUM")
   for kind in gitrepositories ocirepositories helmrepositories; do
-    install -m 0644 "$src/config/crd/bases/source.toolkit.fluxcd.io_$kind.yaml" "$dir.tmp/"
+    install -m 0644 "$src/config/crd/bases/source.toolkit.fluxcd.io_$kind.yaml" "$dir.$$.tmp/"
   done
   src=$(module_source github.com/argoproj/argo-cd/v3 "$ARGOCD_VERSION" "$ARGOCD_SUM")
-  install -m 0644 "$src/manifests/crds/application-crd.yaml" "$src/manifests/crds/appproject-crd.yaml" "$dir.tmp/"
+  install -m 0644 "$src/manifests/crds/application-crd.yaml" "$src/manifests/crds/appproject-crd.yaml" "$dir.$$.tmp/"
   src=$(module_source github.com/fluxcd/helm-controller/api "$FLUX_HELM_API_VERSION" "$FLUX_HELM_API_SUM")
   in_module_copy "$src" go run "sigs.k8s.io/controller-tools/cmd/controller-gen@$CONTROLLER_TOOLS_VERSION" \
-    crd paths=./... output:crd:dir="$dir.tmp" >&2
-  rm -rf "$dir" && mv "$dir.tmp" "$dir"
+    crd paths=./... output:crd:dir="$dir.$$.tmp" >&2
+  rm -rf "$dir" && mv "$dir.$$.tmp" "$dir"
   echo "$dir"
 }
 
