@@ -139,7 +139,7 @@ def test_an_operator_watching_one_namespace_needs_only_its_roles_and_discovery(c
     rendered = render_rbac("gwop-test-ns", [namespace])
     discovery = granted(rendered, ("ClusterRole",))
     watched = {(g, r, v) for g, r in [("gateway-operator.dev", "gatewaydeployments"), ("", "pods"),
-                                      ("apps", "deployments"), ("", "configmaps"), ("", "services")]
+                                      ("apps", "deployments"), ("", "configmaps"), ("", "services"), ("", "secrets")]
                for v in ("list", "watch")}
     op = OperatorProcess(cluster, namespaces=[namespace]).start()
     try:

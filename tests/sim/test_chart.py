@@ -625,15 +625,23 @@ def test_chart_rbac_grants_what_the_operator_uses_and_no_more(cluster: Cluster, 
     for verb_resource in (["patch", "gatewaydeployments.gateway-operator.dev", "--subresource=status"],
                           ["watch", "gatewaydeployments.gateway-operator.dev"], ["create", "deployments.apps"],
                           ["patch", "configmaps"], ["delete", "pods"], ["get", "secrets"], ["create", "secrets"],
+                          ["list", "secrets"], ["watch", "secrets"],   # rbac.watchSecrets (the default)
                           ["create", "events"], ["create", "poddisruptionbudgets.policy"]):
         assert can_i(cluster, sa, *verb_resource, "-n", ns), verb_resource
-    for verb_resource in (["list", "secrets"], ["delete", "secrets"], ["update", "gatewaydeployments.gateway-operator.dev"],
+    for verb_resource in (["delete", "secrets"], ["update", "gatewaydeployments.gateway-operator.dev"],
                           ["delete", "gatewaydeployments.gateway-operator.dev"], ["create", "pods"],
                           ["create", "roles.rbac.authorization.k8s.io"], ["create", "deployments.apps", "--all-namespaces"]):
         assert not can_i(cluster, sa, *verb_resource, "-n", ns), verb_resource
     # namespaced mode: nothing outside the listed namespaces
     assert not can_i(cluster, sa, "create", "deployments.apps", "-n", other)
     assert not can_i(cluster, sa, "get", "secrets", "-n", other)
+    # rbac.watchSecrets=false: Secrets are got and created, never listed, and the operator is told so
+    helm(cluster, "upgrade", name, CHART, "-n", ns, "--set", "watchNamespaces={" + ns + "}",
+         "--set", "rbac.watchSecrets=false")
+    assert not can_i(cluster, sa, "list", "secrets", "-n", ns) and not can_i(cluster, sa, "watch", "secrets", "-n", ns)
+    assert can_i(cluster, sa, "get", "secrets", "-n", ns)
+    args = cluster.get_json("-n", ns, f"deployment/{name}")["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert "--no-watch-secrets" in args
     cluster.kubectl("delete", "namespace", other, "--wait=false")
 
 
