@@ -68,3 +68,19 @@ def test_the_liveness_probe_fails_once_a_watch_is_stalled() -> None:
     memo.watches.listed(KIND, {A: 3}, 11.0)
     with pytest.raises(kopf.PermanentError, match="GatewayDeployment watch delivered no change"):
         handlers.watch_probe(memo=memo)
+
+
+def test_the_secret_watch_keeps_each_secrets_version_and_controller_until_it_goes() -> None:
+    """What the Secret watch leaves for the passes (handlers.secret_changed): the version and the
+    controller of each Secret as last delivered; a Secret that lost its controller, or is gone, has
+    none, so that a generated one is never taken as ours on a stale word."""
+    w = Watches()
+    w.delivered("Secret", A, "5", controller="uid-1")
+    assert (w.version("Secret", *A), w.controller("Secret", *A)) == (5, "uid-1")
+    w.delivered("Secret", A, "4", controller="uid-2")        # an older version, delivered late: ignored
+    assert (w.version("Secret", *A), w.controller("Secret", *A)) == (5, "uid-1")
+    w.delivered("Secret", A, "6")                            # its ownerReference removed
+    assert (w.version("Secret", *A), w.controller("Secret", *A)) == (6, None)
+    w.delivered("Secret", A, "7", controller="uid-1")
+    w.delivered("Secret", A, "7", deleted=True)
+    assert (w.version("Secret", *A), w.controller("Secret", *A)) == (None, None)
