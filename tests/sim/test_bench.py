@@ -43,11 +43,12 @@ def test_the_benchmark_runs_and_reports_its_figures(tmp_path: Path) -> None:
     # what each KiB is: the operator's own modules among the sources of what 3 GatewayDeployments hold
     assert any(source.startswith("gateway_operator.") for source in figures["kib_per_gateway_by_source"])
     assert figures["idle_writes"] == 0, "an idle operator wrote to the API server"
-    # full passes ran (resync 3 s: the Secrets, which no watch covers, were read), and read back
-    # nothing a watch covers: the gateway's Deployment, ConfigMap, Service and PodDisruptionBudget
+    # full passes (resync 3 s) read back nothing a watch covers: the gateway's Deployment, ConfigMap,
+    # Service and PodDisruptionBudget, nor a Secret the Secret watch shows unchanged since it was read
+    # (before the watch: two Secret reads per GatewayDeployment and full pass)
     reads = figures["idle_reads_by_resource"]
-    assert reads.get("get secrets", 0) >= 3 * 2, reads
-    assert not {"get deployments", "get configmaps", "get services", "get poddisruptionbudgets"} & set(reads), reads
+    assert not {"get secrets", "get deployments", "get configmaps", "get services",
+                "get poddisruptionbudgets"} & set(reads), reads
     assert figures["polls_achieved_per_s"] > 0
     # the operator checks the replicas through their health watch (the stand-ins serve it), not polls
     assert figures["health"] == "watch" and figures["watch_answers_per_s"] > 0, figures
