@@ -11,23 +11,27 @@ from gateway_operator import api
 from gateway_operator.api import GatewaySpec
 from gateway_operator.clients.kube import Kube, NotOwned, load_config
 from gateway_operator.core.render.names import Owner
-from gateway_operator.core.render.secrets import generated_secrets
+from gateway_operator.core.render.secrets import Generated, generated_secrets
 from harness.cluster import Cluster
 from harness.gateways import apply_gateway
 from harness.operator import gateway_deployment, install_crd
 
 
+def owned_secret(cluster: Cluster, namespace: str, name: str) -> tuple[str, Owner, Generated]:
+    """A real GatewayDeployment ``name`` (so that the garbage collector keeps what it owns for the
+    length of the test), its uid and owner, and the auth token's kind of generated Secret under a
+    name no operator running beside this test would create for it."""
+    install_crd(cluster)
+    apply_gateway(cluster, namespace, gateway_deployment(name))
+    uid = cluster.get_json("-n", namespace, "gatewaydeployment", name)["metadata"]["uid"]
+    owner = Owner(name, namespace, uid)
+    generated = generated_secrets(owner, GatewaySpec.parse(gateway_deployment(name)["spec"]))[0]
+    return uid, owner, generated._replace(name=f"{name}-client-test")
+
+
 def test_a_generated_secret_is_created_once_and_its_create_answers_what_a_read_would(cluster: Cluster,
                                                                                      namespace: str) -> None:
-    # a real owner, so that the garbage collector keeps what it owns for the length of the test
-    install_crd(cluster)
-    apply_gateway(cluster, namespace, gateway_deployment("made"))
-    uid = cluster.get_json("-n", namespace, "gatewaydeployment", "made")["metadata"]["uid"]
-    owner = Owner("made", namespace, uid)
-    # the auth token's kind of generated Secret, under a name no operator running beside this test
-    # would create for "made"
-    generated = generated_secrets(owner, GatewaySpec.parse(gateway_deployment("made")["spec"]))[0]
-    generated = generated._replace(name="made-client-test")
+    uid, owner, generated = owned_secret(cluster, namespace, "made")
     kube = Kube(load_config(str(cluster.kubeconfig)))
 
     sent = generated.manifest(owner)
@@ -157,12 +161,7 @@ def test_with_the_secret_watch_a_generated_secret_is_created_without_a_read_and_
     """--watch-secrets: a generated Secret the watch does not show is created at once (a late watch
     makes the create answer 409: then it is read, as without the watch); one the watch shows as ours
     is neither read nor created; one it shows as someone else's is refused."""
-    install_crd(cluster)
-    apply_gateway(cluster, namespace, gateway_deployment("watched"))
-    uid = cluster.get_json("-n", namespace, "gatewaydeployment", "watched")["metadata"]["uid"]
-    owner = Owner("watched", namespace, uid)
-    generated = generated_secrets(owner, GatewaySpec.parse(gateway_deployment("watched")["spec"]))[0]
-    generated = generated._replace(name="watched-client-test")
+    uid, owner, generated = owned_secret(cluster, namespace, "watched")
     shown: dict[tuple[str, str, str], tuple[int, str | None]] = {}   # what the Secret watch delivered
     kube = Kube(load_config(str(cluster.kubeconfig)), lambda *key: shown[key][0] if key in shown else None,
                 controller=lambda *key: shown[key][1] if key in shown else None, secrets_watched=True)

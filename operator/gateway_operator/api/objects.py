@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any, Mapping, NamedTuple
 
 from gateway_operator.api.tenancy import Claim, claim_of
+from gateway_operator.api.workloads import mapping, metadata
 
 
 class Meta(NamedTuple):
@@ -26,13 +27,8 @@ class Meta(NamedTuple):
         return self.namespace, self.name
 
 
-def _raw_meta(body: Mapping[str, Any]) -> Mapping[str, Any]:
-    meta = body.get("metadata")
-    return meta if isinstance(meta, Mapping) else {}
-
-
 def meta_of(body: Mapping[str, Any]) -> Meta:
-    meta = _raw_meta(body)
+    meta = metadata(body)
     generation = meta.get("generation")
     return Meta(str(meta.get("name") or ""), str(meta.get("namespace") or ""), str(meta.get("uid") or ""),
                 generation if isinstance(generation, int) and not isinstance(generation, bool) else None,
@@ -50,7 +46,7 @@ def kept(body: Mapping[str, Any]) -> dict[str, Any]:
     (KEPT_METADATA), spec and status. Not kept: metadata.managedFields, which was most of a
     GatewayDeployment's size in memory, the labels and annotations it never reads, among them
     ``kubectl apply``'s last-applied-configuration (the whole spec again, as a JSON string)."""
-    meta = _raw_meta(body)
+    meta = metadata(body)
     return {**{k: v for k, v in body.items() if k != "metadata"},
             "metadata": {k: meta[k] for k in KEPT_METADATA if k in meta}}
 
@@ -65,22 +61,18 @@ def resource_version(body: Mapping[str, Any]) -> int:
 
 def with_generation(body: Mapping[str, Any], generation: object) -> dict[str, Any]:
     """A copy of ``body`` whose metadata.generation is ``generation``."""
-    return {**body, "metadata": {**_raw_meta(body), "generation": generation}}
+    return {**body, "metadata": {**metadata(body), "generation": generation}}
 
 
 def claim_of_object(kind: str, body: Mapping[str, Any]) -> Claim:
     """The object's claim on the hosts it names (tenancy.claim_of: the older one wins)."""
-    return claim_of(kind, _raw_meta(body))
+    return claim_of(kind, metadata(body))
 
 
 def spec_of(body: Mapping[str, Any]) -> Mapping[str, Any]:
     """The spec as written (loop/inputs.check parses and checks it)."""
     spec = body.get("spec")
     return spec if isinstance(spec, Mapping) else {}
-
-
-def _mapping(value: Any) -> Mapping[str, Any]:
-    return value if isinstance(value, Mapping) else {}
 
 
 class StatusView(NamedTuple):
@@ -109,11 +101,11 @@ class StatusView(NamedTuple):
 
     @property
     def redis(self) -> Mapping[str, Any]:
-        return _mapping(self.raw.get("redis"))
+        return mapping(self.raw.get("redis"))
 
     @property
     def sqlite_migration(self) -> Mapping[str, Any]:
-        return _mapping(self.raw.get("sqliteMigration"))
+        return mapping(self.raw.get("sqliteMigration"))
 
     @property
     def gateway(self) -> Mapping[str, Any] | None:
@@ -122,7 +114,7 @@ class StatusView(NamedTuple):
 
     @property
     def autoscaling(self) -> Mapping[str, Any]:
-        return _mapping(self.raw.get("autoscaling"))
+        return mapping(self.raw.get("autoscaling"))
 
     @property
     def wrote_expose(self) -> bool:
@@ -135,4 +127,4 @@ class StatusView(NamedTuple):
 
 
 def status_of(body: Mapping[str, Any] | None) -> StatusView:
-    return StatusView(_mapping((body or {}).get("status")))
+    return StatusView(mapping((body or {}).get("status")))

@@ -82,8 +82,7 @@ class SecretUndecodable(ValueError):
 
 def controlled_by(live: Mapping[str, Any], owner_uid: str) -> bool:
     """True when ``live`` carries a controller ownerReference to ``owner_uid``."""
-    refs = (live.get("metadata") or {}).get("ownerReferences") or []
-    return any(r.get("uid") == owner_uid and r.get("controller") for r in refs)
+    return controller_uid(live) == owner_uid
 
 
 def load_config(kubeconfig: str | None = None) -> client.ApiClient:
